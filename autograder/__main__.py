@@ -1,0 +1,69 @@
+"""Command line of the autograder.
+
+    python -m autograder submit NOTEBOOK [--json] [--timeout S]   grade one notebook
+    python -m autograder grade-all SUBMISSIONS [--out DIR]        grade a class into a CSV
+    python -m autograder release [--check]                        make or check course/
+
+Exit codes: 0 when grading ran (whatever the score), 1 when nbgrader failed, 2 for bad input.
+"""
+import argparse
+import json
+import sys
+import time
+
+from autograder.notebooks import ROOT, BadInput
+from autograder.workspace import GradingError
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("submit", help="grade one notebook and print a score per exercise")
+    p.add_argument("notebook")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--timeout", type=int, help="seconds per cell (default: nbgrader_config.py)")
+    p.add_argument("--feedback-dir", help="where to write the HTML feedback (default: feedback/)")
+    p = sub.add_parser("grade-all", help="grade every learner's notebooks into a gradebook and grades.csv")
+    p.add_argument("submissions")
+    p.add_argument("--out", default=str(ROOT / "grading"))
+    p.add_argument("--timeout", type=int)
+    p = sub.add_parser("release", help="regenerate course/ from solutions/")
+    p.add_argument("--check", action="store_true", help="only check that course/ is up to date")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "submit":
+            from autograder.submit import format_table, grade
+            start = time.perf_counter()
+            report = grade(args.notebook, timeout=args.timeout, feedback_dir=args.feedback_dir)
+            if args.json:
+                print(json.dumps(report, ensure_ascii=False))
+            else:
+                print(format_table(report))
+                print(f"graded in {time.perf_counter() - start:.1f} s")
+        elif args.command == "grade-all":
+            from autograder.batch import grade_all
+            print(f"grades: {grade_all(args.submissions, args.out, timeout=args.timeout)}")
+        elif args.command == "release":
+            from autograder import release
+            if args.check:
+                stale = release.check()
+                if stale:
+                    print("course/ is out of date with solutions/ (run `make release`): " + ", ".join(stale),
+                          file=sys.stderr)
+                    return 1
+                print("course/ is up to date with solutions/")
+            else:
+                for path in release.release():
+                    print(f"released {path.relative_to(ROOT)}")
+    except BadInput as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except GradingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

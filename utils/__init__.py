@@ -1,0 +1,13 @@
+"""Reference kernels of the course: one module per idea, each the single reference for it.
+
+Notebooks import earlier ideas from here instead of copying them; hidden tests compare a
+learner's code with these kernels.
+
+    utils.tokenizer   GPT-2 BPE through tiktoken, offline (00)
+    utils.embeddings  token-id -> vector lookup (00)
+    utils.attention   dot-product attention without trainable weights (01)
+    utils.fixtures    the book's running example "Your journey starts with one step"
+    utils.plots       attention heatmaps and other course figures
+
+Run its tests with `make test` or `.venv/bin/pytest utils/tests`.
+"""
