@@ -66,7 +66,7 @@ def exercise_of(grade_id: str) -> str:
     return grade_id[len("test_"):].removesuffix("_hidden")
 
 
-def test_sources(nb) -> dict[str, list[str]]:
+def grading_cell_sources(nb) -> dict[str, list[str]]:
     """Exercise name -> source of its test cells (visible first, hidden included)."""
     sources = {}
     for cell in nb.cells:

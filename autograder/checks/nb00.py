@@ -48,20 +48,24 @@ def check_encode(encode):
 def check_embed(embed):
     vocab, d = 11, 4  # vocab != d, so a column lookup or a missing transpose shows
     weight = randn(vocab, d, seed=0).requires_grad_()
+    first = torch.tensor([3, 0, 2, 3, 1])  # ids < d: a column lookup runs, and shows itself by its shape
     ids = torch.tensor([[3, 0, 10, 3, 7], [1, 1, 9, 2, 5]])
-    with forbid([(torch.nn.functional, "embedding"), (utils.embeddings, "embed")], [embed],
-                "embed must pick the rows itself (indexing or a one-hot product), not call F.embedding, nn.Embedding or utils.",
-                "embed 必须自己选取行（索引或 one-hot 乘积），不能调用 F.embedding、nn.Embedding 或 utils。"):
-        single = call(embed, ids[0], weight, name="embed")
-        batched = call(embed, ids, weight, name="embed")
+    def own_lookup():
+        return forbid([(torch.nn.functional, "embedding"), (utils.embeddings, "embed")], [embed],
+                      "embed must pick the rows itself (indexing or a one-hot product), not call F.embedding, nn.Embedding or utils.",
+                      "embed 必须自己选取行（索引或 one-hot 乘积），不能调用 F.embedding、nn.Embedding 或 utils。")
+    with own_lookup():
+        single = call(embed, first, weight, name="embed")
     expect_tensor(single, "embed's output", "embed 的输出")
     expect(tuple(single.shape) == (5, d),
            "embed of T ids with a (vocab, d) weight must give (T, d): pick rows of the weight, not columns.",
            "对 T 个 id 使用 (vocab, d) 的权重，embed 应得到 (T, d)：取权重的行，而不是列。",
            f"shape {tuple(single.shape)}, expected (5, {d})")
-    expect_close(single, weight.detach()[ids[0]],
+    expect_close(single, weight.detach()[first],
                  "Row t of embed's output must be row ids[t] of the weight matrix.",
                  "embed 输出的第 t 行必须是权重矩阵的第 ids[t] 行。")
+    with own_lookup():
+        batched = call(embed, ids, weight, name="embed")
     expect_close(batched, weight.detach()[ids],
                  "embed must accept a batch of id sequences (B, T) and return (B, T, d).",
                  "embed 必须接受一批 id 序列 (B, T) 并返回 (B, T, d)。")

@@ -1,0 +1,59 @@
+# Attention, from the dot product to DeepSeek. `make help` lists what you can run.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+FIRST  := 00_tokens_and_embeddings.ipynb
+
+# Headless machines get no browser; root needs --allow-root.
+LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
+             $(if $(filter 0,$(shell id -u)),--allow-root,)
+# nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
+
+.PHONY: help env lab test release check-release submit grade-all check-env clean
+
+help:
+	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
+	@echo "make test                everything CI checks: unit tests, wrong solutions, nbval, submit, release"
+	@echo "make submit NB=PATH      grade one notebook, a score per exercise (add JSON=1 for JSON)"
+	@echo "make release             regenerate course/ from solutions/ (instructors, maintainers)"
+	@echo "make check-release       fail if course/ differs from what solutions/ generates"
+	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb into grading/gradebook.db and grading/grades.csv"
+	@echo "make check-env           OK/FAIL for every requirement of the environment"
+
+# pip only: the CPU torch wheel pinned in requirements.txt is what it resolves.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $(STAMP)
+
+env: $(STAMP)
+
+lab: $(STAMP)
+	@echo "Starting JupyterLab on course/ with $(FIRST) open; open the http://127.0.0.1 URL printed below."
+	cd course && JUPYTER_CONFIG_PATH=$(CURDIR)/autograder PATH=$(CURDIR)/$(BIN):$$PATH \
+		$(CURDIR)/$(BIN)/jupyter lab $(LAB_FLAGS) $(FIRST)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(NBVAL) utils autograder solutions
+
+release: $(STAMP)
+	$(BIN)/python -m autograder release
+
+check-release: $(STAMP)
+	$(BIN)/python -m autograder release --check
+
+submit: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make submit NB=course/01_dot_product_attention.ipynb"; exit 2; }
+	$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
+
+grade-all: $(STAMP)
+	@test -n "$(DIR)" || { echo "usage: make grade-all DIR=submissions  (DIR/<learner>/<notebook>.ipynb)"; exit 2; }
+	$(BIN)/python -m autograder grade-all "$(DIR)" --out grading
+
+check-env: $(STAMP)
+	$(BIN)/python -m utils.check_env
+
+clean:
+	rm -rf feedback grading build .pytest_cache

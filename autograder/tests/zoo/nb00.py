@@ -1,0 +1,102 @@
+"""Solutions of notebook 00 that grading must reject (WRONG) or accept (RIGHT)."""
+import torch
+import torch.nn.functional as F
+
+import utils.tokenizer
+from utils.tokenizer import gpt2_encoding
+
+tokenizer = gpt2_encoding()
+
+
+def encode_chars(text):
+    return [ord(c) for c in text]
+
+
+def encode_lower(text):
+    return tokenizer.encode(text.lower())
+
+
+def encode_strip(text):
+    return tokenizer.encode(text.strip())
+
+
+def encode_with_eot(text):
+    return tokenizer.encode(text) + [50256]
+
+
+def encode_tensor(text):
+    return torch.tensor(tokenizer.encode(text))
+
+
+def encode_word_by_word(text):
+    return [i for word in text.split() for i in tokenizer.encode(word)]
+
+
+def encode_calls_utils(text):
+    return utils.tokenizer.encode(text)
+
+
+def encode_ordinary(text):
+    return tokenizer.encode_ordinary(text)
+
+
+def encode_batch(text):
+    return list(tokenizer.encode_batch([text])[0])
+
+
+def embed_columns(token_ids, weight):
+    return weight[:, token_ids].T
+
+
+def embed_via_list(token_ids, weight):
+    return torch.tensor(weight[token_ids].tolist())
+
+
+def embed_functional(token_ids, weight):
+    return F.embedding(token_ids, weight)
+
+
+def embed_one_hot_long(token_ids, weight):
+    return F.one_hot(token_ids, weight.shape[0]) @ weight
+
+
+def embed_double(token_ids, weight):
+    return weight[token_ids].double()
+
+
+def embed_fresh_layer(token_ids, weight):
+    return torch.nn.Embedding(*weight.shape)(token_ids)
+
+
+def embed_one_hot(token_ids, weight):
+    return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight
+
+
+def embed_index_select(token_ids, weight):
+    return weight.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, -1)
+
+
+WRONG = {
+    "encode": {
+        "one id per character": (encode_chars, "one id per character"),
+        "lower-cases the text": (encode_lower, "keep spaces and case"),
+        "strips spaces": (encode_strip, "keep spaces and case"),
+        "appends <|endoftext|>": (encode_with_eot, "appended <|endoftext|>"),
+        "returns a tensor": (encode_tensor, "plain Python list"),
+        "encodes word by word": (encode_word_by_word, "keep spaces and case"),
+        "calls utils.tokenizer.encode": (encode_calls_utils, "not utils.tokenizer.encode"),
+    },
+    "embed": {
+        "picks columns": (embed_columns, "rows of the weight, not columns"),
+        "goes through Python lists": (embed_via_list, "lost the gradient"),
+        "calls F.embedding": (embed_functional, "not call F.embedding"),
+        "one-hot of integer dtype": (embed_one_hot_long, "crashed"),
+        "changes the dtype": (embed_double, "dtype"),
+        "a fresh nn.Embedding": (embed_fresh_layer, "not call F.embedding"),
+    },
+}
+
+RIGHT = {
+    "encode": {"encode_ordinary": encode_ordinary, "encode_batch": encode_batch},
+    "embed": {"one-hot product": embed_one_hot, "index_select": embed_index_select},
+}
