@@ -61,8 +61,8 @@ def grade(notebook, timeout: int | None = None, feedback_dir=None) -> dict:
         for cell in graded_nb.cells:
             gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
             if gid in grades and grades[gid][0] < grades[gid][1]:
-                # The first failing cell (the visible one) names the most basic problem.
-                reasons.setdefault(exercise_of(gid), reason(cell, limit) or "This test did not pass. 该测试未通过。")
+                # Cells come visible first; the hidden tests' message is the more specific one.
+                reasons[exercise_of(gid)] = reason(cell, limit) or "This test did not pass. 该测试未通过。"
         feedback_dir.mkdir(parents=True, exist_ok=True)
         feedback_html = feedback_dir / f"{stem}.html"
         shutil.copyfile(feedback, feedback_html)

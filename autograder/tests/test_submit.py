@@ -1,0 +1,138 @@
+"""The learner's and the instructor's real grading path: `python -m autograder submit` and
+`grade-all`, with nbgrader generating, autograding and writing feedback for real."""
+import csv
+import hashlib
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from autograder.notebooks import COURSE, ROOT, SOLUTIONS, course_notebooks
+
+STEMS = course_notebooks()
+
+
+def submit(path, *extra, timeout=None):
+    cmd = [sys.executable, "-m", "autograder", "submit", str(path), "--json", *extra]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=600)
+
+
+def graded(path, *extra, timeout=None):
+    """Submit `path`, check the JSON contract and that the file was left untouched."""
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = submit(path, *extra, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before, "grading modified the learner's notebook"
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, f"--json must print exactly one JSON object, got: {result.stdout[:500]}"
+    report = json.loads(lines[0])
+    assert set(report) == {"notebook", "score", "max_score", "exercises", "feedback_html"}
+    for exercise in report["exercises"]:
+        assert set(exercise) == {"name", "score", "max_score", "feedback"}
+    assert report["score"] == pytest.approx(sum(e["score"] for e in report["exercises"]))
+    with open(report["feedback_html"], encoding="utf-8") as f:
+        assert "<html" in f.read(4000).lower()
+    return report, {e["name"]: e for e in report["exercises"]}
+
+
+def with_cells(stem, tmp_path, source_dir=SOLUTIONS, name=None, **sources):
+    """A copy of a notebook with the cells of the given grade_ids replaced."""
+    nb = nbformat.read(source_dir / f"{stem}.ipynb", as_version=4)
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cell.source = sources.pop(gid)
+    assert not sources, f"no such cells: {list(sources)}"
+    path = tmp_path / (name or f"{stem}.ipynb")
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_solution_scores_full_marks(stem):
+    report, _ = graded(SOLUTIONS / f"{stem}.ipynb")
+    assert report["max_score"] > 0
+    assert report["score"] == report["max_score"], report
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_untouched_course_notebook_scores_zero(stem):
+    report, exercises = graded(COURSE / f"{stem}.ipynb")
+    assert report["score"] == 0 and report["max_score"] > 0
+    assert all("not implemented yet" in e["feedback"].lower()
+               for e in exercises.values()), exercises
+
+
+def test_infinite_loop_costs_only_its_exercise(tmp_path):
+    path = with_cells("00_tokens_and_embeddings", tmp_path,
+                      embed="def embed(token_ids, weight):\n    while True:\n        pass\n")
+    report, exercises = graded(path, timeout=5)
+    assert exercises["embed"]["score"] == 0
+    assert "did not finish within 5 s" in exercises["embed"]["feedback"]
+    assert exercises["encode"]["score"] == exercises["encode"]["max_score"]
+
+
+def test_edited_test_cell_is_graded_with_the_original(tmp_path):
+    path = with_cells("00_tokens_and_embeddings", tmp_path, source_dir=COURSE,
+                      test_encode="print('all tests passed')", test_encode_hidden="pass")
+    _, exercises = graded(path)
+    assert exercises["encode"]["score"] == 0
+    assert "not implemented yet" in exercises["encode"]["feedback"].lower()
+
+
+def test_wrong_solution_gets_a_reason_in_words(tmp_path):
+    naive = ("def softmax(x, dim=-1):\n"
+             "    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n")
+    # A renamed download is still recognised by its graded cells.
+    path = with_cells("01_dot_product_attention", tmp_path, softmax=naive,
+                      name="01_dot_product_attention (1).ipynb")
+    report, exercises = graded(path)
+    assert report["notebook"].endswith("(1).ipynb")
+    assert exercises["softmax"]["score"] == 0
+    assert "subtract each slice's own maximum" in exercises["softmax"]["feedback"]
+    assert exercises["attention_scores"]["score"] == exercises["attention_scores"]["max_score"]
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no such file"),
+    ('{"cells": [', "not valid JSON"),
+    ('{"name": "not a notebook"}', "not a Jupyter notebook"),
+    (json.dumps(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])), "not a notebook of this course"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, content, words):
+    path = tmp_path / "99_mystery.ipynb"
+    if content is not None:
+        path.write_text(content)
+    result = submit(path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().count("\n") == 0 and words in result.stderr, result.stderr
+
+
+def test_grade_all_writes_a_gradebook_and_csv(tmp_path):
+    stem = "00_tokens_and_embeddings"
+    (tmp_path / "in" / "alice").mkdir(parents=True)
+    (tmp_path / "in" / "bob").mkdir()
+    (tmp_path / "in" / "alice" / f"{stem}.ipynb").write_bytes((SOLUTIONS / f"{stem}.ipynb").read_bytes())
+    (tmp_path / "in" / "bob" / f"{stem}.ipynb").write_bytes((COURSE / f"{stem}.ipynb").read_bytes())
+    (tmp_path / "in" / "bob" / "01_dot_product_attention.ipynb").write_text("{ truncated")
+    out = tmp_path / "grading"
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade-all", str(tmp_path / "in"), "--out", str(out)],
+                            capture_output=True, text=True, cwd="/", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(out / "grades.csv", newline="") as f:
+        rows = {(r["learner"], r["notebook"]): r for r in csv.DictReader(f)}
+    assert rows[("alice", stem)]["score"] == rows[("alice", stem)]["max_score"] != ""
+    assert rows[("bob", stem)]["score"] == "0"
+    assert rows[("bob", "01_dot_product_attention")]["status"].startswith("error: ")
+    assert (out / "gradebook.db").exists() and (out / "feedback" / "alice" / stem / f"{stem}.html").exists()
+
+
+def test_course_is_generated_from_solutions():
+    result = subprocess.run([sys.executable, "-m", "autograder", "release", "--check"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
