@@ -33,7 +33,7 @@ env: $(STAMP)
 lab: $(STAMP)
 	@echo "Starting JupyterLab on course/ with $(FIRST) open; open the http://127.0.0.1 URL printed below."
 	cd course && JUPYTER_CONFIG_PATH=$(CURDIR)/autograder PATH=$(CURDIR)/$(BIN):$$PATH \
-		$(CURDIR)/$(BIN)/jupyter lab $(LAB_FLAGS) $(FIRST)
+		$(CURDIR)/$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST) $(LAB_FLAGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(NBVAL) utils autograder solutions
