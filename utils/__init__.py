@@ -6,6 +6,7 @@ learner's code with these kernels.
     utils.tokenizer   GPT-2 BPE through tiktoken, offline (00)
     utils.embeddings  token-id -> vector lookup (00)
     utils.attention   dot-product attention without trainable weights (01)
+    utils.self_attention  trainable queries, keys and values; SelfAttentionV1/V2 (02)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 

@@ -1,0 +1,186 @@
+"""Hidden checks of notebook 02, trainable queries, keys and values.
+
+Weights are built here (arange/constant fills and fixed generators) and copied into the
+learner's module, so nothing depends on the order in which the learner creates parameters.
+Outputs are compared with the reference and, when they differ, with the outputs of the usual
+mistakes, so that the message can name the mistake that was made.
+"""
+import math
+
+import torch
+from torch import nn
+
+import utils.self_attention as ref
+from autograder.checks import call, expect, expect_close, expect_tensor, fail, forbid, randn
+
+D_IN, D_OUT = 5, 3  # non-square: a forgotten transpose cannot hide
+X = randn(2, 4, D_IN, seed=20)  # a batch whose items differ
+
+
+def _matches(actual, expected):
+    return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
+            and torch.allclose(actual.detach(), expected, atol=1e-5, rtol=1e-4))
+
+
+def _weights(seed, d_in=D_IN, d_out=D_OUT):
+    """Raw (d_in, d_out) weights, spread like nn.Linear's initialisation."""
+    return randn(d_in, d_out, seed=seed) / math.sqrt(d_in)
+
+
+def _attention_variants(q, k, v):
+    """What the usual mistakes compute, to name the one a learner made."""
+    scores = q @ k.transpose(-2, -1)
+    d_k = k.shape[-1]
+    return {
+        "you divided the scores by d_out instead of sqrt(d_out)":
+            ("你把分数除以了 d_out，而不是 sqrt(d_out)", torch.softmax(scores / d_k, -1) @ v),
+        "you divided by sqrt(d_in), but the scale comes from the key width d_out":
+            ("你除以了 sqrt(d_in)，但缩放因子来自键的宽度 d_out", torch.softmax(scores / math.sqrt(D_IN), -1) @ v),
+        "the scores are not scaled: divide Q K^T by sqrt(d_out) before the softmax":
+            ("分数没有缩放：在 softmax 之前把 Q K^T 除以 sqrt(d_out)", torch.softmax(scores, -1) @ v),
+        "you scaled after the softmax: divide the scores, not the weights":
+            ("你在 softmax 之后才缩放：应除的是分数，而不是权重", torch.softmax(scores, -1) / math.sqrt(d_k) @ v),
+        "the softmax runs over the queries (dim=-2): each query's weights over the keys (dim=-1) must sum to 1":
+            ("softmax 作用在查询维 (dim=-2) 上：每个查询对所有键 (dim=-1) 的权重之和必须为 1",
+             torch.softmax(scores / math.sqrt(d_k), -2) @ v),
+    }
+
+
+def _expect_attention(out, q, k, v, who_en, who_zh):
+    expected = ref.attend(q, k, v)
+    expect_tensor(out, f"{who_en}'s output", f"{who_zh} 的输出")
+    expect(out.shape == expected.shape,
+           f"{who_en} must map (B, T, d_in) to (B, T, d_out): project with x @ W and keep the batch dim first.",
+           f"{who_zh} 必须把 (B, T, d_in) 映射为 (B, T, d_out)：用 x @ W 做投影，并保持批维在最前。",
+           f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+    if _matches(out, expected):
+        return
+    for en, (zh, variant) in _attention_variants(q, k, v).items():
+        if _matches(out, variant):
+            fail(f"{who_en} computes attention with a known mistake: {en}.", f"{who_zh} 的注意力计算有一个常见错误：{zh}。")
+    single = ref.attend(q[:1], k[:1], v[:1])
+    if _matches(out[:1], single):
+        fail(f"{who_en} is right for the first batch item but not the second: use transpose(-2, -1), not .T, so the batch stays apart.",
+             f"{who_zh} 对第一个样本正确，但对第二个不正确：请用 transpose(-2, -1) 而不是 .T，让各个样本保持独立。")
+    expect_close(out, expected,
+                 f"{who_en} gives the wrong output: queries x @ W_query, keys x @ W_key, values x @ W_value, then softmax(Q K^T / sqrt(d_out)) V.",
+                 f"{who_zh} 的输出不对：查询 x @ W_query，键 x @ W_key，值 x @ W_value，然后 softmax(Q K^T / sqrt(d_out)) V。")
+
+
+def check_project_qkv(project_qkv):
+    W_q, W_k, W_v = _weights(21), _weights(22), _weights(23, d_out=D_OUT + 3)  # d_v != d_k
+    out = call(project_qkv, X, W_q, W_k, W_v, name="project_qkv")
+    expect(isinstance(out, (tuple, list)) and len(out) == 3,
+           "project_qkv must return three tensors: (queries, keys, values).",
+           "project_qkv 必须返回三个张量：(查询, 键, 值)。", f"got {type(out).__name__}")
+    q, k, v = out
+    for t, en, zh in ((q, "queries", "查询"), (k, "keys", "键"), (v, "values", "值")):
+        expect_tensor(t, f"The {en}", zh)
+    expected = (X @ W_q, X @ W_k, X @ W_v)
+    matched = [next((j for j, e in enumerate(expected) if _matches(t, e)), None) for t in (q, k, v)]
+    if sorted(m for m in matched if m is not None) == [0, 1, 2] and matched != [0, 1, 2]:
+        fail("The outputs come in the wrong order: return (queries, keys, values).",
+             "输出的顺序不对：请返回 (查询, 键, 值)。")
+    if _matches(q, X @ W_q) and _matches(k, X @ W_q):
+        fail("keys were computed with W_q: each of queries, keys and values uses its own matrix.",
+             "键是用 W_q 计算的：查询、键、值各自使用自己的矩阵。")
+    expect_close(q, X @ W_q, "Queries must be x @ W_q for every token of every batch item (row vectors times a (d_in, d_out) matrix).",
+                 "查询必须是每个样本每个词元的 x @ W_q（行向量乘以 (d_in, d_out) 矩阵）。")
+    expect_close(k, X @ W_k, "Keys must be x @ W_k.", "键必须是 x @ W_k。")
+    expect_close(v, X @ W_v, "Values must be x @ W_v, whose width d_v may differ from d_k.",
+                 "值必须是 x @ W_v，它的宽度 d_v 可以与 d_k 不同。")
+
+
+def _own_module(cls, *args, **kwargs):
+    module = call(cls, *args, name=cls.__name__, **kwargs)
+    expect(isinstance(module, nn.Module), f"{cls.__name__} must subclass nn.Module.", f"{cls.__name__} 必须继承 nn.Module。")
+    return module
+
+
+def check_SelfAttentionV1(SelfAttentionV1):
+    module = _own_module(SelfAttentionV1, D_IN, D_OUT)
+    params = dict(module.named_parameters())
+    weights = {}
+    for i, name in enumerate(("W_query", "W_key", "W_value")):
+        expect(name in params,
+               f"{name} must be a registered nn.Parameter of the module, so that training updates it.",
+               f"{name} 必须是模块中注册的 nn.Parameter，这样训练才能更新它。", f"parameters: {sorted(params)}")
+        expect(tuple(params[name].shape) == (D_IN, D_OUT),
+               f"{name} must have shape (d_in, d_out): V1 projects with x @ W, unlike nn.Linear's (d_out, d_in).",
+               f"{name} 的形状必须是 (d_in, d_out)：V1 用 x @ W 做投影，与 nn.Linear 的 (d_out, d_in) 不同。",
+               f"shape {tuple(params[name].shape)}")
+        weights[name] = _weights(30 + i)
+        with torch.no_grad():
+            params[name].copy_(weights[name])
+    with forbid([(torch.nn.functional, "scaled_dot_product_attention"), (ref, "attend")], [module.forward],
+                "SelfAttentionV1 must compute attention itself, not call F.scaled_dot_product_attention or utils.",
+                "SelfAttentionV1 必须自己计算注意力，不能调用 F.scaled_dot_product_attention 或 utils。"):
+        out = call(module, X, name="SelfAttentionV1.forward")
+    q, k, v = X @ weights["W_query"], X @ weights["W_key"], X @ weights["W_value"]
+    _expect_attention(out, q, k, v, "SelfAttentionV1", "SelfAttentionV1")
+
+
+def check_SelfAttentionV2(SelfAttentionV2):
+    for bias in (False, True):
+        module = _own_module(SelfAttentionV2, D_IN, D_OUT, qkv_bias=bias)
+        layers = {}
+        for i, name in enumerate(("W_query", "W_key", "W_value")):
+            layer = getattr(module, name, None)
+            expect(isinstance(layer, nn.Linear),
+                   f"{name} must be an nn.Linear(d_in, d_out) layer.", f"{name} 必须是一个 nn.Linear(d_in, d_out) 层。",
+                   f"got {type(layer).__name__}")
+            expect((layer.in_features, layer.out_features) == (D_IN, D_OUT),
+                   f"{name} must map d_in features to d_out: nn.Linear(d_in, d_out).",
+                   f"{name} 必须把 d_in 个特征映射到 d_out 个：nn.Linear(d_in, d_out)。",
+                   f"nn.Linear({layer.in_features}, {layer.out_features})")
+            expect((layer.bias is not None) == bias,
+                   f"With qkv_bias={bias} the layers must {'have' if bias else 'not have'} a bias: pass bias=qkv_bias to nn.Linear.",
+                   f"当 qkv_bias={bias} 时，这些层{'必须有' if bias else '不能有'}偏置：把 bias=qkv_bias 传给 nn.Linear。")
+            with torch.no_grad():
+                layer.weight.copy_(_weights(40 + i).T)
+                if bias:
+                    layer.bias.copy_(torch.linspace(-0.5, 0.5, D_OUT) * (i + 1))
+            layers[name] = layer
+        with forbid([(torch.nn.functional, "scaled_dot_product_attention"), (ref, "attend")], [module.forward],
+                    "SelfAttentionV2 must compute attention itself, not call F.scaled_dot_product_attention or utils.",
+                    "SelfAttentionV2 必须自己计算注意力，不能调用 F.scaled_dot_product_attention 或 utils。"):
+            out = call(module, X, name="SelfAttentionV2.forward")
+        with torch.no_grad():
+            q, k, v = (layers[n](X) for n in ("W_query", "W_key", "W_value"))
+        _expect_attention(out, q, k, v, "SelfAttentionV2", "SelfAttentionV2")
+
+
+def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):
+    for d_in, d_out in ((D_OUT, D_OUT), (D_IN, D_OUT)):  # square and non-square
+        v1, v2 = ref.SelfAttentionV1(d_in, d_out), ref.SelfAttentionV2(d_in, d_out)
+        with torch.no_grad():
+            for i, name in enumerate(("W_query", "W_key", "W_value")):
+                getattr(v1, name).fill_(0.5)
+                getattr(v2, name).weight.copy_(_weights(50 + i, d_in, d_out).T)
+        x = randn(2, 4, d_in, seed=55)
+        with torch.no_grad():
+            expected = v2(x)
+        result = call(copy_weights_v2_to_v1, v1, v2, name="copy_weights_v2_to_v1")
+        expect(result is None,
+               "copy_weights_v2_to_v1 must change v1 in place and return None.",
+               "copy_weights_v2_to_v1 必须原地修改 v1 并返回 None。", f"returned {type(result).__name__}")
+        params = dict(v1.named_parameters())
+        expect(set(params) == {"W_query", "W_key", "W_value"},
+               "After copying, v1 must still hold W_query, W_key and W_value as nn.Parameters.",
+               "复制之后，v1 仍必须以 nn.Parameter 的形式持有 W_query、W_key 和 W_value。", f"parameters: {sorted(params)}")
+        for name in ("W_query", "W_key", "W_value"):
+            expect(tuple(params[name].shape) == (d_in, d_out),
+                   f"v1.{name} must keep shape (d_in, d_out): nn.Linear stores (d_out, d_in), so copy its weight transposed (.T).",
+                   f"v1.{name} 必须保持形状 (d_in, d_out)：nn.Linear 存储的是 (d_out, d_in)，所以要复制它的转置 (.T)。",
+                   f"shape {tuple(params[name].shape)}")
+            wanted = getattr(v2, name).weight.detach().T
+            if not torch.allclose(params[name].detach(), wanted):
+                if d_in == d_out and torch.allclose(params[name].detach(), wanted.T):
+                    fail(f"v1.{name} holds v2's weight without the transpose: nn.Linear computes x @ weight.T, so copy weight.T.",
+                         f"v1.{name} 存的是未转置的 v2 权重：nn.Linear 计算的是 x @ weight.T，所以要复制 weight.T。")
+                fail(f"v1.{name} must receive v2.{name}.weight.T: copy each projection into the one of the same name.",
+                     f"v1.{name} 必须得到 v2.{name}.weight.T：把每个投影复制到同名的投影中。")
+        with torch.no_grad():
+            expect_close(v1(x), expected,
+                         f"After copying, v1 must reproduce v2 exactly (d_in={d_in}, d_out={d_out}).",
+                         f"复制之后，v1 必须精确复现 v2 的输出（d_in={d_in}，d_out={d_out}）。")
