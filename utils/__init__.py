@@ -7,6 +7,11 @@ learner's code with these kernels.
     utils.embeddings  token-id -> vector lookup (00)
     utils.attention   dot-product attention without trainable weights (01)
     utils.self_attention  trainable queries, keys and values; SelfAttentionV1/V2 (02)
+    utils.causal      causal masks, the two masking routes, CausalSelfAttention (04)
+    utils.dropout     inverted dropout on attention weights, CausalAttention (05)
+    utils.multihead   split/merge heads, MultiHeadAttention, parameter counts (06)
+    utils.mha_variants  the same layer as a wrapper, einsum, SDPA, nn.MultiheadAttention (06)
+    utils.benchmark   side-by-side timing; `python -m utils.benchmark` (06)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 

@@ -1,0 +1,221 @@
+"""Solutions of notebook 06 that grading must reject (WRONG) or accept (RIGHT)."""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import utils.multihead as ref
+from utils.causal import causal_mask
+from utils.dropout import CausalAttention
+
+
+# MultiHeadAttentionWrapper ----------------------------------------------------------------
+def wrapper_class(container="modulelist", cat_dim=-1, shared=False, combine="cat"):
+    class Wrapper(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            if shared:
+                heads = [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)] * num_heads
+            else:
+                heads = [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+            self.heads = nn.ModuleList(heads) if container == "modulelist" else heads
+
+        def forward(self, x):
+            outs = [head(x) for head in self.heads]
+            if combine == "sum":
+                return torch.stack(outs).sum(0).repeat(1, 1, len(outs))
+            return torch.cat(outs, dim=cat_dim)
+    return Wrapper
+
+
+# split_heads / merge_heads -----------------------------------------------------------------
+def split_token_axis(x, num_heads):
+    B, T, D = x.shape
+    return x.reshape(B, num_heads, T, D // num_heads)
+
+
+def split_no_transpose(x, num_heads):
+    B, T, D = x.shape
+    return x.view(B, T, num_heads, D // num_heads)
+
+
+def split_unflatten(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+
+def split_einops_style(x, num_heads):
+    B, T, D = x.shape
+    return x.reshape(B, T, num_heads, D // num_heads).permute(0, 2, 1, 3)
+
+
+def merge_view_noncontiguous(x):
+    B, H, T, hd = x.shape
+    return x.transpose(1, 2).view(B, T, H * hd)
+
+
+def merge_no_transpose(x):
+    B, H, T, hd = x.shape
+    return x.reshape(B, T, H * hd)
+
+
+def merge_contiguous_view(x):
+    B, H, T, hd = x.shape
+    return x.transpose(1, 2).contiguous().view(B, T, H * hd)
+
+
+def merge_flatten(x):
+    return x.permute(0, 2, 1, 3).flatten(-2)
+
+
+# MultiHeadAttention -------------------------------------------------------------------------
+def mha_class(mistake=None):
+    class MHA(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            if d_out % num_heads and mistake != "no divisibility check":
+                raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
+            self.num_heads, self.head_dim, self.d_out = num_heads, d_out // num_heads, d_out
+            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.out_proj = nn.Linear(d_out, d_out)
+            self.dropout = nn.Dropout(dropout)
+            if mistake == "mask not a buffer":
+                self.mask = causal_mask(context_length)
+            else:
+                self.register_buffer("mask", causal_mask(context_length))
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            H, hd = self.num_heads, self.head_dim
+            if mistake == "split along tokens":
+                q, k, v = (layer(x).reshape(B, H, T, hd) for layer in (self.W_query, self.W_key, self.W_value))
+            else:
+                q, k, v = (layer(x).view(B, T, H, hd).transpose(1, 2) for layer in (self.W_query, self.W_key, self.W_value))
+            scale = math.sqrt(self.d_out if mistake == "scale by sqrt(d_out)" else hd)
+            scores = q @ k.transpose(-2, -1) / scale
+            mask = self.mask if mistake == "mask not sliced" else self.mask[:T, :T]
+            weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+            if mistake != "dropout in eval":
+                weights = self.dropout(weights)
+            else:
+                weights = F.dropout(weights, 0.5, training=True)
+            context = weights @ v
+            if mistake == "merge without transpose":
+                context = context.reshape(B, T, H * hd)
+            else:
+                context = context.transpose(1, 2).reshape(B, T, H * hd)
+            if mistake == "no out_proj":
+                return context
+            return self.out_proj(context)
+    return MHA
+
+
+def mha_sdpa():
+    class MHA(mha_class()):
+        def forward(self, x):
+            B, T, _ = x.shape
+            q, k, v = (layer(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+                       for layer in (self.W_query, self.W_key, self.W_value))
+            context = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out_proj(context.transpose(1, 2).reshape(B, T, -1))
+    return MHA
+
+
+def mha_einsum():
+    class MHA(mha_class()):
+        def forward(self, x):
+            B, T, _ = x.shape
+            H, hd = self.num_heads, self.head_dim
+            q, k, v = (layer(x).view(B, T, H, hd) for layer in (self.W_query, self.W_key, self.W_value))
+            scores = torch.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
+            weights = self.dropout(torch.softmax(scores.masked_fill(self.mask[:T, :T], float("-inf")), -1))
+            return self.out_proj(torch.einsum("bhts,bshd->bthd", weights, v).reshape(B, T, H * hd))
+    return MHA
+
+
+# parameter counts ---------------------------------------------------------------------------
+def count_no_out_bias(d_in, d_out, num_heads, qkv_bias=False):
+    return 3 * (d_in * d_out + (d_out if qkv_bias else 0)) + d_out * d_out
+
+
+def count_ignores_qkv_bias(d_in, d_out, num_heads, qkv_bias=False):
+    return 3 * d_in * d_out + d_out * d_out + d_out
+
+
+def count_times_heads(d_in, d_out, num_heads, qkv_bias=False):
+    return num_heads * ref.mha_parameter_count(d_in, d_out, num_heads, qkv_bias)
+
+
+def count_by_modules(d_in, d_out, num_heads, qkv_bias=False):
+    return sum(p.numel() for p in ref.MultiHeadAttention(d_in, d_out, 1, 0.0, num_heads, qkv_bias).parameters())
+
+
+def count_formula(d_in, d_out, num_heads, qkv_bias=False):
+    return 3 * d_in * d_out + (3 * d_out if qkv_bias else 0) + d_out * (d_out + 1)
+
+
+def gpt3_three_matrices(d_model, n_heads, head_dim, n_layers):
+    return 3 * d_model * head_dim * n_heads * n_layers
+
+
+def gpt3_one_layer(d_model, n_heads, head_dim, n_layers):
+    return 4 * d_model * head_dim * n_heads
+
+
+def gpt3_with_biases(d_model, n_heads, head_dim, n_layers):
+    return (4 * d_model * head_dim + 3 * head_dim + d_model) * n_heads * n_layers
+
+
+def gpt3_per_matrix(d_model, n_heads, head_dim, n_layers):
+    per_head = 2 * d_model * head_dim + d_model * head_dim + head_dim * d_model
+    return per_head * n_heads * n_layers
+
+
+WRONG = {
+    "MultiHeadAttentionWrapper": {
+        "plain list": (wrapper_class(container="list"), "nn.ModuleList"),
+        "one head repeated": (wrapper_class(shared=True), "its own module"),
+        "concatenated along tokens": (wrapper_class(cat_dim=1), "feature axis"),
+        "heads summed": (wrapper_class(combine="sum"), "columns h*d_out"),
+    },
+    "split_heads": {
+        "token axis": (split_token_axis, "wrong axis"),
+        "no transpose": (split_no_transpose, "(B, H, T, D // H)"),
+    },
+    "merge_heads": {
+        "view after transpose": (merge_view_noncontiguous, "contiguous"),
+        "no transpose back": (merge_no_transpose, "wrong axis"),
+    },
+    "MultiHeadAttention": {
+        "scale by sqrt(d_out)": (mha_class("scale by sqrt(d_out)"), "sqrt(head_dim)"),
+        "no out_proj": (mha_class("no out_proj"), "output projection is missing"),
+        "heads split along tokens": (mha_class("split along tokens"), "token axis"),
+        "merged without transpose": (mha_class("merge without transpose"), "without transposing back"),
+        "mask not a buffer": (mha_class("mask not a buffer"), "registered buffer"),
+        "mask not sliced": (mha_class("mask not sliced"), "self.mask[:T, :T]"),
+        "dropout active in eval": (mha_class("dropout in eval"), "deterministic"),
+        "no divisibility check": (mha_class("no divisibility check"), "must raise ValueError"),
+        "F.scaled_dot_product_attention": (mha_sdpa(), "your own code"),
+    },
+    "mha_parameter_count": {
+        "forgets out_proj bias": (count_no_out_bias, "out_proj's bias"),
+        "ignores qkv_bias": (count_ignores_qkv_bias, "qkv_bias=True"),
+        "multiplies by heads": (count_times_heads, "number of heads"),
+    },
+    "attention_parameter_count": {
+        "three matrices": (gpt3_three_matrices, "value-down"),
+        "one layer": (gpt3_one_layer, "every layer"),
+        "adds biases": (gpt3_with_biases, "57,982,058,496"),
+    },
+}
+
+RIGHT = {
+    "MultiHeadAttentionWrapper": {"the notebook's solution": wrapper_class()},
+    "split_heads": {"unflatten": split_unflatten, "reshape + permute": split_einops_style},
+    "merge_heads": {"contiguous().view": merge_contiguous_view, "permute + flatten": merge_flatten},
+    "MultiHeadAttention": {"the notebook's solution": mha_class(), "einsum": mha_einsum()},
+    "mha_parameter_count": {"count the modules": count_by_modules, "formula": count_formula},
+    "attention_parameter_count": {"matrix by matrix": gpt3_per_matrix},
+}
