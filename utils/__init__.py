@@ -7,6 +7,7 @@ learner's code with these kernels.
     utils.embeddings  token-id -> vector lookup (00)
     utils.attention   dot-product attention without trainable weights (01)
     utils.self_attention  trainable queries, keys and values; SelfAttentionV1/V2 (02)
+    utils.scaled_attention  variance of q.k, softmax Jacobian, scaled_dot_product_attention (03)
     utils.causal      causal masks, the two masking routes, CausalSelfAttention (04)
     utils.dropout     inverted dropout on attention weights, CausalAttention (05)
     utils.multihead   split/merge heads, MultiHeadAttention, parameter counts (06)
