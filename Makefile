@@ -22,7 +22,7 @@ help:
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb into grading/gradebook.db and grading/grades.csv"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
 
-# pip only: the CPU torch wheel pinned in requirements.txt is what it resolves.
+# pip, not uv or poetry: torch==2.13.0 resolves to a locally provided CPU wheel where there is one.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
