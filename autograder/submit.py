@@ -63,6 +63,11 @@ def grade(notebook, timeout: int | None = None, feedback_dir=None) -> dict:
             if gid in grades and grades[gid][0] < grades[gid][1]:
                 # Cells come visible first; the hidden tests' message is the more specific one.
                 reasons[exercise_of(gid)] = reason(cell, limit) or "This test did not pass. 该测试未通过。"
+        for gid, (score, max_score) in grades.items():
+            if score < max_score and exercise_of(gid) not in reasons:  # nbgrader scores a deleted cell 0
+                reasons[exercise_of(gid)] = (
+                    "A test cell of this exercise is missing from your notebook: take a fresh copy from course/ and paste your code in. "
+                    "你的笔记本缺少本练习的一个测试单元格：请从 course/ 取一份新的副本，再把你的代码粘贴进去。")
         feedback_dir.mkdir(parents=True, exist_ok=True)
         feedback_html = feedback_dir / f"{stem}.html"
         shutil.copyfile(feedback, feedback_html)

@@ -84,6 +84,17 @@ def test_edited_test_cell_is_graded_with_the_original(tmp_path):
     assert "not implemented yet" in exercises["encode"]["feedback"].lower()
 
 
+def test_deleted_test_cell_scores_zero_with_a_reason(tmp_path):
+    stem = "00_tokens_and_embeddings"
+    nb = nbformat.read(SOLUTIONS / f"{stem}.ipynb", as_version=4)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_encode_hidden"]
+    nbformat.write(nb, tmp_path / f"{stem}.ipynb")
+    _, exercises = graded(tmp_path / f"{stem}.ipynb")
+    assert exercises["encode"]["score"] < exercises["encode"]["max_score"]
+    assert "missing from your notebook" in exercises["encode"]["feedback"]
+    assert exercises["embed"]["score"] == exercises["embed"]["max_score"]
+
+
 def test_wrong_solution_gets_a_reason_in_words(tmp_path):
     naive = ("def softmax(x, dim=-1):\n"
              "    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n")
