@@ -9,6 +9,7 @@ import contextlib
 import math
 
 import torch
+from torch import nn
 
 # fp32 tolerances for exact algebra (../curriculum.md); published 4-digit numbers get 1e-4.
 ATOL, RTOL = 1e-5, 1e-4
@@ -124,3 +125,34 @@ def generator(seed: int) -> torch.Generator:
 
 def randn(*shape, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=generator(seed))
+
+
+def matches(actual, expected) -> bool:
+    """Quietly: does `actual` equal `expected`? Used to recognise the output of a known mistake."""
+    return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
+            and torch.allclose(actual.detach().to(expected.dtype), expected, atol=ATOL, rtol=RTOL, equal_nan=True))
+
+
+def own_module(cls, *args, **kwargs):
+    """Instantiate the learner's class; it must be an nn.Module."""
+    module = call(cls, *args, name=cls.__name__, **kwargs)
+    expect(isinstance(module, nn.Module), f"{cls.__name__} must subclass nn.Module.", f"{cls.__name__} 必须继承 nn.Module。")
+    return module
+
+
+def expect_linear(module, attr: str, d_in: int, d_out: int, bias: bool, who: str, bias_en=None, bias_zh=None) -> nn.Linear:
+    """module.<attr> must be nn.Linear(d_in, d_out) with or without a bias; the default bias
+    sentence is about qkv_bias."""
+    name = f"{who}.{attr}"
+    layer = getattr(module, attr, None)
+    expect(isinstance(layer, nn.Linear),
+           f"{name} must be an nn.Linear(d_in, d_out) layer.", f"{name} 必须是一个 nn.Linear(d_in, d_out) 层。",
+           f"got {type(layer).__name__}")
+    expect((layer.in_features, layer.out_features) == (d_in, d_out),
+           f"{name} must map d_in features to d_out: nn.Linear(d_in, d_out).",
+           f"{name} 必须把 d_in 个特征映射到 d_out 个：nn.Linear(d_in, d_out)。",
+           f"nn.Linear({layer.in_features}, {layer.out_features}), expected nn.Linear({d_in}, {d_out})")
+    expect((layer.bias is not None) == bias,
+           bias_en or f"With qkv_bias={bias} the layers must {'have' if bias else 'not have'} a bias: pass bias=qkv_bias to nn.Linear.",
+           bias_zh or f"当 qkv_bias={bias} 时，这些层{'必须有' if bias else '不能有'}偏置：把 bias=qkv_bias 传给 nn.Linear。")
+    return layer

@@ -8,18 +8,14 @@ mistakes, so that the message can name the mistake that was made.
 import math
 
 import torch
-from torch import nn
 
 import utils.self_attention as ref
-from autograder.checks import call, expect, expect_close, expect_tensor, fail, forbid, randn
+from autograder.checks import (call, expect, expect_close, expect_linear, expect_tensor, fail, forbid, matches,
+                               own_module, randn)
 
 D_IN, D_OUT = 5, 3  # non-square: a forgotten transpose cannot hide
 X = randn(2, 4, D_IN, seed=20)  # a batch whose items differ
 
-
-def _matches(actual, expected):
-    return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
-            and torch.allclose(actual.detach(), expected, atol=1e-5, rtol=1e-4))
 
 
 def _weights(seed, d_in=D_IN, d_out=D_OUT):
@@ -53,13 +49,13 @@ def _expect_attention(out, q, k, v, who_en, who_zh):
            f"{who_en} must map (B, T, d_in) to (B, T, d_out): project with x @ W and keep the batch dim first.",
            f"{who_zh} 必须把 (B, T, d_in) 映射为 (B, T, d_out)：用 x @ W 做投影，并保持批维在最前。",
            f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    if _matches(out, expected):
+    if matches(out, expected):
         return
     for en, (zh, variant) in _attention_variants(q, k, v).items():
-        if _matches(out, variant):
+        if matches(out, variant):
             fail(f"{who_en} computes attention with a known mistake: {en}.", f"{who_zh} 的注意力计算有一个常见错误：{zh}。")
     single = ref.attend(q[:1], k[:1], v[:1])
-    if _matches(out[:1], single):
+    if matches(out[:1], single):
         fail(f"{who_en} is right for the first batch item but not the second: use transpose(-2, -1), not .T, so the batch stays apart.",
              f"{who_zh} 对第一个样本正确，但对第二个不正确：请用 transpose(-2, -1) 而不是 .T，让各个样本保持独立。")
     expect_close(out, expected,
@@ -77,11 +73,11 @@ def check_project_qkv(project_qkv):
     for t, en, zh in ((q, "queries", "查询"), (k, "keys", "键"), (v, "values", "值")):
         expect_tensor(t, f"The {en}", zh)
     expected = (X @ W_q, X @ W_k, X @ W_v)
-    matched = [next((j for j, e in enumerate(expected) if _matches(t, e)), None) for t in (q, k, v)]
+    matched = [next((j for j, e in enumerate(expected) if matches(t, e)), None) for t in (q, k, v)]
     if sorted(m for m in matched if m is not None) == [0, 1, 2] and matched != [0, 1, 2]:
         fail("The outputs come in the wrong order: return (queries, keys, values).",
              "输出的顺序不对：请返回 (查询, 键, 值)。")
-    if _matches(q, X @ W_q) and _matches(k, X @ W_q):
+    if matches(q, X @ W_q) and matches(k, X @ W_q):
         fail("keys were computed with W_q: each of queries, keys and values uses its own matrix.",
              "键是用 W_q 计算的：查询、键、值各自使用自己的矩阵。")
     expect_close(q, X @ W_q, "Queries must be x @ W_q for every token of every batch item (row vectors times a (d_in, d_out) matrix).",
@@ -91,14 +87,9 @@ def check_project_qkv(project_qkv):
                  "值必须是 x @ W_v，它的宽度 d_v 可以与 d_k 不同。")
 
 
-def _own_module(cls, *args, **kwargs):
-    module = call(cls, *args, name=cls.__name__, **kwargs)
-    expect(isinstance(module, nn.Module), f"{cls.__name__} must subclass nn.Module.", f"{cls.__name__} 必须继承 nn.Module。")
-    return module
-
 
 def check_SelfAttentionV1(SelfAttentionV1):
-    module = _own_module(SelfAttentionV1, D_IN, D_OUT)
+    module = own_module(SelfAttentionV1, D_IN, D_OUT)
     params = dict(module.named_parameters())
     weights = {}
     for i, name in enumerate(("W_query", "W_key", "W_value")):
@@ -122,20 +113,10 @@ def check_SelfAttentionV1(SelfAttentionV1):
 
 def check_SelfAttentionV2(SelfAttentionV2):
     for bias in (False, True):
-        module = _own_module(SelfAttentionV2, D_IN, D_OUT, qkv_bias=bias)
+        module = own_module(SelfAttentionV2, D_IN, D_OUT, qkv_bias=bias)
         layers = {}
         for i, name in enumerate(("W_query", "W_key", "W_value")):
-            layer = getattr(module, name, None)
-            expect(isinstance(layer, nn.Linear),
-                   f"{name} must be an nn.Linear(d_in, d_out) layer.", f"{name} 必须是一个 nn.Linear(d_in, d_out) 层。",
-                   f"got {type(layer).__name__}")
-            expect((layer.in_features, layer.out_features) == (D_IN, D_OUT),
-                   f"{name} must map d_in features to d_out: nn.Linear(d_in, d_out).",
-                   f"{name} 必须把 d_in 个特征映射到 d_out 个：nn.Linear(d_in, d_out)。",
-                   f"nn.Linear({layer.in_features}, {layer.out_features})")
-            expect((layer.bias is not None) == bias,
-                   f"With qkv_bias={bias} the layers must {'have' if bias else 'not have'} a bias: pass bias=qkv_bias to nn.Linear.",
-                   f"当 qkv_bias={bias} 时，这些层{'必须有' if bias else '不能有'}偏置：把 bias=qkv_bias 传给 nn.Linear。")
+            layer = expect_linear(module, name, D_IN, D_OUT, bias, "SelfAttentionV2")
             with torch.no_grad():
                 layer.weight.copy_(_weights(40 + i).T)
                 if bias:

@@ -17,16 +17,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import utils.causal as ref
-from autograder.checks import (Shortcut, call, expect, expect_close, expect_tensor, fail, forbid, message,
-                               randn)
+from autograder.checks import (Shortcut, call, expect, expect_close, expect_linear, expect_tensor, fail, forbid,
+                               matches, message, own_module, randn)
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
 NEG_INF = float("-inf")
 
-
-def _matches(actual, expected):
-    return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
-            and torch.allclose(actual.detach().to(expected.dtype), expected, atol=1e-5, rtol=1e-4, equal_nan=True))
 
 
 def _own_work(name, fn, extra=()):
@@ -125,7 +121,7 @@ def check_mask_and_renormalize(mask_and_renormalize):
            "mask_and_renormalize must return weights of the same shape as its input.",
            "mask_and_renormalize 必须返回与输入形状相同的权重。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
     for variant, en, zh in _renormalize_variants(weights, mask):
-        if _matches(out, variant):
+        if matches(out, variant):
             fail(f"mask_and_renormalize has a known mistake: {en}.", f"mask_and_renormalize 有一个常见错误：{zh}。")
     expect_close(out.sum(-1), torch.ones(2, 4),
                  "Every row of the renormalized weights must sum to 1: divide the zeroed weights by their row sums (dim=-1, keepdim=True).",
@@ -168,7 +164,7 @@ def check_masked_softmax(masked_softmax):
     expect(out.shape == expected.shape, "masked_softmax must return weights of the same shape as the scores.",
            "masked_softmax 必须返回与分数形状相同的权重。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
     for variant, en, zh in _softmax_variants(scores, mask):
-        if _matches(out, variant):
+        if matches(out, variant):
             fail(f"masked_softmax has a known mistake: {en}.", f"masked_softmax 有一个常见错误：{zh}。")
     expect(bool(torch.isfinite(out).all()),
            "masked_softmax gives NaN or inf on a row of large scores: subtract the row maximum before exp, or use torch.softmax.",
@@ -190,27 +186,12 @@ def weights_for(seed, d_in=D_IN, d_out=D_OUT):
     return randn(d_out, d_in, seed=seed) / math.sqrt(d_in)
 
 
-def own_module(cls, *args, **kwargs):
-    module = call(cls, *args, name=cls.__name__, **kwargs)
-    expect(isinstance(module, nn.Module), f"{cls.__name__} must subclass nn.Module.", f"{cls.__name__} 必须继承 nn.Module。")
-    return module
-
 
 def load_projections(module, name, d_in=D_IN, d_out=D_OUT, bias=False, seed=60, weights=None):
     """Check the three nn.Linear layers and copy deterministic weights into them."""
     layers = {}
     for i, attr in enumerate(("W_query", "W_key", "W_value")):
-        layer = getattr(module, attr, None)
-        expect(isinstance(layer, nn.Linear),
-               f"{name}.{attr} must be an nn.Linear(d_in, d_out) layer.", f"{name}.{attr} 必须是一个 nn.Linear(d_in, d_out) 层。",
-               f"got {type(layer).__name__}")
-        expect((layer.in_features, layer.out_features) == (d_in, d_out),
-               f"{name}.{attr} must map d_in features to d_out: nn.Linear(d_in, d_out).",
-               f"{name}.{attr} 必须把 d_in 个特征映射到 d_out 个：nn.Linear(d_in, d_out)。",
-               f"nn.Linear({layer.in_features}, {layer.out_features}), expected nn.Linear({d_in}, {d_out})")
-        expect((layer.bias is not None) == bias,
-               f"With qkv_bias={bias} the layers must {'have' if bias else 'not have'} a bias: pass bias=qkv_bias to nn.Linear.",
-               f"当 qkv_bias={bias} 时，这些层{'必须有' if bias else '不能有'}偏置：把 bias=qkv_bias 传给 nn.Linear。")
+        layer = expect_linear(module, attr, d_in, d_out, bias, name)
         with torch.no_grad():
             layer.weight.copy_(weights[attr] if weights else weights_for(seed + i, d_in, d_out))
             if bias:
@@ -281,10 +262,10 @@ def expect_causal_output(out, layers, x, name):
     expect(out.shape == expected.shape,
            f"{name} must map (B, T, d_in) to (B, T, d_out).", f"{name} 必须把 (B, T, d_in) 映射为 (B, T, d_out)。",
            f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    if _matches(out, expected):
+    if matches(out, expected):
         return
     for variant, en, zh in _attention_variants(q, k, v):
-        if _matches(out, variant):
+        if matches(out, variant):
             fail(f"{name} has a known mistake: {en}.", f"{name} 有一个常见错误：{zh}。")
     expect_close(out, expected,
                  f"{name} is wrong: softmax of (Q K^T / sqrt(d_out)) with -inf above the diagonal, then times V.",

@@ -18,7 +18,7 @@ from torch import nn
 import utils.causal as causal_ref
 import utils.dropout as ref
 from autograder.checks import (Shortcut, call, expect, expect_close, expect_tensor, fail, forbid, generator,
-                               message, randn)
+                               message, own_module, randn)
 from autograder.checks import nb04
 
 _DROPOUT_TARGETS = [(F, "dropout"), (nn, "Dropout"), (torch, "dropout"), (torch, "dropout_"),
@@ -49,8 +49,8 @@ def _expect_inverted_dropout(out, weights, p, label):
     frac = float(kept.float().mean())
     evidence = f"{label}: kept fraction {frac:.3f}, expected {1 - p:.3f}"
     if abs(frac - p) < 0.02 and abs(p - 0.5) > 0.05:
-        fail(f"Your dropout keeps each weight with probability p instead of 1 - p: p is the probability of DROPPING (keep where rand >= p).",
-             f"你的 dropout 以概率 p 保留每个权重，而不是 1 - p：p 是被丢弃的概率（rand >= p 时保留）。", evidence)
+        fail("Your dropout keeps each weight with probability p instead of 1 - p: p is the probability of DROPPING (keep where rand >= p).",
+             "你的 dropout 以概率 p 保留每个权重，而不是 1 - p：p 是被丢弃的概率（rand >= p 时保留）。", evidence)
     if frac > 0.999:
         fail("No weight was dropped in training mode: zero each weight with probability p when training=True.",
              "训练模式下没有任何权重被丢弃：当 training=True 时，以概率 p 把每个权重置零。", evidence)
@@ -109,7 +109,7 @@ def check_attention_dropout(attention_dropout):
 # CausalAttention -------------------------------------------------------------------------
 def _probe(CausalAttention, p, T=8, batch=1000):
     """One-hot tokens, value map [I; I]: both output halves equal the (dropped) weights."""
-    module = nb04.own_module(CausalAttention, T, 2 * T, T, p)
+    module = own_module(CausalAttention, T, 2 * T, T, p)
     weights = {"W_query": nb04.weights_for(90, T, 2 * T) * 3, "W_key": nb04.weights_for(91, T, 2 * T) * 3,
                "W_value": torch.cat([torch.eye(T), torch.eye(T)])}
     nb04.load_projections(module, "CausalAttention", d_in=T, d_out=2 * T, weights=weights)
@@ -124,7 +124,7 @@ def check_CausalAttention(CausalAttention):
     name = "CausalAttention"
     D_IN, D_OUT, CONTEXT = nb04.D_IN, nb04.D_OUT, nb04.CONTEXT
     for bias in (False, True):
-        module = nb04.own_module(CausalAttention, D_IN, D_OUT, CONTEXT, 0.3, qkv_bias=bias)
+        module = own_module(CausalAttention, D_IN, D_OUT, CONTEXT, 0.3, qkv_bias=bias)
         layers = nb04.load_projections(module, name, bias=bias)
         nb04.check_mask_buffer(module, name, CONTEXT)
         drops = [m for m in module.modules() if isinstance(m, nn.Dropout)]

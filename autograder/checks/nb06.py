@@ -9,15 +9,11 @@ import torch
 from torch import nn
 
 import utils.multihead as ref
-from autograder.checks import call, expect, expect_close, expect_tensor, fail, forbid, randn
+from autograder.checks import call, expect, expect_close, expect_linear, expect_tensor, fail, forbid, matches, randn
 
 D_IN, CONTEXT = 5, 6
 X = randn(2, 4, D_IN, seed=60)  # T = 4 < context_length, batch items differ
 
-
-def _matches(actual, expected):
-    return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
-            and torch.allclose(actual.detach(), expected, atol=1e-5, rtol=1e-4))
 
 
 def _fill_linear(layer, seed, bias_scale=0.0):
@@ -27,16 +23,11 @@ def _fill_linear(layer, seed, bias_scale=0.0):
             layer.bias.copy_(torch.linspace(-1.0, 1.0, layer.out_features) * bias_scale)
 
 
-def _linear(module, name, d_in, d_out, bias):
-    layer = getattr(module, name, None)
-    expect(isinstance(layer, nn.Linear), f"{name} must be an nn.Linear layer.", f"{name} 必须是 nn.Linear 层。",
-           f"got {type(layer).__name__}")
-    expect((layer.in_features, layer.out_features) == (d_in, d_out),
-           f"{name} must be nn.Linear({d_in}, {d_out}).", f"{name} 必须是 nn.Linear({d_in}, {d_out})。",
-           f"got nn.Linear({layer.in_features}, {layer.out_features})")
-    expect((layer.bias is not None) == bias,
-           f"{name} must {'have' if bias else 'not have'} a bias here.", f"这里的 {name} {'必须有' if bias else '不能有'}偏置。")
-    return layer
+def _linear(module, name, d_in, d_out, bias, who):
+    if name == "out_proj":
+        return expect_linear(module, name, d_in, d_out, bias, who, "out_proj must be nn.Linear(d_out, d_out) with a bias.",
+                             "out_proj 必须是带偏置的 nn.Linear(d_out, d_out)。")
+    return expect_linear(module, name, d_in, d_out, bias, who)
 
 
 def _causal_heads(q, k, v, scale):
@@ -67,7 +58,7 @@ def check_MultiHeadAttentionWrapper(MultiHeadAttentionWrapper):
            "每个头都必须是独立的模块、拥有自己的权重：[CausalAttention(...)] * num_heads 只是把同一个头重复了几次。")
     parts = []
     for h, head in enumerate(head_modules):
-        layers = [_linear(head, n, D_IN, d_out, False) for n in ("W_query", "W_key", "W_value")]
+        layers = [_linear(head, n, D_IN, d_out, False, f"head {h}") for n in ("W_query", "W_key", "W_value")]
         for i, layer in enumerate(layers):
             _fill_linear(layer, 61 + 3 * h + i)
         with torch.no_grad():
@@ -94,7 +85,7 @@ def check_split_heads(split_heads):
            "split_heads must return (B, H, T, D // H): view as (B, T, H, hd), then transpose(1, 2) to put heads next to the batch.",
            "split_heads 必须返回 (B, H, T, D // H)：先 view 成 (B, T, H, hd)，再 transpose(1, 2) 把头放到批维旁边。",
            f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    if _matches(out, x.reshape(2, 2, 4, 3)):
+    if matches(out, x.reshape(2, 2, 4, 3)):
         fail("Heads were split along the wrong axis: reshaping (B, T, D) straight to (B, H, T, hd) mixes tokens; view (B, T, H, hd) first, then transpose(1, 2).",
              "头沿错误的轴切分了：把 (B, T, D) 直接 reshape 成 (B, H, T, hd) 会混淆词元；先 view 成 (B, T, H, hd)，再 transpose(1, 2)。")
     expect_close(out, expected, "Head h must hold features h*hd:(h+1)*hd of every token.",
@@ -121,7 +112,7 @@ def check_merge_heads(merge_heads):
     expect(out.shape == expected.shape,
            "merge_heads must return (B, T, H * hd).", "merge_heads 必须返回 (B, T, H * hd)。",
            f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    if _matches(out, x.reshape(2, 4, 6)):
+    if matches(out, x.reshape(2, 4, 6)):
         fail("Heads were merged along the wrong axis: transpose(1, 2) back to (B, T, H, hd) before flattening the last two dims.",
              "头沿错误的轴合并了：在展平最后两维之前，先 transpose(1, 2) 回到 (B, T, H, hd)。")
     expect_close(out, expected, "merge_heads must undo split_heads: token t gets head 0's features, then head 1's, and so on.",
@@ -170,8 +161,8 @@ def check_MultiHeadAttention(MultiHeadAttention):
            "The causal mask must be a registered buffer named mask (register_buffer), so it moves with .to() and lives in state_dict.",
            "因果掩码必须是名为 mask 的已注册缓冲区 (register_buffer)，这样它会随 .to() 移动并保存在 state_dict 中。",
            f"buffers: {sorted(buffers)}")
-    layers = [_linear(module, n, D_IN, d_out, False) for n in ("W_query", "W_key", "W_value")]
-    out_proj = _linear(module, "out_proj", d_out, d_out, True)
+    layers = [_linear(module, n, D_IN, d_out, False, "MultiHeadAttention") for n in ("W_query", "W_key", "W_value")]
+    out_proj = _linear(module, "out_proj", d_out, d_out, True, "MultiHeadAttention")
     for i, layer in enumerate(layers + [out_proj]):
         _fill_linear(layer, 70 + i, bias_scale=0.5)
     module.eval()  # dropout 0.5 must be off in eval
@@ -191,9 +182,9 @@ def check_MultiHeadAttention(MultiHeadAttention):
            f"shape {tuple(out.shape)}, expected {tuple(right.shape)}")
     expect(torch.equal(out, again), "In eval() the output must be deterministic: dropout is off.",
            "在 eval() 模式下输出必须是确定的：dropout 已关闭。")
-    if not _matches(out, right):
+    if not matches(out, right):
         for en, (zh, variant) in variants.items():
-            if _matches(out, variant):
+            if matches(out, variant):
                 fail(f"MultiHeadAttention has a known mistake: {en}.", f"MultiHeadAttention 有一个常见错误：{zh}。")
     expect_close(out, right, "MultiHeadAttention's output is wrong: project, split heads, causal softmax(Q K^T / sqrt(head_dim)) V per head, merge, out_proj.",
                  "MultiHeadAttention 的输出不对：投影，拆分头，每个头做因果 softmax(Q K^T / sqrt(head_dim)) V，合并，out_proj。")
