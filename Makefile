@@ -46,7 +46,7 @@ check-release: $(STAMP)
 
 submit: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make submit NB=course/01_dot_product_attention.ipynb"; exit 2; }
-	$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
+	@$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
 
 grade-all: $(STAMP)
 	@test -n "$(DIR)" || { echo "usage: make grade-all DIR=submissions  (DIR/<learner>/<notebook>.ipynb)"; exit 2; }
