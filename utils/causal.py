@@ -42,9 +42,12 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("mask", causal_mask(context_length))
 
     def forward(self, x):  # (B, T, d_in) -> (B, T, d_out)
-        T = x.shape[-2]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        return self.attention_weights(q, k) @ v
+
+    def attention_weights(self, q, k):  # (B, T, d_out) twice -> (B, T, T)
+        T = q.shape[-2]
         if T > self.context_length:
             raise ValueError(f"input has {T} tokens, more than context_length={self.context_length}")
-        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
-        return masked_softmax(scores, self.mask[:T, :T]) @ v
+        return masked_softmax(scores, self.mask[:T, :T])

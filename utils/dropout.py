@@ -5,12 +5,10 @@ survivors by 1/(1-p), so the expected value of every weight is unchanged and eva
 needs no rescaling. Which entries are dropped depends on the RNG and differs across
 platforms, so tests check statistics, never the exact mask.
 """
-import math
-
 import torch
 from torch import nn
 
-from utils.causal import causal_mask, masked_softmax
+from utils.causal import CausalSelfAttention
 
 
 def attention_dropout(weights: torch.Tensor, p: float, training: bool = True, generator=None) -> torch.Tensor:
@@ -22,20 +20,12 @@ def attention_dropout(weights: torch.Tensor, p: float, training: bool = True, ge
     return weights * keep / (1 - p)
 
 
-class CausalAttention(nn.Module):
-    """The book's compact causal attention: buffer `mask`, nn.Dropout on the weights."""
+class CausalAttention(CausalSelfAttention):
+    """The book's compact causal attention: notebook 04's module plus nn.Dropout on the weights."""
 
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
-        super().__init__()
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        super().__init__(d_in, d_out, context_length, qkv_bias)
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", causal_mask(context_length))
 
-    def forward(self, x):  # (B, T, d_in) -> (B, T, d_out)
-        T = x.shape[-2]
-        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
-        weights = self.dropout(masked_softmax(scores, self.mask[:T, :T]))
-        return weights @ v
+    def attention_weights(self, q, k):
+        return self.dropout(super().attention_weights(q, k))
