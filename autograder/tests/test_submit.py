@@ -70,9 +70,9 @@ def test_untouched_course_notebook_scores_zero(stem):
 def test_infinite_loop_costs_only_its_exercise(tmp_path):
     path = with_cells("00_tokens_and_embeddings", tmp_path,
                       embed="def embed(token_ids, weight):\n    while True:\n        pass\n")
-    report, exercises = graded(path, timeout=5)
+    report, exercises = graded(path, timeout=8)  # margin for `import torch` on a busy machine
     assert exercises["embed"]["score"] == 0
-    assert "did not finish within 5 s" in exercises["embed"]["feedback"]
+    assert "did not finish within 8 s" in exercises["embed"]["feedback"]
     assert exercises["encode"]["score"] == exercises["encode"]["max_score"]
 
 
