@@ -53,13 +53,7 @@ def grade_ids(nb) -> list[str]:
 
 def exercises(nb) -> list[str]:
     """Exercise names in notebook order, read from the test cells' grade_ids."""
-    names = []
-    for gid in grade_ids(nb):
-        if gid.startswith("test_"):
-            name = gid[len("test_"):].removesuffix("_hidden")
-            if name not in names:
-                names.append(name)
-    return names
+    return list(dict.fromkeys(exercise_of(gid) for gid in grade_ids(nb) if gid.startswith("test_")))
 
 
 def exercise_of(grade_id: str) -> str:
