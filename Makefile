@@ -11,12 +11,13 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test release check-release submit grade-all check-env clean
+.PHONY: help env lab test sync release check-release submit grade-all check-env clean
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, nbval, submit, release"
 	@echo "make submit NB=PATH      grade one notebook, a score per exercise (add JSON=1 for JSON)"
+	@echo "make sync [NB=STEM]      rebuild solutions/*.ipynb from their .py text sources and execute them"
 	@echo "make release             regenerate course/ from solutions/ (instructors, maintainers)"
 	@echo "make check-release       fail if course/ differs from what solutions/ generates"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb into grading/gradebook.db and grading/grades.csv"
@@ -38,10 +39,16 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(NBVAL) utils autograder solutions
 
+sync: $(STAMP)
+	$(BIN)/python -m autograder sync $(NB)
+
 release: $(STAMP)
 	$(BIN)/python -m autograder release
 
-check-release: $(STAMP)
+check-sync: $(STAMP)
+	$(BIN)/python -m autograder sync $(NB)
+
+release: $(STAMP)
 	$(BIN)/python -m autograder release --check
 
 submit: $(STAMP)

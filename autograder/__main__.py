@@ -3,6 +3,7 @@
     python -m autograder submit NOTEBOOK [--json] [--timeout S]   grade one notebook
     python -m autograder grade-all SUBMISSIONS [--out DIR]        grade a class into a CSV
     python -m autograder release [--check]                        make or check course/
+    python -m autograder sync [STEM ...] [--check] [--no-execute] solutions/*.py -> .ipynb
 
 Exit codes: 0 when grading ran (whatever the score), 1 when nbgrader failed, 2 for bad input.
 """
@@ -29,6 +30,10 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=int)
     p = sub.add_parser("release", help="regenerate course/ from solutions/")
     p.add_argument("--check", action="store_true", help="only check that course/ is up to date")
+    p = sub.add_parser("sync", help="write solutions/*.ipynb from their text sources solutions/*.py and execute them")
+    p.add_argument("stems", nargs="*", help="notebooks to sync, e.g. 07_kv_cache (default: every one out of sync)")
+    p.add_argument("--check", action="store_true", help="only check that every pair is in sync")
+    p.add_argument("--no-execute", action="store_true", help="do not execute (stored outputs may go stale)")
     args = parser.parse_args(argv)
 
     try:
@@ -56,6 +61,19 @@ def main(argv=None) -> int:
             else:
                 for path in release.release():
                     print(f"released {path.relative_to(ROOT)}")
+        elif args.command == "sync":
+            from autograder import sources
+            stale = sources.out_of_sync()
+            if args.check:
+                for stem, why in stale.items():
+                    print(f"solutions/{stem}: {why}", file=sys.stderr)
+                if stale:
+                    print("run `make sync` to rebuild these notebooks from their .py sources", file=sys.stderr)
+                    return 1
+                print("every solutions/*.ipynb matches its .py source")
+            else:
+                for stem in args.stems or list(stale):
+                    print(f"synced {sources.sync(stem, execute=not args.no_execute).relative_to(ROOT)}")
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

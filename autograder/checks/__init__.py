@@ -6,7 +6,9 @@ notebook (`nb00`, `nb01`, ...) holds that notebook's checks; this file holds the
 they share. `autograder/tests` runs them against a collection of wrong solutions.
 """
 import contextlib
+import importlib
 import math
+import pkgutil
 
 import torch
 from torch import nn
@@ -156,3 +158,143 @@ def expect_linear(module, attr: str, d_in: int, d_out: int, bias: bool, who: str
            bias_en or f"With qkv_bias={bias} the layers must {'have' if bias else 'not have'} a bias: pass bias=qkv_bias to nn.Linear.",
            bias_zh or f"当 qkv_bias={bias} 时，这些层{'必须有' if bias else '不能有'}偏置：把 bias=qkv_bias 传给 nn.Linear。")
     return layer
+
+
+# One shortcut guard for every exercise ---------------------------------------------------
+# An exercise named X may not be passed with the course's own X: not by calling utils.*.X
+# (or an alias of it), not by binding the name to it, and not by subclassing a utils class.
+_UTILS_SKIP = {"tests", "benchmark", "check_env"}
+
+
+def utils_modules() -> list:
+    """Every reference module of utils/, imported, so a learner's late import is guarded too."""
+    import utils
+    return [importlib.import_module(f"utils.{info.name}") for info in pkgutil.iter_modules(utils.__path__)
+            if info.name not in _UTILS_SKIP and not info.name.startswith("_")]
+
+
+def utils_twins(name: str) -> list:
+    """(module, attribute) pairs of utils that hold the reference called `name`."""
+    return [(m, name) for m in utils_modules() if name in vars(m)]
+
+
+def _from_utils(obj) -> bool:
+    return (getattr(obj, "__module__", None) or "").split(".")[0] == "utils"
+
+
+def learner_functions(fn) -> list:
+    """The functions whose globals hold the learner's names: fn itself, or a class's own methods."""
+    if isinstance(fn, type):
+        return [v for klass in fn.__mro__ if not _from_utils(klass) and klass.__module__.split(".")[0] != "torch"
+                for v in vars(klass).values() if hasattr(v, "__globals__")]
+    return [fn]
+
+
+@contextlib.contextmanager
+def own_work(fn, name: str | None = None, extra=(), en: str | None = None, zh: str | None = None):
+    """While learner code runs: its utils twin and `extra` targets raise Shortcut.
+
+    Raises Shortcut at once when `fn` is itself a utils object or subclasses a utils class.
+    Call the reference only outside the `with` block. `extra` are (owner, attribute) pairs
+    such as (torch, "softmax") that the exercise asks the learner to write themselves.
+    """
+    name = name or getattr(fn, "__name__", "your code")
+    en = en or f"This exercise asks you to write {name} yourself, not to call, import or subclass the course's reference in utils."
+    zh = zh or f"本练习要求你自己实现 {name}，而不是调用、导入或继承 utils 中课程的参考实现。"
+    if _from_utils(fn):
+        raise Shortcut(message(en, zh, f"{name} is {fn.__module__}.{getattr(fn, '__qualname__', name)}"))
+    if isinstance(fn, type):
+        borrowed = [k for k in fn.__mro__[1:] if _from_utils(k)]
+        if borrowed:
+            raise Shortcut(message(en, zh, f"{name} subclasses {borrowed[0].__module__}.{borrowed[0].__qualname__}"))
+    with forbid([*utils_twins(name), *extra], learner_functions(fn), en, zh):
+        yield
+
+
+# Deterministic weights -------------------------------------------------------------------
+def seeded(shape, seed: int, fan_in: int | None = None) -> torch.Tensor:
+    """A tensor from a fixed generator, spread like a default initialisation (std 1/sqrt(fan_in))."""
+    fan_in = fan_in or (shape[-1] if len(shape) > 1 else 1)
+    return randn(*shape, seed=seed) / math.sqrt(fan_in)
+
+
+def fill_linear(layer: nn.Linear, seed: int, bias_scale: float = 0.5):
+    """Copy deterministic weights (and a linspace bias, if any) into an nn.Linear."""
+    with torch.no_grad():
+        layer.weight.copy_(seeded(tuple(layer.weight.shape), seed, layer.in_features))
+        if layer.bias is not None:
+            layer.bias.copy_(torch.linspace(-1.0, 1.0, layer.out_features) * bias_scale)
+    return layer
+
+
+def seeded_state(module: nn.Module, seed: int) -> dict:
+    """A state_dict for `module` (usually the reference) built from seeds, never from an RNG stream.
+
+    Weight matrices get std 1/sqrt(fan_in); 1-d parameters named like norms get ones plus a
+    small ramp (so a skipped norm weight shows); other 1-d parameters get a ramp.
+    """
+    state = {}
+    for i, (key, value) in enumerate(module.state_dict().items()):
+        if not value.is_floating_point():
+            state[key] = value.clone()
+        elif value.dim() >= 2:
+            state[key] = seeded(tuple(value.shape), seed + i, value.shape[-1])
+        elif "norm" in key:
+            state[key] = 1.0 + 0.1 * torch.linspace(-1.0, 1.0, value.numel())
+        else:
+            state[key] = 0.1 * torch.linspace(-1.0, 1.0, value.numel())
+    return state
+
+
+def load_state(module: nn.Module, state: dict, who: str, buffers: bool = False):
+    """Load `state` into the learner's module, naming missing, extra or mis-shaped entries.
+
+    Only parameters are compared unless `buffers=True` (a mask buffer may be persistent or not).
+    """
+    own = dict(module.named_parameters())
+    if buffers:
+        own.update(dict(module.named_buffers()))
+    wanted = {k: v for k, v in state.items() if buffers or not k.endswith("mask")}
+    missing, extra = sorted(set(wanted) - set(own)), sorted(set(own) - set(wanted))
+    expect(not missing and not extra,
+           f"{who}'s parameters must have the names of the contract (so a checkpoint loads): check the attribute names and which layers have a bias.",
+           f"{who} 的参数名必须与约定一致（这样检查点才能加载）：请检查属性名以及哪些层带偏置。",
+           f"missing {missing}, unexpected {extra}")
+    for key, value in wanted.items():
+        expect(tuple(own[key].shape) == tuple(value.shape),
+               f"{who}.{key} has the wrong shape: check the in and out sizes of that layer (nn.Linear stores (out, in)).",
+               f"{who}.{key} 的形状不对：请检查该层的输入与输出大小（nn.Linear 存储的是 (out, in)）。",
+               f"shape {tuple(own[key].shape)}, expected {tuple(value.shape)}")
+        with torch.no_grad():
+            own[key].copy_(value)
+    return module
+
+
+# Known mistakes --------------------------------------------------------------------------
+def expect_known(actual, expected, mistakes, en: str, zh: str, atol: float = ATOL, rtol: float = RTOL):
+    """`actual` must equal `expected`; when it equals the output of a known mistake, name it.
+
+    mistakes: (output, en, zh) triples, or a callable returning them (computed only on failure).
+    """
+    if matches(actual, expected) and torch.allclose(actual.detach().double(), torch.as_tensor(expected).double(),
+                                                    atol=atol, rtol=rtol, equal_nan=True):
+        return
+    for output, m_en, m_zh in (mistakes() if callable(mistakes) else mistakes):
+        if output is not None and matches(actual, output):
+            fail(m_en, m_zh, "your output equals what that mistake computes")
+    expect_close(actual, expected, en, zh, atol=atol, rtol=rtol)
+
+
+def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = None, **kwargs):
+    """Calling fn(*args, **kwargs) must raise `exception` (ValueError for bad sizes or bad input)."""
+    name = name or getattr(fn, "__name__", "your code")
+    try:
+        fn(*args, **kwargs)
+    except exception:
+        return
+    except (Shortcut, AssertionError):
+        raise
+    except Exception as e:
+        fail(f"{en} ({name} raised {type(e).__name__} instead of {exception.__name__}.)",
+             f"{zh}（{name} 抛出的是 {type(e).__name__}，而不是 {exception.__name__}。）", f"{type(e).__name__}: {e}")
+    fail(en, zh, f"{name} raised nothing")

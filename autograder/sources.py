@@ -1,0 +1,64 @@
+"""The text source of every solution notebook: solutions/NN_name.py (jupytext py:percent).
+
+    python -m autograder sync [STEM ...]           # .py -> .ipynb, then execute (fresh outputs)
+    python -m autograder sync --check              # exit 1 when a pair is out of sync
+
+Maintainers edit the .py (it reads well in a diff); the .ipynb beside it is what nbgrader,
+nbval and the learner's course/ are made from, so the two must say the same thing: same cells,
+same sources, same nbgrader metadata. Only nbgrader's cell metadata is kept in the text
+(solutions/jupytext.toml), so execution metadata never shows up in a diff.
+"""
+from pathlib import Path
+
+import jupytext
+import nbformat
+from jupytext.combine import combine_inputs_with_outputs
+
+from autograder.notebooks import SOLUTIONS
+
+FORMAT = "py:percent"
+
+
+def stems() -> list[str]:
+    names = {p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.py")} | {p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb")}
+    return sorted(names)
+
+
+def _cells(nb) -> list[tuple]:
+    return [(c.cell_type, c.source.strip(), c.get("metadata", {}).get("nbgrader")) for c in nb.cells]
+
+
+def differences(stem: str) -> str:
+    """'' when solutions/<stem>.py and .ipynb hold the same cells, else what differs first."""
+    py, ipynb = SOLUTIONS / f"{stem}.py", SOLUTIONS / f"{stem}.ipynb"
+    if not py.exists():
+        return f"{ipynb.name} has no text source {py.name} (jupytext --to py:percent)"
+    if not ipynb.exists():
+        return f"{py.name} has no notebook {ipynb.name} (python -m autograder sync {stem})"
+    text, notebook = _cells(jupytext.read(py)), _cells(nbformat.read(ipynb, as_version=4))
+    for i, (a, b) in enumerate(zip(text, notebook)):
+        if a != b:
+            what = "type" if a[0] != b[0] else "nbgrader metadata" if a[2] != b[2] else "source"
+            return f"cell {i} differs ({what}): {a[1][:60]!r} in .py, {b[1][:60]!r} in .ipynb"
+    if len(text) != len(notebook):
+        return f"{len(text)} cells in {py.name}, {len(notebook)} in {ipynb.name}"
+    return ""
+
+
+def out_of_sync() -> dict[str, str]:
+    return {stem: d for stem in stems() if (d := differences(stem))}
+
+
+def sync(stem: str, execute: bool = True, timeout: int = 600) -> Path:
+    """Write solutions/<stem>.ipynb from its .py (outputs kept where a cell is unchanged), then
+    execute it in solutions/ so its stored outputs are fresh for nbval."""
+    py, ipynb = SOLUTIONS / f"{stem}.py", SOLUTIONS / f"{stem}.ipynb"
+    nb = jupytext.read(py)
+    if ipynb.exists():
+        nb = combine_inputs_with_outputs(nb, nbformat.read(ipynb, as_version=4), fmt=FORMAT)
+    nb.metadata.pop("jupytext", None)  # the pairing lives in solutions/jupytext.toml, not in every notebook
+    if execute:
+        from nbconvert.preprocessors import ExecutePreprocessor
+        ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(nb, {"metadata": {"path": str(SOLUTIONS)}})
+    nbformat.write(nb, ipynb)
+    return ipynb

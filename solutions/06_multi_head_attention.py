@@ -1,0 +1,425 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Multi-head attention · 多头注意力
+#
+# One attention head computes one set of weights per query: one notion of "relevant". A sentence
+# has several at once: "it" needs its antecedent, a verb needs its subject and object, an adjective
+# needs its noun. **Multi-head attention** runs several heads side by side, each with its own
+# queries, keys and values in a smaller space, and mixes their results with an output projection.
+# This notebook builds it twice: first as a list of the heads you already have, then as one
+# efficient module that does all heads with a single matrix product per projection.
+#
+# 一个注意力头为每个查询计算一组权重：也就是一种"相关"的概念。而一个句子同时需要好几种："it" 需要它的先行词，动词需要主语和宾语，形容词需要它修饰的名词。**多头注意力** 让几个头并排运行，每个头在较小的空间里有自己的查询、键和值，再用一个输出投影把它们的结果混合起来。本笔记本把它构建两次：先用你已有的头组成一个列表，再写成一个高效的模块，每个投影只用一次矩阵乘法就完成所有头的计算。
+
+# %%
+import os
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from utils.dropout import CausalAttention
+from utils.plots import attention_heatmap
+from utils.tokenizer import encode, tokens
+
+
+# %% [markdown]
+# ## A wrapper of heads · 由多个头组成的包装器
+#
+# The direct construction: `num_heads` independent `CausalAttention` modules from notebook 05, all
+# reading the same input, their outputs concatenated along the feature axis. Keep them in an
+# `nn.ModuleList`, not a Python list: only then do `parameters()`, `.to()` and `state_dict()` see them.
+#
+# 最直接的构造：`num_heads` 个来自笔记本 05 的独立 `CausalAttention` 模块，读取同一个输入，把输出沿特征轴拼接起来。请把它们放在 `nn.ModuleList` 中，而不是 Python 列表：只有这样，`parameters()`、`.to()` 和 `state_dict()` 才能看到它们。
+
+# %% [markdown]
+# ### Exercise 1 · `MultiHeadAttentionWrapper` · 练习 1
+#
+# Build `num_heads` heads `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)` and return
+# their outputs concatenated on the last axis: shape `(B, T, d_out * num_heads)`.
+#
+# 构建 `num_heads` 个头 `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)`，返回它们沿最后一维拼接的输出：形状为 `(B, T, d_out * num_heads)`。
+
+# %% nbgrader={"grade": false, "grade_id": "MultiHeadAttentionWrapper", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class MultiHeadAttentionWrapper(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.heads = nn.ModuleList(
+            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads))
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        return torch.cat([head(x) for head in self.heads], dim=-1)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_MultiHeadAttentionWrapper", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+
+torch.manual_seed(0)
+wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=2)
+out = wrapper(torch.rand(2, 6, 3))
+expect(out.shape == (2, 6, 4), "Two heads of width 2 should give an output of width 4.",
+       "两个宽度为 2 的头应得到宽度为 4 的输出。", f"shape {tuple(out.shape)}")
+expect(len(list(wrapper.parameters())) == 6, "Each head's three projections should be parameters of the wrapper.",
+       "每个头的三个投影都应是包装器的参数。")
+print("✓ MultiHeadAttentionWrapper")
+
+# %% nbgrader={"grade": true, "grade_id": "test_MultiHeadAttentionWrapper_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb06
+nb06.check_MultiHeadAttentionWrapper(MultiHeadAttentionWrapper)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## One module for all heads · 用一个模块计算所有头
+#
+# The wrapper runs the heads one after another. Instead, project once to the full width
+# `d_out = num_heads * head_dim` and cut the features into heads: `(B, T, d_out)` becomes
+# `(B, T, H, hd)` with `view`, and `transpose(1, 2)` moves heads next to the batch, `(B, H, T, hd)`, so
+# that one batched matmul computes every head's scores. After attention, the reverse trip merges the
+# heads. `transpose` does not move data, it only changes strides; the result is not *contiguous*, and
+# `view` refuses it. Use `.contiguous().view(...)` or `reshape`.
+#
+# 包装器一个接一个地运行各个头。更好的做法是：一次投影到完整宽度 `d_out = num_heads * head_dim`，再把特征切成多个头：用 `view` 把 `(B, T, d_out)` 变成 `(B, T, H, hd)`，再用 `transpose(1, 2)` 把头移到批维旁边，得到 `(B, H, T, hd)`，这样一次批量矩阵乘法就能算出所有头的分数。注意力之后，反向操作把各个头合并。`transpose` 不移动数据，只改变步长；结果不是 *连续* 的，`view` 会拒绝它。请使用 `.contiguous().view(...)` 或 `reshape`。
+
+# %%
+x = torch.arange(2 * 3 * 4.0).reshape(1, 2, 3, 4).transpose(1, 2)  # (B, H, T, hd) -> (B, T, H, hd)
+print("contiguous after transpose?", x.is_contiguous())
+try:
+    x.view(1, 3, 8)
+except RuntimeError as e:
+    print("view fails:", str(e).split(".")[0])
+print("reshape works:", tuple(x.reshape(1, 3, 8).shape))
+
+
+# %% [markdown]
+# ### Exercise 2 · `split_heads` · 练习 2
+#
+# `(B, T, D)` → `(B, H, T, D // H)`: head `h` holds features `h*hd:(h+1)*hd` of every token. Split the
+# feature axis, never the token axis.
+#
+# `(B, T, D)` → `(B, H, T, D // H)`：第 `h` 个头包含每个词元的第 `h*hd` 到 `(h+1)*hd` 个特征。切分特征轴，绝不能切分词元轴。
+
+# %% nbgrader={"grade": false, "grade_id": "split_heads", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def split_heads(x, num_heads):
+    """(B, T, D) -> (B, H, T, D // H)."""
+    ### BEGIN SOLUTION
+    B, T, D = x.shape
+    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_split_heads", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+
+x = torch.arange(12.0).reshape(1, 2, 6)  # two tokens of width 6
+expect_close(split_heads(x, 3)[0, 1], torch.tensor([[2.0, 3.0], [8.0, 9.0]]),
+             "Head 1 should hold features 2:4 of both tokens.", "第 1 个头应包含两个词元的第 2:4 个特征。")
+print("✓ split_heads")
+
+# %% nbgrader={"grade": true, "grade_id": "test_split_heads_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb06
+nb06.check_split_heads(split_heads)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 3 · `merge_heads` · 练习 3
+#
+# The inverse: `(B, H, T, hd)` → `(B, T, H * hd)`, so that `merge_heads(split_heads(x, H))` gives `x` back.
+#
+# 逆操作：`(B, H, T, hd)` → `(B, T, H * hd)`，使得 `merge_heads(split_heads(x, H))` 还原出 `x`。
+
+# %% nbgrader={"grade": false, "grade_id": "merge_heads", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def merge_heads(x):
+    """(B, H, T, hd) -> (B, T, H * hd)."""
+    ### BEGIN SOLUTION
+    B, H, T, hd = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * hd)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_merge_heads", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+
+x = torch.arange(24.0).reshape(2, 3, 4)
+heads = x.view(2, 3, 2, 2).transpose(1, 2)  # what split_heads(x, 2) returns
+expect_close(merge_heads(heads), x, "merge_heads should undo split_heads.", "merge_heads 应当是 split_heads 的逆操作。")
+print("✓ merge_heads")
+
+# %% nbgrader={"grade": true, "grade_id": "test_merge_heads_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb06
+nb06.check_merge_heads(merge_heads)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 4 · `MultiHeadAttention` · 练习 4
+#
+# The efficient module. `W_query`, `W_key`, `W_value` are `nn.Linear(d_in, d_out, bias=qkv_bias)`;
+# `out_proj` is `nn.Linear(d_out, d_out)` with a bias; the causal mask is a buffer named `mask`,
+# sliced to the input length; each head's scores are divided by $\sqrt{\text{head\_dim}}$ (the width
+# of *its* keys); dropout acts on the weights. Raise `ValueError` naming both numbers when `d_out` is
+# not divisible by `num_heads`. Use your `split_heads` and `merge_heads`.
+#
+# 高效的模块。`W_query`、`W_key`、`W_value` 是 `nn.Linear(d_in, d_out, bias=qkv_bias)`；`out_proj` 是带偏置的 `nn.Linear(d_out, d_out)`；因果掩码是名为 `mask` 的缓冲区，并按输入长度切片；每个头的分数除以 $\sqrt{\text{head\_dim}}$（也就是 *它自己* 的键的宽度）；dropout 作用在权重上。当 `d_out` 不能被 `num_heads` 整除时，抛出写明这两个数的 `ValueError`。请使用你的 `split_heads` 和 `merge_heads`。
+
+# %% nbgrader={"grade": false, "grade_id": "MultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        ### BEGIN SOLUTION
+        if d_out % num_heads:
+            raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1))
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        T = x.shape[1]
+        q = split_heads(self.W_query(x), self.num_heads)  # (B, H, T, hd)
+        k = split_heads(self.W_key(x), self.num_heads)
+        v = split_heads(self.W_value(x), self.num_heads)
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5  # (B, H, T, T)
+        weights = torch.softmax(scores.masked_fill(self.mask[:T, :T], float("-inf")), dim=-1)
+        return self.out_proj(merge_heads(self.dropout(weights) @ v))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_MultiHeadAttention", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+
+torch.manual_seed(0)
+mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+out = mha(torch.rand(2, 5, 3))
+expect(out.shape == (2, 5, 4), "The output should be (B, T, d_out).", "输出形状应为 (B, T, d_out)。", f"shape {tuple(out.shape)}")
+expect("mask" in dict(mha.named_buffers()), "The mask should be a registered buffer named mask.",
+       "掩码应是名为 mask 的已注册缓冲区。")
+print("✓ MultiHeadAttention")
+
+# %% nbgrader={"grade": true, "grade_id": "test_MultiHeadAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb06
+nb06.check_MultiHeadAttention(MultiHeadAttention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Three ways, one result · 三种写法，同一个结果
+#
+# The wrapper and the efficient module compute the same function once their weights agree: head `h`
+# of the wrapper gets rows `h*hd:(h+1)*hd` of the big projections, and the wrapper's output goes through
+# the same `out_proj`. PyTorch's own `nn.MultiheadAttention` keeps the three projections stacked in one
+# `in_proj_weight`; copying ours into it gives the same numbers too. (`utils.mha_variants` does the
+# copying; here we check the results.)
+#
+# 只要权重一致，包装器和高效模块计算的是同一个函数：包装器的第 `h` 个头取大投影矩阵的第 `h*hd` 到 `(h+1)*hd` 行，包装器的输出再经过同一个 `out_proj`。PyTorch 自带的 `nn.MultiheadAttention` 把三个投影堆叠在一个 `in_proj_weight` 中；把我们的权重复制进去，也得到相同的数值。（复制由 `utils.mha_variants` 完成；这里我们检查结果。）
+
+# %%
+from utils.mha_variants import torch_mha_forward, torch_mha_from, wrapper_from
+
+torch.manual_seed(123)
+mha = MultiHeadAttention(d_in=8, d_out=8, context_length=10, dropout=0.0, num_heads=4).eval()
+x = torch.randn(2, 10, 8)
+with torch.no_grad():
+    ours = mha(x)
+    via_wrapper = mha.out_proj(wrapper_from(mha, context_length=10)(x))
+    via_torch = torch_mha_forward(torch_mha_from(mha), x)
+print("wrapper == efficient (to 1e-6):", torch.allclose(via_wrapper, ours, atol=1e-6))
+print("nn.MultiheadAttention == efficient (to 1e-6):", torch.allclose(via_torch, ours, atol=1e-6))
+
+# %% [markdown]
+# ## What the heads look at · 各个头在看什么
+#
+# A real sentence, tokenized with GPT-2, through one untrained `MultiHeadAttention` (random token
+# embeddings, 4 heads). Untrained heads have no roles yet, but each already sees the sentence
+# differently, because each has its own queries and keys; training turns these differences into
+# specialisations. The causal mask shows as the empty upper triangle.
+#
+# 一个真实的句子，用 GPT-2 分词，送入一个未训练的 `MultiHeadAttention`（随机词元嵌入，4 个头）。未训练的头还没有分工，但每个头看句子的方式已经不同，因为它们各有自己的查询和键；训练会把这些差异变成专长。因果掩码表现为空白的上三角。
+
+# %%
+sentence = "The dog chased the ball but it couldn't catch it"
+ids = torch.tensor([encode(sentence)])
+labels = tokens(sentence)
+torch.manual_seed(0)
+embedding = nn.Embedding(50257, 64)
+heads_mha = MultiHeadAttention(64, 64, context_length=32, dropout=0.0, num_heads=4).eval()
+with torch.no_grad():
+    h = embedding(ids)
+    T = h.shape[1]
+    q = split_heads(heads_mha.W_query(h), 4)
+    k = split_heads(heads_mha.W_key(h), 4)
+    scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(heads_mha.mask[:T, :T], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)[0]  # (H, T, T)
+fig, axes = plt.subplots(1, 4, figsize=(20, 5))
+for head, ax in enumerate(axes):
+    attention_heatmap(weights[head], labels, labels, ax=ax, annotate=False, title=f"head {head}")
+plt.tight_layout(); plt.show()
+print(len(labels), "tokens:", labels)
+
+
+# %% [markdown]
+# ## Counting parameters · 计算参数量
+#
+# Heads do not add parameters: they split `d_out` into pieces. The module has three `d_in x d_out`
+# projections (plus their biases when `qkv_bias`) and the output projection, `d_out x d_out` plus a
+# bias of `d_out`.
+#
+# 多个头并不增加参数：它们只是把 `d_out` 切成几份。模块有三个 `d_in x d_out` 投影（`qkv_bias` 时还有它们的偏置），以及输出投影：`d_out x d_out` 的权重加上 `d_out` 个偏置。
+
+# %% [markdown]
+# ### Exercise 5 · `mha_parameter_count` · 练习 5
+#
+# Return the number of parameters of `MultiHeadAttention(d_in, d_out, ..., num_heads, qkv_bias)` from
+# the formula, without building the module.
+#
+# 不构建模块，直接用公式返回 `MultiHeadAttention(d_in, d_out, ..., num_heads, qkv_bias)` 的参数数量。
+
+# %% nbgrader={"grade": false, "grade_id": "mha_parameter_count", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def mha_parameter_count(d_in, d_out, num_heads, qkv_bias=False):
+    ### BEGIN SOLUTION
+    qkv = 3 * (d_in * d_out + (d_out if qkv_bias else 0))
+    return qkv + d_out * d_out + d_out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_mha_parameter_count", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
+got = mha_parameter_count(4, 4, 2)
+expect(got == 3 * 16 + 16 + 4, "MultiHeadAttention(4, 4, heads=2) has 68 parameters.",
+       "MultiHeadAttention(4, 4, heads=2) 有 68 个参数。", f"got {got}")
+print("✓ mha_parameter_count")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mha_parameter_count_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb06
+nb06.check_mha_parameter_count(mha_parameter_count)
+### END HIDDEN TESTS
+
+# %%
+gpt2 = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12)
+print(f"GPT-2 small attention layer: formula {mha_parameter_count(768, 768, 12):,}, "
+      f"module {sum(p.numel() for p in gpt2.parameters()):,}")
+
+
+# %% [markdown]
+# 3Blue1Brown counts GPT-3's attention differently, per head: a query and a key matrix of
+# `d_model x head_dim`, and the value map factored in two, *value-down* (`d_model x head_dim`) and
+# *value-up* (`head_dim x d_model`), which together play the role of our value projection and that
+# head's slice of `out_proj`. Biases are left out.
+#
+# 3Blue1Brown 按头来数 GPT-3 的注意力参数：一个查询矩阵和一个键矩阵，大小都是 `d_model x head_dim`；值映射被分解成两个，*value-down*（`d_model x head_dim`）和 *value-up*（`head_dim x d_model`），二者合起来相当于我们的值投影加上 `out_proj` 中属于该头的那一部分。偏置不计。
+
+# %% [markdown]
+# ### Exercise 6 · `attention_parameter_count` · 练习 6
+#
+# Return the count over all heads and all layers: four `d_model x head_dim` matrices per head.
+#
+# 返回所有头、所有层的总数：每个头四个 `d_model x head_dim` 矩阵。
+
+# %% nbgrader={"grade": false, "grade_id": "attention_parameter_count", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def attention_parameter_count(d_model, n_heads, head_dim, n_layers):
+    ### BEGIN SOLUTION
+    return 4 * d_model * head_dim * n_heads * n_layers
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_parameter_count", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
+got = attention_parameter_count(8, 2, 4, 3)
+expect(got == 4 * 8 * 4 * 2 * 3, "4 matrices of 8 x 4, 2 heads, 3 layers: 768 parameters.",
+       "每个头 4 个 8 x 4 矩阵，2 个头，3 层：768 个参数。", f"got {got}")
+print("✓ attention_parameter_count")
+
+# %% nbgrader={"grade": true, "grade_id": "test_attention_parameter_count_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb06
+nb06.check_attention_parameter_count(attention_parameter_count)
+### END HIDDEN TESTS
+
+# %%
+gpt3 = attention_parameter_count(d_model=12288, n_heads=96, head_dim=128, n_layers=96)
+print(f"GPT-3 attention: {gpt3:,} parameters, {gpt3 / 175e9:.0%} of its 175 billion")
+
+# %% [markdown]
+# ## Which is fastest on your machine? · 在你的机器上哪个最快？
+#
+# Five implementations of the same layer (all checked equal), timed side by side in one run with
+# interleaved rounds: the wrapper, the efficient module, an einsum version, PyTorch's fused
+# `F.scaled_dot_product_attention`, and `nn.MultiheadAttention`. The table gives each one's median time
+# relative to the efficient module; the sentence under the plot says what your machine showed. Here
+# the size is reduced (batch 2, 256 tokens, width 768, 12 heads) to stay quick; `python -m
+# utils.benchmark` runs the full size (batch 8, 1024 tokens). When the notebook is graded, a tiny size
+# is used, since grading only needs the cell to run.
+#
+# Do not expect "one module" to win everywhere. The module stores the weights of all heads at once, a
+# `(B, H, T, T)` tensor (at the full size, 8 x 12 x 1024 x 1024 floats; the cell prints how many MiB), and on a
+# CPU moving that through memory can cost more than the wrapper's loop over heads. PyTorch's fused
+# kernel never stores that tensor, which is why it is usually the fastest.
+#
+# 同一个层的五种实现（都已验证结果相同），在同一次运行中交替计时：包装器、高效模块、einsum 版本、PyTorch 融合的 `F.scaled_dot_product_attention`，以及 `nn.MultiheadAttention`。表格给出每种实现的中位时间相对于高效模块的倍数；图下方的句子说明你的机器测得的结果。为了快速，这里缩小了规模（批大小 2，256 个词元，宽度 768，12 个头）；`python -m utils.benchmark` 运行完整规模（批大小 8，1024 个词元）。评分时使用很小的规模，因为评分只需要这个单元格能运行。
+#
+# 不要指望"一个模块"在任何情况下都更快。这个模块一次性保存所有头的权重，即一个 `(B, H, T, T)` 张量（完整规模下为 8 x 12 x 1024 x 1024 个浮点数；单元格会打印它有多少 MiB）；在 CPU 上，把它在内存中搬来搬去的代价可能超过包装器对各个头的循环。PyTorch 的融合内核从不保存这个张量，这就是它通常最快的原因。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.benchmark import format_rows, mha_benchmark
+
+size = dict(batch=1, tokens=16, repeats=1) if os.getenv("NBGRADER_EXECUTION") else dict(batch=2, tokens=256, repeats=5)
+rows = mha_benchmark(**size)
+print(format_rows(rows))
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ax.barh([r["variant"] for r in rows], [r["relative"] for r in rows])
+ax.axvline(1.0, color="gray", ls="--"); ax.invert_yaxis()
+ax.set_xlabel("time relative to MultiHeadAttention (lower is faster)")
+plt.show()
+fastest = min(rows, key=lambda r: r["relative"])
+slowest = max(rows, key=lambda r: r["relative"])
+print(f"On this machine {fastest['variant']} was fastest and {slowest['variant']} was "
+      f"{slowest['relative'] / fastest['relative']:.1f}x slower than it.")
+print(f"Full-size weights tensor: {8 * 12 * 1024 * 1024 * 4 / 2**20:.0f} MiB in float32")
+
+# %% [markdown]
+# ## What comes next · 接下来
+#
+# Generating text one token at a time recomputes every key and value at every step. Notebook 07
+# caches them (the KV cache), then shrinks that cache by sharing keys and values between heads
+# (multi-query and grouped-query attention).
+#
+# Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.6 and its bonus
+# comparison of efficient multi-head implementations; A. Vaswani et al., *Attention Is All You Need*
+# (2017), section 3.2.2; 3Blue1Brown, *Attention in transformers, visually explained* (value-down and
+# value-up, GPT-3's 57,982,058,496 attention parameters); PyTorch documentation of
+# `nn.MultiheadAttention` and `F.scaled_dot_product_attention`.
+#
+# 逐个词元生成文本时，每一步都要重新计算所有的键和值。笔记本 07 会把它们缓存起来（KV 缓存），再通过让多个头共享键和值来缩小缓存（多查询注意力和分组查询注意力）。
+#
+# 来源：S. Raschka，《从零构建大语言模型》第 3.6 节及其对高效多头实现的附加比较；A. Vaswani 等，《Attention Is All You Need》（2017）第 3.2.2 节；3Blue1Brown，《可视化解释 Transformer 中的注意力》（value-down 与 value-up，GPT-3 的 57,982,058,496 个注意力参数）；PyTorch 关于 `nn.MultiheadAttention` 和 `F.scaled_dot_product_attention` 的文档。
