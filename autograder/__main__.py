@@ -2,7 +2,7 @@
 
     python -m autograder submit NOTEBOOK [--json] [--timeout S]   grade one notebook
     python -m autograder grade-all SUBMISSIONS [--out DIR]        grade a class into a CSV
-    python -m autograder release [--check]                        make or check course/
+    python -m autograder release [STEM ...] [--check]             make or check course/
     python -m autograder sync [STEM ...] [--check] [--no-execute] solutions/*.py -> .ipynb
 
 Exit codes: 0 when grading ran (whatever the score), 1 when nbgrader failed, 2 for bad input.
@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "grading"))
     p.add_argument("--timeout", type=int)
     p = sub.add_parser("release", help="regenerate course/ from solutions/")
+    p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 07_kv_cache (default: all)")
     p.add_argument("--check", action="store_true", help="only check that course/ is up to date")
     p = sub.add_parser("sync", help="write solutions/*.ipynb from their text sources solutions/*.py and execute them")
     p.add_argument("stems", nargs="*", help="notebooks to sync, e.g. 07_kv_cache (default: every one out of sync)")
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
                     return 1
                 print("course/ is up to date with solutions/")
             else:
-                for path in release.release():
+                for path in release.release(only=args.stems):
                     print(f"released {path.relative_to(ROOT)}")
         elif args.command == "sync":
             from autograder import sources

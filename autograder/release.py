@@ -2,24 +2,28 @@
 
     python -m autograder release          # rewrite course/
     python -m autograder release --check  # exit 1 if course/ differs from a fresh release
+    python -m autograder release 07_kv_cache  # only the notebooks named
 """
 import filecmp
 import shutil
 import tempfile
 from pathlib import Path
 
-from autograder.notebooks import COURSE, course_notebooks
+from autograder.notebooks import COURSE, BadInput, course_notebooks
 from autograder.workspace import Workspace
 
 
-def release(dest: Path = COURSE) -> list[Path]:
-    """Generate every notebook of solutions/ into `dest`; remove notebooks no longer there."""
+def release(dest: Path = COURSE, only=()) -> list[Path]:
+    """Generate the notebooks of solutions/ (all, or `only`) into `dest`; remove notebooks no longer there."""
     dest.mkdir(parents=True, exist_ok=True)
     stems = course_notebooks()
+    unknown = set(only) - set(stems)
+    if unknown:
+        raise BadInput(f"no such notebook in solutions/: {', '.join(sorted(unknown))}")
     written = []
     with tempfile.TemporaryDirectory(prefix="attention-release-") as tmp:
         ws = Workspace(tmp)
-        for stem in stems:
+        for stem in only or stems:
             target = dest / f"{stem}.ipynb"
             shutil.copyfile(ws.generate(stem), target)
             written.append(target)
