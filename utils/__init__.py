@@ -13,6 +13,10 @@ learner's code with these kernels.
     utils.multihead   split/merge heads, MultiHeadAttention, parameter counts (06)
     utils.mha_variants  the same layer as a wrapper, einsum, SDPA, nn.MultiheadAttention (06)
     utils.benchmark   side-by-side timing; `python -m utils.benchmark` (06)
+    utils.kv_cache    KVCache, cached MHA, grouped-query attention, greedy generate, cache bytes (07)
+    utils.gpt         the small GPT of notebooks 07-12: pluggable attention, one cache per layer (07)
+    utils.bench_generate  `python -m utils.bench_generate`: full-size cache / GQA / MQA timing (07)
+    utils.rope        sinusoidal positions, RoPE in both layouts, RoPEMultiHeadAttention (08)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 
