@@ -1,0 +1,181 @@
+"""Multi-head latent attention, DeepSeek-V2/V3's attention with a compressed KV cache (09, 12).
+
+Keys and values of all heads are rebuilt from ONE latent vector per token:
+    c_kv = kv_norm(first kv_lora_rank outputs of wkv_a(x))        (B, T, kv_lora_rank)
+    [k_nope | v] per head = wkv_b(c_kv)                            (B, T, H, nope + v_head_dim)
+Queries are compressed too when q_lora_rank > 0: q = wq_b(q_norm(wq_a(x))), else q = wq(x).
+RoPE cannot act on keys rebuilt from the latent without blocking the absorption below, so a
+small decoupled part carries positions: the last qk_rope_head_dim outputs of wkv_a give ONE
+rope key per token shared by all heads, and each query head has qk_rope_head_dim rope
+coordinates after its qk_nope_head_dim plain ones. RoPE rotates adjacent pairs (2i, 2i+1),
+as DeepSeek-V3's `view_as_complex` does. Scores are scaled by 1/sqrt(nope + rope).
+
+Two paths, same outputs:
+- naive (absorb=False): cache full per-head keys (H * (nope + rope)) and values (H * v_head_dim).
+- absorbed (absorb=True): cache only c_kv and the rope key, kv_lora_rank + qk_rope_head_dim numbers
+  per token; fold wkv_b's key half into the query (q_nope W_UK, per head) and apply its value
+  half after the attention over the latents.
+
+Layouts are DeepSeek-V3's `inference/model.py`: parameter names, wkv_a's output as
+[latent | rope key], wkv_b's rows per head as [nope keys | values], wq(_b)'s rows per head as
+[nope | rope]; so its MLA state_dict loads unchanged. Omitted: YaRN (V3 multiplies the softmax
+scale by mscale**2 and stretches the rope frequencies when max_seq_len exceeds its original
+4096); keep max_seq_len <= 4096 to compare with V3's code.
+
+Cache and batch: the buffers k_cache, v_cache (naive) and kv_cache, pe_cache (absorbed) have
+shape (B, max_seq_len, ...). A prefill (start_pos == 0) allocates them for the batch B of its
+input (and its dtype); decoding (start_pos > 0) writes positions start_pos.. of that same batch,
+so one sequence batch keeps one path from prefill to the last token. Cached values are detached:
+gradients flow through the tokens of the current call only, which is all training needs.
+
+`python -m utils.mla` times one decode step of both paths at growing contexts.
+Tests: `.venv/bin/pytest utils/tests/test_mla.py`.
+"""
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from utils.causal import causal_mask
+from utils.rmsnorm import RMSNorm
+from utils.rope import apply_rope
+
+
+@dataclass
+class MLAConfig:
+    dim: int
+    n_heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    max_seq_len: int
+    rope_theta: float = 10000.0
+
+
+class MultiHeadLatentAttention(nn.Module):
+    def __init__(self, cfg: MLAConfig):
+        super().__init__()
+        self.cfg = cfg
+        H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        self.qk_head_dim = nope + rope
+        if cfg.q_lora_rank == 0:
+            self.wq = nn.Linear(cfg.dim, H * self.qk_head_dim, bias=False)
+        else:
+            self.wq_a = nn.Linear(cfg.dim, cfg.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(cfg.q_lora_rank)
+            self.wq_b = nn.Linear(cfg.q_lora_rank, H * self.qk_head_dim, bias=False)
+        self.wkv_a = nn.Linear(cfg.dim, cfg.kv_lora_rank + rope, bias=False)
+        self.kv_norm = RMSNorm(cfg.kv_lora_rank)
+        self.wkv_b = nn.Linear(cfg.kv_lora_rank, H * (nope + dv), bias=False)
+        self.wo = nn.Linear(H * dv, cfg.dim, bias=False)
+        self.softmax_scale = self.qk_head_dim ** -0.5
+        widths = {"k_cache": (H, self.qk_head_dim), "v_cache": (H, dv),
+                  "kv_cache": (cfg.kv_lora_rank,), "pe_cache": (rope,)}
+        for name, width in widths.items():  # batch 0 until a prefill sizes them
+            self.register_buffer(name, torch.zeros(0, cfg.max_seq_len, *width), persistent=False)
+
+    def _write(self, name: str, new: torch.Tensor, start_pos: int) -> torch.Tensor:
+        """Store new (B, T, ...) at start_pos; return every position up to the end, (B, end, ...)."""
+        B, T = new.shape[:2]
+        cache = getattr(self, name)
+        if start_pos == 0 and (cache.shape[0] != B or cache.dtype != new.dtype or cache.device != new.device):
+            cache = new.new_zeros(B, self.cfg.max_seq_len, *new.shape[2:])
+            setattr(self, name, cache)
+        elif start_pos > 0 and cache.shape[0] < B:
+            raise ValueError(f"{name} holds a batch of {cache.shape[0]} from its prefill, got {B}: prefill (start_pos=0) first")
+        cache[:B, start_pos:start_pos + T] = new.detach()
+        return torch.cat([cache[:B, :start_pos], new], dim=1)
+
+    def forward(self, x: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:
+        cfg = self.cfg
+        B, T, _ = x.shape
+        end = start_pos + T
+        if end > cfg.max_seq_len:
+            raise ValueError(f"positions up to {end} do not fit max_seq_len={cfg.max_seq_len}")
+        H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        positions = torch.arange(start_pos, end, device=x.device)
+
+        q = self.wq(x) if cfg.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
+        q_nope, q_pe = q.view(B, T, H, self.qk_head_dim).split([nope, rope], dim=-1)  # (B, T, H, nope), (B, T, H, rope)
+        q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
+
+        latent, k_pe = self.wkv_a(x).split([cfg.kv_lora_rank, rope], dim=-1)  # (B, T, c), (B, T, rope)
+        k_pe = apply_rope(k_pe, positions, cfg.rope_theta, interleaved=True)  # one rope key for all heads
+        latent = self.kv_norm(latent)
+
+        if not absorb:
+            k_nope, v = self.wkv_b(latent).view(B, T, H, nope + dv).split([nope, dv], dim=-1)
+            k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, rope)], dim=-1)  # (B, T, H, nope + rope)
+            k, v = self._write("k_cache", k, start_pos), self._write("v_cache", v, start_pos)  # (B, end, H, .)
+            scores = torch.einsum("bshd,bthd->bsht", torch.cat([q_nope, q_pe], dim=-1), k)
+        else:
+            w_kv_b = self.wkv_b.weight.view(H, nope + dv, cfg.kv_lora_rank)  # rows per head: [W_UK | W_UV]
+            q_latent = torch.einsum("bshd,hdc->bshc", q_nope, w_kv_b[:, :nope])  # W_UK folded into the query
+            c = self._write("kv_cache", latent, start_pos)  # (B, end, c)
+            pe = self._write("pe_cache", k_pe, start_pos)  # (B, end, rope)
+            scores = torch.einsum("bshc,btc->bsht", q_latent, c) + torch.einsum("bshr,btr->bsht", q_pe, pe)
+        scores = scores * self.softmax_scale  # (B, T, H, end)
+        if T > 1:
+            scores = scores.masked_fill(causal_mask(T, end, device=x.device).unsqueeze(1), float("-inf"))
+        weights = scores.softmax(dim=-1, dtype=torch.float32).type_as(x)
+
+        if not absorb:
+            out = torch.einsum("bsht,bthd->bshd", weights, v)
+        else:
+            out = torch.einsum("bsht,btc->bshc", weights, c)  # attend over latents
+            out = torch.einsum("bshc,hdc->bshd", out, w_kv_b[:, nope:])  # then W_UV
+        return self.wo(out.flatten(2))  # (B, T, H * dv) -> (B, T, dim)
+
+
+def mla_cache_elements_per_token(n_layers: int, kv_lora_rank: int, qk_rope_head_dim: int) -> int:
+    """Numbers cached per token by the absorbed path: the latent and the shared rope key, every layer."""
+    return n_layers * (kv_lora_rank + qk_rope_head_dim)
+
+
+def kv_cache_elements_per_token(n_layers: int, n_kv_heads: int, head_dim: int) -> int:
+    """A key and a value of head_dim per KV head per layer: MHA (all heads), GQA (groups), MQA (1)."""
+    return 2 * n_layers * n_kv_heads * head_dim
+
+
+def cache_bytes(module: MultiHeadLatentAttention, absorb: bool) -> int:
+    """Bytes held by the cache buffers of one path, from the tensors themselves."""
+    names = ("kv_cache", "pe_cache") if absorb else ("k_cache", "v_cache")
+    return sum(getattr(module, n).numel() * getattr(module, n).element_size() for n in names)
+
+
+def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progress=None) -> list[dict]:
+    """Median seconds of one decode step (1 new token after `context` cached ones), naive vs absorbed.
+
+    Both paths share one module and its weights; rounds are interleaved so both see the same load.
+    """
+    torch.manual_seed(seed)
+    mla = MultiHeadLatentAttention(cfg).eval()
+    rows = []
+    with torch.no_grad():
+        for context in (progress(contexts) if progress else contexts):
+            x = torch.randn(batch, context + 1, cfg.dim)
+            times = {False: [], True: []}
+            for absorb in (False, True):
+                mla(x[:, :context], 0, absorb)  # prefill, not timed
+            for _ in range(repeats):
+                for absorb in (False, True):
+                    t0 = time.perf_counter()
+                    mla(x[:, context:], context, absorb)
+                    times[absorb].append(time.perf_counter() - t0)
+            naive, absorbed = (sorted(times[a])[repeats // 2] for a in (False, True))
+            rows.append({"context": context, "naive_ms": naive * 1e3, "absorbed_ms": absorbed * 1e3,
+                         "speedup": naive / absorbed})
+    return rows
+
+
+if __name__ == "__main__":
+    cfg = MLAConfig(dim=1024, n_heads=16, q_lora_rank=384, kv_lora_rank=128, qk_nope_head_dim=64,
+                    qk_rope_head_dim=32, v_head_dim=64, max_seq_len=4096)
+    print(f"{cfg}\none decode step, batch 1, median of 5 (naive caches full K and V, absorbed the latent):")
+    print(f"{'context':>8} {'naive ms':>10} {'absorbed ms':>12} {'speedup':>8}")
+    for r in decode_benchmark(cfg, [256, 512, 1024, 2048, 4095]):
+        print(f"{r['context']:>8} {r['naive_ms']:>10.3f} {r['absorbed_ms']:>12.3f} {r['speedup']:>7.2f}x")
