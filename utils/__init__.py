@@ -17,6 +17,9 @@ learner's code with these kernels.
     utils.gpt         the small GPT of notebooks 07-12: pluggable attention, one cache per layer (07)
     utils.bench_generate  `python -m utils.bench_generate`: full-size cache / GQA / MQA timing (07)
     utils.rope        sinusoidal positions, RoPE in both layouts, RoPEMultiHeadAttention (08)
+    utils.rmsnorm     RMSNorm, computed in float32 (09, 12)
+    utils.mla         multi-head latent attention, naive and absorbed paths, cache sizes; `python -m utils.mla` (09)
+    utils.moe         experts, routers, DeepSeek-V3's gate and bias balancing, MoE; `python -m utils.moe` (10)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 
