@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.mla import one_thread
+
 
 class Expert(nn.Module):
     """SwiGLU feed-forward: w1 is the gate, w3 the up projection, w2 the down projection."""
@@ -183,7 +185,7 @@ def dispatch_benchmark(tokens=2048, dim=64, moe_inter_dim=32, n_routed_experts=6
     moe = MoE(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=1).eval()
     x = torch.randn(tokens, dim)
     times = {"per-token loop": [], "vectorised": []}
-    with torch.no_grad():
+    with torch.no_grad(), one_thread():
         torch.testing.assert_close(moe_forward_per_token(moe, x), moe(x), atol=1e-5, rtol=1e-4)
         for _ in range(repeats):  # interleaved rounds, so both see the same machine load
             for name, fn in (("per-token loop", lambda: moe_forward_per_token(moe, x)), ("vectorised", lambda: moe(x))):
@@ -195,9 +197,8 @@ def dispatch_benchmark(tokens=2048, dim=64, moe_inter_dim=32, n_routed_experts=6
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     r = dispatch_benchmark()
-    print("MoE layer: 2048 tokens, dim 64, 64 experts of width 32, 6 active, 1 shared (same weights, same input)")
+    print("MoE layer: 2048 tokens, dim 64, 64 experts of width 32, 6 active, 1 shared (same weights, same input, one thread)")
     print(f"  per-token loop  {r['per-token loop'] * 1e3:9.1f} ms")
     print(f"  vectorised      {r['vectorised'] * 1e3:9.1f} ms")
     print(f"  speedup         {r['speedup']:9.1f}x")
