@@ -1,0 +1,302 @@
+"""Solutions of notebook 11 that grading must reject (WRONG) or accept (RIGHT)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FP8 = torch.float8_e4m3fn
+
+
+# absmax_quantize -------------------------------------------------------------------------
+def absmax(mistake=None):
+    def absmax_quantize(x, dim=None):
+        a = x.abs() if mistake != "max" else x
+        if mistake == "mean":
+            amax = a.mean() if dim is None else a.mean(dim=dim, keepdim=True)
+        else:
+            amax = a.amax() if dim is None else a.amax(dim=dim, keepdim=True)
+        if mistake == "wrong axis" and dim is not None:
+            amax = a.amax(dim=1 - dim if dim >= 0 else 0, keepdim=True)
+        scale = amax / 127
+        r = (x / scale) if mistake == "no clamp" else (x.float() / scale.float())
+        r = r.trunc() if mistake == "trunc" else r.round()
+        if mistake != "no clamp":
+            r = r.clamp(-127, 127)
+        return r.to(torch.int8), (scale.squeeze(dim) if mistake == "no keepdim" and dim is not None else scale)
+    return absmax_quantize
+
+
+def absmax_multiply(x, dim=None):  # multiply by 127 / amax, clamp with torch.clamp, 0-d via max()
+    amax = x.detach().float().abs().max() if dim is None else x.float().abs().max(dim=dim, keepdim=True).values
+    q = torch.clamp(torch.round(x.float() * (127.0 / amax)), min=-127, max=127).to(torch.int8)
+    return q, amax / 127.0
+
+
+def absmax_where(x, dim=None):  # float64 arithmetic, scale kept as float64, torch.where clamp
+    xd = x.double()
+    amax = xd.abs().amax(dim=() if dim is None else dim, keepdim=dim is not None)
+    r = torch.round(xd / (amax / 127))
+    r = torch.where(r > 127, torch.full_like(r, 127), torch.where(r < -127, torch.full_like(r, -127), r))
+    return r.to(torch.int8), amax / 127
+
+
+# dequantize ------------------------------------------------------------------------------
+def deq_divide(q, scale):
+    return q.float() / scale
+
+
+def deq_int(q, scale):
+    return (q * scale).to(torch.int32)
+
+
+def deq_over_127(q, scale):
+    return q.float() * scale / 127
+
+
+def deq_flat_scale(q, scale):
+    return q.float() * scale.flatten()[0]
+
+
+def deq_mul(q, scale):
+    return q.to(scale.dtype) * scale
+
+
+def deq_torch_mul(q, scale):
+    return torch.mul(q.double(), scale.double()).float()
+
+
+# fp8_block_quantize ----------------------------------------------------------------------
+def _padded_amax(w, b):
+    n, k = w.shape
+    nb, kb = -(-n // b), -(-k // b)
+    p = F.pad(w.abs().float(), (0, kb * b - k, 0, nb * b - n))
+    return p.reshape(nb, b, kb, b).amax(dim=(1, 3))
+
+
+def fp8_quant(mistake=None):
+    def fp8_block_quantize(w, block_size=128):
+        n, k = w.shape
+        b = block_size
+        if mistake == "ragged":
+            w = w[: n // b * b, : k // b * b]
+        amax = _padded_amax(w, b)
+        if mistake == "per tensor":
+            amax = torch.full_like(amax, float(w.abs().max()))
+        scale = amax / (127.0 if mistake == "127" else 448.0)
+        full = scale.repeat_interleave(b, 0)[: w.shape[0]].repeat_interleave(b, 1)[:, : w.shape[1]]
+        q = (w / full).clamp(-448, 448).to(FP8)
+        if mistake == "ragged":
+            q = F.pad(q.float(), (0, k - w.shape[1], 0, n - w.shape[0])).to(FP8)
+        return q, (1 / scale if mistake == "inverse" else scale)
+    return fp8_block_quantize
+
+
+def fp8_quant_loops(w, block_size=128):  # block by block, slicing handles the ragged edge
+    n, k = w.shape
+    rows, cols = range(0, n, block_size), range(0, k, block_size)
+    scale = torch.empty(len(rows), len(cols))
+    q = torch.empty(n, k, dtype=FP8)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            block = w[r:r + block_size, c:c + block_size].float()
+            scale[i, j] = block.abs().max() / 448
+            q[r:r + block_size, c:c + block_size] = (block / scale[i, j]).to(FP8)
+    return q, scale
+
+
+# fp8_block_dequantize --------------------------------------------------------------------
+def fp8_deq(mistake=None):
+    def fp8_block_dequantize(w_fp8, scale, block_size=128):
+        n, k = w_fp8.shape
+        if mistake == "tile":
+            full = scale.repeat(block_size, block_size)[:n, :k]
+        else:
+            full = scale.repeat_interleave(block_size, 0)[:n].repeat_interleave(block_size, 1)[:, :k]
+        return w_fp8.float() / full if mistake == "divide" else w_fp8.float() * full
+    return fp8_block_dequantize
+
+
+def fp8_deq_kron(w_fp8, scale, block_size=128):
+    n, k = w_fp8.shape
+    full = torch.kron(scale, torch.ones(block_size, block_size))[:n, :k]
+    return w_fp8.to(torch.float32) * full
+
+
+def fp8_deq_loops(w_fp8, scale, block_size=128):
+    out = w_fp8.float()
+    for i in range(scale.shape[0]):
+        for j in range(scale.shape[1]):
+            out[i * block_size:(i + 1) * block_size, j * block_size:(j + 1) * block_size] *= scale[i, j]
+    return out
+
+
+# fp8_activation_quantize -----------------------------------------------------------------
+def fp8_act(mistake=None):
+    def fp8_activation_quantize(x, block_size=128):
+        tiles = x.float().unflatten(-1, (-1, block_size))  # (..., K/b, b)
+        if mistake == "per tensor":
+            amax = tiles.abs().amax().expand(tiles.shape[:-1])
+        elif mistake == "per token":
+            amax = tiles.abs().amax(dim=(-2, -1))[..., None]
+        else:
+            amax = tiles.abs().amax(dim=-1)
+        scale = amax / (127.0 if mistake == "127" else 448.0)
+        if mistake == "per tensor":
+            scale = scale.flatten()[:1]
+        full = scale.unsqueeze(-1) if mistake != "per tensor" else scale
+        q = (tiles / full).clamp(-448, 448).to(FP8).flatten(-2)
+        return q, (1 / scale if mistake == "inverse" else scale)
+    return fp8_activation_quantize
+
+
+def fp8_act_view(x, block_size=128):
+    shape = x.shape
+    flat = x.reshape(-1, shape[-1] // block_size, block_size).float()
+    scale = flat.abs().max(dim=-1, keepdim=True).values / 448
+    return (flat / scale).to(FP8).reshape(shape), scale.squeeze(-1).reshape(*shape[:-1], -1)
+
+
+# Int8WeightOnlyLinear --------------------------------------------------------------------
+def int8_linear(mistake=None, scale_shape="flat"):
+    class Int8Linear(nn.Module):
+        def __init__(self, in_features, out_features, bias=True):
+            super().__init__()
+            self.in_features, self.out_features = in_features, out_features
+            self.register_buffer("w_int8", torch.zeros(out_features, in_features, dtype=torch.int8))
+            self.register_buffer("scale", torch.ones(out_features, 1) if scale_shape == "column" else torch.ones(out_features))
+            self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+        @classmethod
+        def from_linear(cls, linear):
+            layer = cls(linear.in_features, linear.out_features, linear.bias is not None)
+            w = linear.weight.detach()
+            amax = w.abs().amax() if mistake == "per tensor" else w.abs().amax(dim=1)
+            scale = (amax / 127).expand(w.shape[0])
+            with torch.no_grad():
+                layer.w_int8.copy_(torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+                layer.scale.copy_(scale.reshape(layer.scale.shape))
+                if linear.bias is not None:
+                    layer.bias.copy_(linear.bias.detach())
+            if mistake == "keeps float":
+                layer.register_buffer("w_float", w.clone())
+            return layer
+
+        def forward(self, x):
+            s = self.scale.reshape(-1)
+            if mistake in ("dequantize", "keeps float"):
+                w = self.w_int8.float() * s[:, None] if mistake == "dequantize" else self.w_float
+                y = F.linear(x, w)
+            else:
+                y = torch._weight_int8pack_mm(x.reshape(-1, self.in_features).bfloat16(), self.w_int8, s.bfloat16())
+                y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+            if self.bias is not None and mistake != "no bias":
+                y = y + self.bias
+            return y
+    return Int8Linear
+
+
+# quantize_model_ -------------------------------------------------------------------------
+Int8Linear = int8_linear()
+
+
+def qm_top_level(model, skip=()):
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.Linear) and name not in skip:
+            setattr(model, name, Int8Linear.from_linear(child))
+    return model
+
+
+def qm_ignores_skip(model, skip=()):
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, child_name, Int8Linear.from_linear(child))
+    return model
+
+
+def qm_no_skip_param(model):
+    return qm_ignores_skip(model)
+
+
+def qm_copy(model, skip=()):
+    import copy
+    return qm_named(copy.deepcopy(model), skip)
+
+
+def qm_returns_none(model, skip=()):
+    qm_named(model, skip)
+
+
+def qm_named(model, skip=()):
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Linear) and name not in skip:
+            parent, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent), attr, Int8Linear.from_linear(module))
+    return model
+
+
+def qm_recursive(model, skip=(), prefix=""):
+    for name, child in model.named_children():
+        full = prefix + name
+        if isinstance(child, nn.Linear):
+            if full not in skip:
+                model.add_module(name, Int8Linear.from_linear(child))
+        else:
+            qm_recursive(child, skip, full + ".")
+    return model
+
+
+WRONG = {
+    "absmax_quantize": {
+        "max not abs": (absmax("max"), "ABSOLUTE"),
+        "mean": (absmax("mean"), "mean"),
+        "trunc": (absmax("trunc"), "truncation"),
+        "no clamp": (absmax("no clamp"), "clamp"),
+        "wrong axis": (absmax("wrong axis"), "wrong axis"),
+        "no keepdim": (absmax("no keepdim"), "broadcasting"),
+    },
+    "dequantize": {
+        "divide": (deq_divide, "multiply"),
+        "integers": (deq_int, "floating-point"),
+        "over 127": (deq_over_127, "127 again"),
+        "first scale only": (deq_flat_scale, "broadcast"),
+    },
+    "fp8_block_quantize": {
+        "127": (fp8_quant("127"), "448"),
+        "inverse": (fp8_quant("inverse"), "inverse"),
+        "ragged": (fp8_quant("ragged"), "ragged"),
+        "per tensor": (fp8_quant("per tensor"), "each block"),
+    },
+    "fp8_block_dequantize": {
+        "divide": (fp8_deq("divide"), "divides"),
+        "tile": (fp8_deq("tile"), "ITS block"),
+    },
+    "fp8_activation_quantize": {
+        "per tensor": (fp8_act("per tensor"), "whole tensor"),
+        "per token": (fp8_act("per token"), "per token AND per block"),
+        "127": (fp8_act("127"), "448"),
+        "inverse": (fp8_act("inverse"), "inverse"),
+    },
+    "Int8WeightOnlyLinear": {
+        "dequantize every call": (int8_linear("dequantize"), "not faster"),
+        "keeps float weight": (int8_linear("keeps float"), "floating-point copy"),
+        "no bias": (int8_linear("no bias"), "bias is dropped"),
+        "per tensor": (int8_linear("per tensor"), "one scale for the whole weight"),
+    },
+    "quantize_model_": {
+        "top level only": (qm_top_level, "nested"),
+        "ignores skip": (qm_ignores_skip, "output head"),
+        "no skip parameter": (qm_no_skip_param, "skip="),
+        "copy": (qm_copy, "in place"),
+        "returns None": (qm_returns_none, "in place"),
+    },
+}
+
+RIGHT = {
+    "absmax_quantize": {"multiply": absmax_multiply, "float64": absmax_where},
+    "dequantize": {"to scale dtype": deq_mul, "torch.mul float64": deq_torch_mul},
+    "fp8_block_quantize": {"pad and reshape": fp8_quant(), "loops": fp8_quant_loops},
+    "fp8_block_dequantize": {"repeat_interleave": fp8_deq(), "kron": fp8_deq_kron, "loops": fp8_deq_loops},
+    "fp8_activation_quantize": {"unflatten": fp8_act(), "reshape": fp8_act_view},
+    "Int8WeightOnlyLinear": {"int8pack flat scale": int8_linear(), "column scale": int8_linear(scale_shape="column")},
+    "quantize_model_": {"named_modules": qm_named, "recursive": qm_recursive},
+}

@@ -1,0 +1,189 @@
+"""Quantized inference (notebook 11): absmax int8, DeepSeek-V3's block-wise FP8, an int8
+weight-only linear that is faster than float32 on CPU, and an int8 KV cache.
+
+    .venv/bin/python -m utils.bench_quantize    # full-size decode speed and weight memory
+
+Conventions (../curriculum.md, section 11):
+- absmax int8 is symmetric: scale = amax / 127, q = round(x / scale) clamped to [-127, 127],
+  x ~ q * scale. With `dim`, the amax is taken along `dim` (kept, for broadcasting): for a weight
+  (out, in), `dim=-1` gives one scale per output channel, shape (out, 1).
+- FP8 e4m3 (`torch.float8_e4m3fn`) has a largest finite value of 448. DeepSeek-V3 stores weights
+  in 128 x 128 blocks, each with its scale `weight_scale_inv` = amax / 448, so that
+  dequantized block = fp8 block * scale (DeepSeek-V3 `inference/kernel.py`, `weight_dequant`).
+  Activations get one scale per token per 128 channels (`act_quant`).
+- Int8WeightOnlyLinear calls `torch._weight_int8pack_mm(x_bf16, w_int8, scale_bf16)`, PyTorch's
+  int8 weight-only matmul: the int8 weight is read as is, never expanded into a float copy.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INT8_MAX = 127
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0          # torch.finfo(torch.float8_e4m3fn).max
+TINY = 1e-12             # an all-zero slice gets a tiny scale instead of 0 / 0
+
+
+# absmax int8 -----------------------------------------------------------------------------
+def absmax_quantize(x: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8: (q int8 like x, scale float). scale is a 0-d tensor, or has x's shape with
+    size 1 along `dim` (one scale per slice along `dim`)."""
+    amax = x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)
+    scale = amax.float() / INT8_MAX
+    q = torch.round(x.float() / scale.clamp(min=TINY)).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scale
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.float() * scale
+
+
+# block-wise FP8 (DeepSeek-V3) ------------------------------------------------------------
+def _blocks(n: int, block_size: int) -> int:
+    return -(-n // block_size)  # ceil: a ragged edge still gets its own block
+
+
+def _expand(scale: torch.Tensor, shape, block_size: int) -> torch.Tensor:
+    """(ceil(N/b), ceil(K/b)) -> (N, K): every element gets the scale of its block."""
+    n, k = shape
+    return scale.repeat_interleave(block_size, 0)[:n].repeat_interleave(block_size, 1)[:, :k]
+
+
+def fp8_block_quantize(w: torch.Tensor, block_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (N, K) -> (w_fp8 (N, K) float8_e4m3fn, scale (ceil(N/b), ceil(K/b)) float32).
+
+    scale is DeepSeek-V3's `weight_scale_inv`: amax of the block / 448, so w ~ w_fp8 * scale.
+    """
+    n, k = w.shape
+    nb, kb = _blocks(n, block_size), _blocks(k, block_size)
+    padded = w.float().new_zeros(nb * block_size, kb * block_size)
+    padded[:n, :k] = w.float().abs()
+    amax = padded.view(nb, block_size, kb, block_size).amax(dim=(1, 3))   # (nb, kb)
+    scale = amax / FP8_MAX
+    w_fp8 = (w.float() / _expand(scale.clamp(min=TINY), (n, k), block_size)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return w_fp8, scale
+
+
+def fp8_block_dequantize(w_fp8: torch.Tensor, scale: torch.Tensor, block_size: int = 128) -> torch.Tensor:
+    return w_fp8.float() * _expand(scale, w_fp8.shape, block_size)
+
+
+def fp8_activation_quantize(x: torch.Tensor, block_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (..., K) -> (x_fp8 (..., K), scale (..., K / b)): one scale per token per block of channels."""
+    k = x.shape[-1]
+    if k % block_size:
+        raise ValueError(f"the last dimension ({k}) must be a multiple of block_size ({block_size}), as in DeepSeek-V3's act_quant")
+    tiles = x.float().unflatten(-1, (k // block_size, block_size))     # (..., K/b, b)
+    scale = tiles.abs().amax(dim=-1) / FP8_MAX                          # (..., K/b)
+    x_fp8 = (tiles / scale.clamp(min=TINY).unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return x_fp8.flatten(-2), scale
+
+
+def fp8_activation_dequantize(x_fp8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    b = x_fp8.shape[-1] // scale.shape[-1]
+    return (x_fp8.float().unflatten(-1, (-1, b)) * scale.unsqueeze(-1)).flatten(-2)
+
+
+def fp8_e4m3_grid() -> torch.Tensor:
+    """Every finite value float8_e4m3fn can hold, sorted (253 distinct numbers, 0 counted once)."""
+    every = torch.arange(256, dtype=torch.uint8).view(FP8).float()
+    return torch.unique(every[every.isfinite()])
+
+
+# int8 weight-only linear -----------------------------------------------------------------
+class Int8WeightOnlyLinear(nn.Module):
+    """y = x W^T + b with W stored as int8 (out, in) and one float scale per output channel.
+
+    The forward runs `torch._weight_int8pack_mm` on bfloat16 activations (that kernel needs
+    in_features % 8 == 0; other sizes fall back to (x @ q^T) * scale, which is exact but slow).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scale", torch.ones(out_features))                    # (out,)
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "Int8WeightOnlyLinear":
+        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        q, scale = absmax_quantize(linear.weight.detach(), dim=-1)             # (out, in), (out, 1)
+        layer.weight.copy_(q)
+        layer.scale.copy_(scale.squeeze(-1))
+        if linear.bias is not None:
+            layer.bias.copy_(linear.bias.detach())
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features)                                    # (M, in)
+        if self.in_features % 8 == 0:
+            y = torch._weight_int8pack_mm(x2.to(torch.bfloat16).contiguous(), self.weight,
+                                          self.scale.to(torch.bfloat16)).to(x.dtype)
+        else:
+            y = (x2 @ self.weight.to(x.dtype).T) * self.scale.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
+
+
+def quantize_model_(model: nn.Module, skip: tuple[str, ...] = ()) -> nn.Module:
+    """Replace every nn.Linear of `model` in place by Int8WeightOnlyLinear, except those whose
+    name in model.named_modules() is in `skip` (for example skip=("out_head",)). Returns model."""
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and full not in skip:
+                setattr(module, child_name, Int8WeightOnlyLinear.from_linear(child))
+    return model
+
+
+# sizes and the int8 KV cache ------------------------------------------------------------
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every parameter and buffer (int8 weights count 1 byte each); shared tensors once."""
+    seen, total = set(), 0
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys or values (B, H, T, hd) -> int8 with one scale per token and head, (B, H, T, 1)."""
+    return absmax_quantize(x, dim=-1)
+
+
+class Int8KVCache:
+    """utils.kv_cache.KVCache's interface with keys and values stored as int8, one scale per
+    token and head: 1 byte per element plus 4 per head vector, instead of 4 (float32)."""
+
+    def __init__(self, batch_size, max_seq_len, num_kv_heads, head_dim, dtype=torch.float32, device=None):
+        self.max_seq_len, self.dtype = max_seq_len, dtype
+        shape = (batch_size, num_kv_heads, max_seq_len, head_dim)
+        self.k = torch.zeros(shape, dtype=torch.int8, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.k_scale = torch.zeros(*shape[:-1], 1, device=device)   # (B, H_kv, max_seq_len, 1)
+        self.v_scale = torch.zeros_like(self.k_scale)
+        self.seq_len = 0
+
+    def update(self, k_new, v_new):  # (B, H_kv, T_new, hd) twice -> dequantized (B, H_kv, seq_len, hd) twice
+        start, end = self.seq_len, self.seq_len + k_new.shape[2]
+        if end > self.max_seq_len:
+            raise ValueError(f"cache holds max_seq_len={self.max_seq_len} positions, {end} requested")
+        self.k[:, :, start:end], self.k_scale[:, :, start:end] = quantize_kv(k_new)
+        self.v[:, :, start:end], self.v_scale[:, :, start:end] = quantize_kv(v_new)
+        self.seq_len = end
+        k = dequantize(self.k[:, :, :end], self.k_scale[:, :, :end]).to(self.dtype)
+        v = dequantize(self.v[:, :, :end], self.v_scale[:, :, :end]).to(self.dtype)
+        return k, v
+
+    def reset(self):
+        self.seq_len = 0
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self.k_scale, self.v_scale))
