@@ -31,10 +31,14 @@ $(STAMP): requirements.txt pyproject.toml
 
 env: $(STAMP)
 
+# LAB_DIR and LAB_ARGS let the browser test (autograder/tests/test_browser.py) start this same
+# JupyterLab on a copy of course/ with a free port and a known token.
+LAB_DIR  ?= course
+LAB_ARGS ?=
 lab: $(STAMP)
-	@echo "Starting JupyterLab on course/ with $(FIRST) open; open the http://127.0.0.1 URL printed below."
-	cd course && JUPYTER_CONFIG_PATH=$(CURDIR)/autograder PATH=$(CURDIR)/$(BIN):$$PATH \
-		$(CURDIR)/$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST) $(LAB_FLAGS)
+	@echo "Starting JupyterLab on $(LAB_DIR)/ with $(FIRST) open; open the http://127.0.0.1 URL printed below."
+	cd $(LAB_DIR) && JUPYTER_CONFIG_PATH=$(CURDIR)/autograder PATH=$(CURDIR)/$(BIN):$$PATH \
+		$(CURDIR)/$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST) $(LAB_FLAGS) $(LAB_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(NBVAL) utils autograder solutions
