@@ -13,7 +13,7 @@ import pkgutil
 import torch
 from torch import nn
 
-# fp32 tolerances for exact algebra (../curriculum.md); published 4-digit numbers get 1e-4.
+# fp32 tolerances for exact algebra (CURRICULUM.md); published 4-digit numbers get 1e-4.
 ATOL, RTOL = 1e-5, 1e-4
 BOOK_ATOL = 1e-4
 

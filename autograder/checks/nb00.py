@@ -1,9 +1,8 @@
 """Hidden checks of notebook 00, tokens and embeddings."""
 import torch
 
-import utils.embeddings
 import utils.tokenizer
-from autograder.checks import call, expect, expect_close, expect_tensor, fail, forbid, randn
+from autograder.checks import call, expect, expect_close, expect_tensor, fail, own_work, randn
 
 # Strings whose GPT-2 ids show what BPE does: merges, leading spaces, digits, bytes of CJK.
 ENCODE_CASES = [
@@ -18,31 +17,30 @@ ENCODE_CASES = [
 
 
 def check_encode(encode):
-    with forbid([(utils.tokenizer, "encode")], [encode],
-                "encode must call the tokenizer object itself, not utils.tokenizer.encode, which this exercise asks you to write.",
-                "encode 必须直接调用分词器对象，而不是 utils.tokenizer.encode——本练习要求你自己写出它。"):
-        for text in ENCODE_CASES:
-            ids = call(encode, text, name="encode")
-            expect(isinstance(ids, list),
-                   f"encode should return a plain Python list of ints, not {type(ids).__name__}.",
-                   f"encode 应返回由 int 组成的 Python 列表，而不是 {type(ids).__name__}。")
-            expect(all(type(i) is int for i in ids),
-                   "encode should return token ids as ints, not strings or tensors.",
-                   "encode 应返回整数形式的词元 id，而不是字符串或张量。",
-                   f"first items: {ids[:3]!r}")
-            expected = utils.tokenizer.gpt2_encoding().encode(text)
-            if ids == expected:
-                continue
-            if ids == [ord(c) for c in text] or ids == list(text.encode("utf-8")):
-                fail("encode returned one id per character or byte: GPT-2 merges frequent byte pairs, so use its BPE tokenizer.",
-                     "encode 为每个字符或字节返回了一个 id：GPT-2 会合并常见的字节对，请使用它的 BPE 分词器。",
-                     f"{text!r}")
-            if ids[-1:] == [50256] and ids[:-1] == expected:
-                fail("encode appended <|endoftext|> (50256): return only the ids of the text itself.",
-                     "encode 末尾多加了 <|endoftext|> (50256)：只返回文本本身的 id。", f"{text!r}")
-            fail(f"encode({text!r}) gave different ids from GPT-2's tokenizer: keep spaces and case as they are, and encode the whole text at once.",
-                 f"encode({text!r}) 的结果与 GPT-2 分词器不同：保留原有的空格和大小写，并一次性编码整段文本。",
-                 f"got {ids[:8]}, expected {expected[:8]}")
+    with own_work(encode, "encode", en="encode must call the tokenizer object itself, not utils.tokenizer.encode, which this exercise asks you to write.",
+                  zh="encode 必须直接调用分词器对象，而不是 utils.tokenizer.encode——本练习要求你自己写出它。"):
+        results = [call(encode, text, name="encode") for text in ENCODE_CASES]
+    for text, ids in zip(ENCODE_CASES, results):
+        expect(isinstance(ids, list),
+               f"encode should return a plain Python list of ints, not {type(ids).__name__}.",
+               f"encode 应返回由 int 组成的 Python 列表，而不是 {type(ids).__name__}。")
+        expect(all(type(i) is int for i in ids),
+               "encode should return token ids as ints, not strings or tensors.",
+               "encode 应返回整数形式的词元 id，而不是字符串或张量。",
+               f"first items: {ids[:3]!r}")
+        expected = utils.tokenizer.gpt2_encoding().encode(text)
+        if ids == expected:
+            continue
+        if ids == [ord(c) for c in text] or ids == list(text.encode("utf-8")):
+            fail("encode returned one id per character or byte: GPT-2 merges frequent byte pairs, so use its BPE tokenizer.",
+                 "encode 为每个字符或字节返回了一个 id：GPT-2 会合并常见的字节对，请使用它的 BPE 分词器。",
+                 f"{text!r}")
+        if ids[-1:] == [50256] and ids[:-1] == expected:
+            fail("encode appended <|endoftext|> (50256): return only the ids of the text itself.",
+                 "encode 末尾多加了 <|endoftext|> (50256)：只返回文本本身的 id。", f"{text!r}")
+        fail(f"encode({text!r}) gave different ids from GPT-2's tokenizer: keep spaces and case as they are, and encode the whole text at once.",
+             f"encode({text!r}) 的结果与 GPT-2 分词器不同：保留原有的空格和大小写，并一次性编码整段文本。",
+             f"got {ids[:8]}, expected {expected[:8]}")
 
 
 def check_embed(embed):
@@ -51,9 +49,9 @@ def check_embed(embed):
     first = torch.tensor([3, 0, 2, 3, 1])  # ids < d: a column lookup runs, and shows itself by its shape
     ids = torch.tensor([[3, 0, 10, 3, 7], [1, 1, 9, 2, 5]])
     def own_lookup():
-        return forbid([(torch.nn.functional, "embedding"), (utils.embeddings, "embed")], [embed],
-                      "embed must pick the rows itself (indexing or a one-hot product), not call F.embedding, nn.Embedding or utils.",
-                      "embed 必须自己选取行（索引或 one-hot 乘积），不能调用 F.embedding、nn.Embedding 或 utils。")
+        return own_work(embed, "embed", extra=[(torch.nn.functional, "embedding")],
+                        en="embed must pick the rows itself (indexing or a one-hot product), not call F.embedding, nn.Embedding or utils.",
+                        zh="embed 必须自己选取行（索引或 one-hot 乘积），不能调用 F.embedding、nn.Embedding 或 utils。")
     with own_lookup():
         single = call(embed, first, weight, name="embed")
     expect_tensor(single, "embed's output", "embed 的输出")

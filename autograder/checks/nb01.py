@@ -2,8 +2,7 @@
 import torch
 
 import utils.attention as ref
-from autograder.checks import (BOOK_ATOL, call, expect, expect_close, expect_tensor, fail,
-                               forbid, randn)
+from autograder.checks import BOOK_ATOL, call, expect, expect_close, expect_tensor, fail, own_work, randn
 from utils.fixtures import journey_inputs
 
 # Raschka, "Build a Large Language Model (From Scratch)", section 3.3, query "journey" (x[1]).
@@ -13,21 +12,20 @@ BOOK_CONTEXT = [0.4419, 0.6515, 0.5683]
 
 _SOFTMAX_TARGETS = [(torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
                     (torch.special, "softmax"), (torch, "log_softmax"), (torch.nn.functional, "log_softmax"),
-                    (torch.Tensor, "log_softmax"), (ref, "softmax")]
+                    (torch.Tensor, "log_softmax")]
+_SDPA = (torch.nn.functional, "scaled_dot_product_attention")
 
 
-def _own_work(names, fn, what_en, what_zh):
-    """Forbid the utils kernels that an exercise asks the learner to write."""
-    targets = [(ref, n) for n in names]
-    if "self_attention" in names:
-        targets.append((torch.nn.functional, "scaled_dot_product_attention"))
-    return forbid(targets, [fn], f"{what_en} must be computed by your own code, not by utils.attention or F.scaled_dot_product_attention.",
-                  f"{what_zh} 必须由你自己的代码计算，而不是调用 utils.attention 或 F.scaled_dot_product_attention。")
+def _own_work(fn, name, what_en, what_zh, extra=()):
+    """The exercise's utils twin (and `extra`) may not do the work."""
+    return own_work(fn, name, extra=extra,
+                    en=f"{what_en} must be computed by your own code, not by utils.attention or F.scaled_dot_product_attention.",
+                    zh=f"{what_zh} 必须由你自己的代码计算，而不是调用 utils.attention 或 F.scaled_dot_product_attention。")
 
 
 def check_attention_scores(attention_scores):
     x = journey_inputs()
-    with _own_work(["attention_scores"], attention_scores, "The scores", "注意力分数"):
+    with _own_work(attention_scores, "attention_scores", "The scores", "注意力分数"):
         book = call(attention_scores, x[1], x, name="attention_scores")
         inputs, query = randn(5, 7, seed=1), randn(7, seed=2)  # T != d
         scores = call(attention_scores, query, inputs, name="attention_scores")
@@ -47,9 +45,9 @@ def check_attention_scores(attention_scores):
 
 
 def check_softmax(softmax):
-    with forbid(_SOFTMAX_TARGETS, [softmax],
-                "This exercise asks you to write softmax yourself: use exp, a sum and a division, not torch.softmax.",
-                "本练习要求你自己实现 softmax：使用 exp、求和与除法，而不是 torch.softmax。"):
+    with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS,
+                  en="This exercise asks you to write softmax yourself: use exp, a sum and a division, not torch.softmax or utils.",
+                  zh="本练习要求你自己实现 softmax：使用 exp、求和与除法，而不是 torch.softmax 或 utils。"):
         book = call(softmax, torch.tensor(BOOK_SCORES), name="softmax")
         big = torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -999.0, -998.0]])
         big_copy = big.clone()
@@ -94,7 +92,7 @@ def check_softmax(softmax):
 
 def check_context_vector(context_vector):
     x = journey_inputs()
-    with _own_work(["context_vector", "self_attention"], context_vector, "The context vector", "上下文向量"):
+    with _own_work(context_vector, "context_vector", "The context vector", "上下文向量", [(ref, "self_attention"), _SDPA]):
         book = call(context_vector, x[1], x, name="context_vector")
         inputs, query = randn(5, 7, seed=5), randn(7, seed=6)
         other = call(context_vector, query, inputs, name="context_vector")
@@ -118,8 +116,7 @@ def check_self_attention_weights(self_attention_weights):
     x = journey_inputs()
     batch = randn(2, 5, 4, seed=7)  # items differ, T != d
     deep = randn(2, 3, 4, 6, seed=8)
-    with _own_work(["self_attention_weights", "self_attention"], self_attention_weights,
-                   "The attention weights", "注意力权重"):
+    with _own_work(self_attention_weights, "self_attention_weights", "The attention weights", "注意力权重", [(ref, "self_attention"), _SDPA]):
         book = call(self_attention_weights, x, name="self_attention_weights")
         batched = call(self_attention_weights, batch, name="self_attention_weights")
         four_d = call(self_attention_weights, deep, name="self_attention_weights")
@@ -148,7 +145,7 @@ def check_self_attention_weights(self_attention_weights):
 def check_self_attention(self_attention):
     x = journey_inputs()
     batch = randn(2, 5, 4, seed=9)
-    with _own_work(["self_attention"], self_attention, "The context vectors", "上下文向量"):
+    with _own_work(self_attention, "self_attention", "The context vectors", "上下文向量", [_SDPA]):
         book = call(self_attention, x, name="self_attention")
         batched = call(self_attention, batch, name="self_attention")
     expect_tensor(book, "self_attention's result", "self_attention 的结果")

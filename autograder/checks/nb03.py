@@ -9,14 +9,13 @@ import math
 import torch
 
 import utils.scaled_attention as ref
-from autograder.checks import (call, expect, expect_close, expect_tensor, fail, forbid,
-                               generator, randn)
+from autograder.checks import call, expect, expect_close, expect_tensor, fail, generator, own_work, randn
 
 
 def _own_work(name, fn, extra=()):
-    return forbid([(ref, name), *extra], [fn],
-                  f"This exercise asks you to write {name} yourself, not to call utils.scaled_attention or a PyTorch function that does it.",
-                  f"本练习要求你自己实现 {name}，而不是调用 utils.scaled_attention 或现成的 PyTorch 函数。")
+    return own_work(fn, name, extra=extra,
+                    en=f"This exercise asks you to write {name} yourself, not to call utils.scaled_attention or a PyTorch function that does it.",
+                    zh=f"本练习要求你自己实现 {name}，而不是调用 utils.scaled_attention 或现成的 PyTorch 函数。")
 
 
 def _number(result, what="dot_product_variance"):

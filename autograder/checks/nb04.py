@@ -1,7 +1,7 @@
 """Hidden checks of notebook 04, causal attention.
 
 Masks are boolean with True = BLOCKED and bottom-right aligned when there are fewer queries
-than keys (../../curriculum.md). Outputs are compared with utils.causal and, when they differ,
+than keys (CURRICULUM.md). Outputs are compared with utils.causal and, when they differ,
 with the outputs of the usual mistakes (a masked diagonal, an inverted mask, top-left
 alignment, masking after the softmax, filling with 0), so that the message names the mistake.
 
@@ -10,32 +10,21 @@ with persistent=False (as many production models do); what is graded is that it 
 so that .to() moves it and training never updates it. A float 0/1 buffer like the book's
 (torch.triu(torch.ones(...), 1)) is accepted as long as 1 marks the blocked positions.
 """
-import math
-
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import utils.causal as ref
-from autograder.checks import (Shortcut, call, expect, expect_close, expect_linear, expect_tensor, fail, forbid,
-                               matches, message, own_module, randn)
+from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_module, own_work,
+                               randn)
+from autograder.checks.causal_layers import (NEG_INF, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
+                                             load_projections, run_shorter)
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
-NEG_INF = float("-inf")
-
-
-
-def _own_work(name, fn, extra=()):
-    en = f"This exercise asks you to write {name} yourself, not to call utils.causal's {name}."
-    zh = f"本练习要求你自己实现 {name}，而不是调用 utils.causal 中的 {name}。"
-    if fn is getattr(ref, name):  # `from utils.causal import ...` in place of a body
-        raise Shortcut(message(en, zh))
-    return forbid([(ref, name), *extra], [fn], en, zh)
 
 
 # causal_mask -----------------------------------------------------------------------------
 def check_causal_mask(causal_mask):
-    with _own_work("causal_mask", causal_mask):
+    with own_work(causal_mask, "causal_mask"):
         square = call(causal_mask, 5, name="causal_mask")
         fewer = call(causal_mask, 3, 7, name="causal_mask")
         one = call(causal_mask, 1, 6, name="causal_mask")
@@ -109,7 +98,7 @@ def check_mask_and_renormalize(mask_and_renormalize):
     square_w = torch.softmax(randn(3, 5, 5, seed=42), dim=-1)
     square_m = ref.causal_mask(5)
     w_copy = weights.clone()
-    with _own_work("mask_and_renormalize", mask_and_renormalize):
+    with own_work(mask_and_renormalize, "mask_and_renormalize"):
         out = call(mask_and_renormalize, weights, mask, name="mask_and_renormalize")
         square = call(mask_and_renormalize, square_w, square_m, name="mask_and_renormalize")
     expect_tensor(out, "mask_and_renormalize's result", "mask_and_renormalize 的结果")
@@ -120,13 +109,12 @@ def check_mask_and_renormalize(mask_and_renormalize):
     expect(out.shape == expected.shape,
            "mask_and_renormalize must return weights of the same shape as its input.",
            "mask_and_renormalize 必须返回与输入形状相同的权重。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    for variant, en, zh in _renormalize_variants(weights, mask):
-        if matches(out, variant):
-            fail(f"mask_and_renormalize has a known mistake: {en}.", f"mask_and_renormalize 有一个常见错误：{zh}。")
-    expect_close(out.sum(-1), torch.ones(2, 4),
-                 "Every row of the renormalized weights must sum to 1: divide the zeroed weights by their row sums (dim=-1, keepdim=True).",
-                 "重新归一化后的每一行之和必须为 1：把置零后的权重除以它们的行和（dim=-1，keepdim=True）。")
-    expect_close(out, expected,
+    if not any(matches(out, v) for v, _, _ in _renormalize_variants(weights, mask)):
+        expect_close(out.sum(-1), torch.ones(2, 4),
+                     "Every row of the renormalized weights must sum to 1: divide the zeroed weights by their row sums (dim=-1, keepdim=True).",
+                     "重新归一化后的每一行之和必须为 1：把置零后的权重除以它们的行和（dim=-1，keepdim=True）。")
+    expect_known(out, expected, [(v, f"mask_and_renormalize has a known mistake: {en}.", f"mask_and_renormalize 有一个常见错误：{zh}。")
+                                 for v, en, zh in _renormalize_variants(weights, mask)],
                  "mask_and_renormalize is wrong: zero the weights where the mask is True, then divide each row by its sum.",
                  "mask_and_renormalize 不对：把掩码为 True 处的权重置零，然后把每一行除以它的和。")
     expect_close(square, ref.mask_and_renormalize(square_w, square_m),
@@ -153,7 +141,7 @@ def check_masked_softmax(masked_softmax):
     scores[1, 0] += 1000.0  # a row of large scores: the softmax must stay finite
     mask = ref.causal_mask(4, 7)
     s_copy = scores.clone()
-    with _own_work("masked_softmax", masked_softmax):
+    with own_work(masked_softmax, "masked_softmax"):
         out = call(masked_softmax, scores, mask, name="masked_softmax")
         cols = call(masked_softmax, scores.transpose(-2, -1), mask.T, dim=-2, name="masked_softmax")
     expect_tensor(out, "masked_softmax's result", "masked_softmax 的结果")
@@ -163,169 +151,51 @@ def check_masked_softmax(masked_softmax):
     expected = ref.masked_softmax(scores, mask)
     expect(out.shape == expected.shape, "masked_softmax must return weights of the same shape as the scores.",
            "masked_softmax 必须返回与分数形状相同的权重。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    for variant, en, zh in _softmax_variants(scores, mask):
-        if matches(out, variant):
-            fail(f"masked_softmax has a known mistake: {en}.", f"masked_softmax 有一个常见错误：{zh}。")
-    expect(bool(torch.isfinite(out).all()),
-           "masked_softmax gives NaN or inf on a row of large scores: subtract the row maximum before exp, or use torch.softmax.",
-           "masked_softmax 在一行很大的分数上得到 NaN 或 inf：在 exp 之前减去行最大值，或者使用 torch.softmax。")
+    mistakes = [(v, f"masked_softmax has a known mistake: {en}.", f"masked_softmax 有一个常见错误：{zh}。")
+                for v, en, zh in _softmax_variants(scores, mask)]
+    if not any(matches(out, v) for v, _, _ in mistakes):  # an inverted mask leaves a row with NaN: named below
+        expect(bool(torch.isfinite(out).all()),
+               "masked_softmax gives NaN or inf on a row of large scores: subtract the row maximum before exp, or use torch.softmax.",
+               "masked_softmax 在一行很大的分数上得到 NaN 或 inf：在 exp 之前减去行最大值，或者使用 torch.softmax。")
+    expect_known(out, expected, mistakes,
+                 "masked_softmax is wrong: fill the scores with -inf where the mask is True, then take the softmax along dim.",
+                 "masked_softmax 不对：在掩码为 True 处把分数填成 -inf，然后沿 dim 做 softmax。")
     expect(bool((out.detach()[mask.expand_as(out)] == 0).all()),
            "Blocked positions must get weight exactly 0: fill their scores with -inf so that exp gives 0.",
            "被屏蔽的位置的权重必须恰好为 0：把它们的分数填成 -inf，这样 exp 会得到 0。")
-    expect_close(out, expected,
-                 "masked_softmax is wrong: fill the scores with -inf where the mask is True, then take the softmax along dim.",
-                 "masked_softmax 不对：在掩码为 True 处把分数填成 -inf，然后沿 dim 做 softmax。")
     expect_close(cols, expected.transpose(-2, -1),
                  "masked_softmax ignores its dim argument: with dim=-2 each column must sum to 1 (pass dim on to the softmax).",
                  "masked_softmax 忽略了 dim 参数：dim=-2 时每一列之和必须为 1（把 dim 传给 softmax）。")
 
 
-# CausalSelfAttention (its helpers are shared with notebook 05) ---------------------------
-def weights_for(seed, d_in=D_IN, d_out=D_OUT):
-    """An nn.Linear-shaped (d_out, d_in) weight, built here, never from the learner's RNG."""
-    return randn(d_out, d_in, seed=seed) / math.sqrt(d_in)
-
-
-
-def load_projections(module, name, d_in=D_IN, d_out=D_OUT, bias=False, seed=60, weights=None):
-    """Check the three nn.Linear layers and copy deterministic weights into them."""
-    layers = {}
-    for i, attr in enumerate(("W_query", "W_key", "W_value")):
-        layer = expect_linear(module, attr, d_in, d_out, bias, name)
-        with torch.no_grad():
-            layer.weight.copy_(weights[attr] if weights else weights_for(seed + i, d_in, d_out))
-            if bias:
-                layer.bias.copy_(torch.linspace(-0.5, 0.5, d_out) * (i + 1))
-        layers[attr] = layer
-    return layers
-
-
-def check_mask_buffer(module, name, context_length):
-    buffers = dict(module.named_buffers())
-    value = getattr(module, "mask", None)
-    if "mask" not in buffers:
-        if isinstance(value, nn.Parameter):
-            fail(f"{name}.mask is an nn.Parameter, so the optimizer would train it: register it with self.register_buffer('mask', ...).",
-                 f"{name}.mask 是 nn.Parameter，优化器会训练它：请用 self.register_buffer('mask', ...) 注册它。")
-        fail(f"{name}.mask must be a registered buffer, so that .to() moves it with the weights and state_dict() saves it: use self.register_buffer('mask', ...).",
-             f"{name}.mask 必须是注册的缓冲区，这样 .to() 会把它和权重一起移动，state_dict() 也会保存它：请使用 self.register_buffer('mask', ...)。",
-             f"buffers: {sorted(buffers)}, mask is {type(value).__name__}")
-    mask = buffers["mask"]
-    expect(tuple(mask.shape) == (context_length, context_length),
-           f"{name}.mask must cover the whole context: shape (context_length, context_length), sliced in forward for shorter inputs.",
-           f"{name}.mask 必须覆盖整个上下文：形状为 (context_length, context_length)，在 forward 中对较短的输入切片。",
-           f"shape {tuple(mask.shape)}, context_length={context_length}")
-    right = ref.causal_mask(context_length)
-    if torch.equal(mask.bool(), torch.ones_like(right).triu(0)):
-        fail(f"In {name}.mask the diagonal is masked: a token may attend to itself, so block only the keys j > i (triu with diagonal=1).",
-             f"{name}.mask 中对角线被屏蔽了：词元可以关注自己，所以只屏蔽 j > i 的键（triu 使用 diagonal=1）。")
-    if torch.equal(mask.bool(), ~right):
-        fail(f"{name}.mask marks the allowed keys: the course's convention is True (or 1) = BLOCKED, the keys above the diagonal.",
-             f"{name}.mask 标记的是允许的键：本课程的约定是 True（或 1）= 被屏蔽，即对角线以上的键。")
-    expect(torch.equal(mask.bool(), right),
-           f"{name}.mask must be the causal mask of context_length tokens: True above the diagonal.",
-           f"{name}.mask 必须是 context_length 个词元的因果掩码：对角线以上为 True。", f"got {mask.int().tolist()}")
-
-
-def _attention_variants(q, k, v):
-    """What the usual masking mistakes compute on (B, T, d) tensors."""
-    T = q.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
-    right = ref.causal_mask(T)
-    soft = lambda m, fill=NEG_INF: torch.softmax(scores.masked_fill(m, fill), -1) @ v
-    return [
-        (soft(torch.ones(T, T, dtype=torch.bool).triu(0)), "the diagonal is masked, so the first token has nothing to attend to (NaN): a token may attend to itself, block only j > i",
-         "对角线被屏蔽了，第一个词元无处可关注（NaN）：词元可以关注自己，只屏蔽 j > i"),
-        (soft(~right), "the mask is inverted: True means BLOCKED, the keys after the query", "掩码是反的：True 表示被屏蔽，即查询之后的键"),
-        (soft(right, 0.0), "the blocked scores were filled with 0, and exp(0) = 1 still gives them weight: fill with -inf",
-         "被屏蔽的分数填成了 0，而 exp(0) = 1 仍会给它们权重：应填 -inf"),
-        ((torch.softmax(scores, -1).masked_fill(right, 0.0)) @ v, "the weights were masked after the softmax without renormalizing: fill the scores with -inf before the softmax",
-         "权重在 softmax 之后才被屏蔽且没有重新归一化：应在 softmax 之前把分数填成 -inf"),
-        (torch.softmax(scores, -1) @ v, "nothing is masked, so every token sees the future: apply the causal mask to the scores",
-         "没有任何屏蔽，每个词元都能看到未来：把因果掩码应用到分数上"),
-        (torch.softmax((q @ k.transpose(-2, -1)).masked_fill(right, NEG_INF), -1) @ v,
-         "the scores are not scaled: divide Q K^T by sqrt(d_out) before the softmax", "分数没有缩放：在 softmax 之前把 Q K^T 除以 sqrt(d_out)"),
-    ]
-
-
-def expected_causal(layers, x):
-    with torch.no_grad():
-        q, k, v = (layers[n](x) for n in ("W_query", "W_key", "W_value"))
-    T = x.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
-    return ref.masked_softmax(scores, ref.causal_mask(T)) @ v, (q, k, v)
-
-
-def expect_causal_output(out, layers, x, name):
-    expected, (q, k, v) = expected_causal(layers, x)
-    expect_tensor(out, f"{name}'s output", f"{name} 的输出")
-    expect(out.shape == expected.shape,
-           f"{name} must map (B, T, d_in) to (B, T, d_out).", f"{name} 必须把 (B, T, d_in) 映射为 (B, T, d_out)。",
-           f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    if matches(out, expected):
-        return
-    for variant, en, zh in _attention_variants(q, k, v):
-        if matches(out, variant):
-            fail(f"{name} has a known mistake: {en}.", f"{name} 有一个常见错误：{zh}。")
-    expect_close(out, expected,
-                 f"{name} is wrong: softmax of (Q K^T / sqrt(d_out)) with -inf above the diagonal, then times V.",
-                 f"{name} 不对：对上三角填 -inf 后的 (Q K^T / sqrt(d_out)) 做 softmax，再乘以 V。")
-
-
-def run_shorter(module, x, name):
-    """Call the module on fewer tokens than its context; a crash here means the mask was not sliced."""
-    try:
-        return module(x)
-    except AssertionError:
-        raise
-    except Exception as e:
-        fail(f"{name} crashes on an input shorter than context_length: slice the buffer to the input, self.mask[:T, :T].",
-             f"{name} 在比 context_length 短的输入上报错：把缓冲区切成与输入一样大，self.mask[:T, :T]。",
-             f"{type(e).__name__}: {e}")
-
-
-def _forbid_module(module, cls_ref, name):
-    return forbid([(cls_ref, "forward"), (F, "scaled_dot_product_attention")], [type(module).forward],
-                  f"{name} must compute masked attention itself, not call F.scaled_dot_product_attention or utils.",
-                  f"{name} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention 或 utils。")
-
-
+# CausalSelfAttention ---------------------------------------------------------------------
 def check_CausalSelfAttention(CausalSelfAttention):
-    name = "CausalSelfAttention"
+    who = "CausalSelfAttention"
+    en = f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention or the course's class in utils."
+    zh = f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention 或 utils 中课程的类。"
+    x = randn(2, CONTEXT, D_IN, seed=61)
+    short = randn(3, 4, D_IN, seed=62)
+    future = x.clone()
+    future[:, 3:] = randn(2, CONTEXT - 3, D_IN, seed=63)
     for bias in (False, True):
-        module = own_module(CausalSelfAttention, D_IN, D_OUT, CONTEXT, qkv_bias=bias)
-        layers = load_projections(module, name, bias=bias)
-        check_mask_buffer(module, name, CONTEXT)
-        x = randn(2, CONTEXT, D_IN, seed=61)
-        with _forbid_module(module, ref.CausalSelfAttention, name):
-            out = call(module, x, name=f"{name}.forward")
-            expect_causal_output(out, layers, x, name)
-            short = randn(3, 4, D_IN, seed=62)
-            expect_causal_output(run_shorter(module, short, name), layers, short, name)
-            future = x.clone()
-            future[:, 3:] = randn(2, CONTEXT - 3, D_IN, seed=63)
-            changed = call(module, future, name=f"{name}.forward")
-            expect_close(changed[:, :3], out[:, :3],
-                         f"The outputs of the first 3 tokens changed when only later tokens changed: {name} lets queries see the future.",
-                         f"只改变后面的词元时，前 3 个词元的输出却变了：{name} 让查询看到了未来。")
-            try:
-                module(randn(1, CONTEXT + 1, D_IN, seed=64))
-            except ValueError:
-                pass
-            except AssertionError:
-                raise
-            except Exception as e:
-                fail(f"{name} must raise ValueError (with a message) for more than context_length tokens, not {type(e).__name__}: check T first.",
-                     f"输入超过 context_length 个词元时，{name} 必须抛出 ValueError（附带说明），而不是 {type(e).__name__}：先检查 T。",
-                     f"{type(e).__name__}: {e}")
-            else:
-                fail(f"{name} must raise ValueError for an input longer than context_length: there is no mask for those positions.",
-                     f"输入长于 context_length 时，{name} 必须抛出 ValueError：这些位置没有掩码。")
+        with own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+            module = own_module(CausalSelfAttention, D_IN, D_OUT, CONTEXT, qkv_bias=bias)
+            layers = load_projections(module, who, D_IN, D_OUT, bias=bias)
+            expect_mask_buffer(module, who, CONTEXT)
+            out = call(module, x, name=f"{who}.forward")
+            shorter = run_shorter(module, short, who)
+            changed = call(module, future, name=f"{who}.forward")
+            expect_too_long_raises(module, randn(1, CONTEXT + 1, D_IN, seed=64), who)
+        expect_causal_output(out, layers, x, who)
+        expect_causal_output(shorter, layers, short, who)
+        expect_close(changed[:, :3], out[:, :3],
+                     f"The outputs of the first 3 tokens changed when only later tokens changed: {who} lets queries see the future.",
+                     f"只改变后面的词元时，前 3 个词元的输出却变了：{who} 让查询看到了未来。")
     moved = module.to(torch.float64)
-    expect(isinstance(moved, nn.Module) and "mask" in dict(moved.named_buffers()),
-           f"{name}.to(float64) must keep the mask as a buffer.", f"{name}.to(float64) 之后掩码必须仍是缓冲区。")
-    with torch.no_grad():
-        double = call(moved, x.double(), name=f"{name}.forward")
+    expect(isinstance(moved, torch.nn.Module) and "mask" in dict(moved.named_buffers()),
+           f"{who}.to(float64) must keep the mask as a buffer.", f"{who}.to(float64) 之后掩码必须仍是缓冲区。")
+    with torch.no_grad(), own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+        double = call(moved, x.double(), name=f"{who}.forward")
     expect(isinstance(double, torch.Tensor) and double.dtype == torch.float64,
-           f"After .to(torch.float64), {name} must compute in float64: build everything from the input and the registered tensors.",
-           f"调用 .to(torch.float64) 之后，{name} 必须用 float64 计算：一切都应由输入和已注册的张量构造。")
+           f"After .to(torch.float64), {who} must compute in float64: build everything from the input and the registered tensors.",
+           f"调用 .to(torch.float64) 之后，{who} 必须用 float64 计算：一切都应由输入和已注册的张量构造。")

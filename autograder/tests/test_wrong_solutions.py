@@ -4,7 +4,9 @@ valid alternative (it must pass)."""
 import importlib
 
 import pytest
+from torch import nn
 
+from autograder.checks import Shortcut, utils_twins
 from autograder.notebooks import SOLUTIONS, course_notebooks, read_notebook, grading_cell_sources
 
 ZOO = {stem: importlib.import_module(f"autograder.tests.zoo.nb{stem[:2]}") for stem in course_notebooks()}
@@ -48,6 +50,59 @@ def test_wrong_solution_is_caught(stem, exercise, entry):
     if words:
         assert words in text, f"the failure message does not name the mistake: {text}"
     assert has_chinese(text), f"the message has no Chinese translation: {text}"
+
+
+def _defined(source, name, namespace):
+    exec(source, namespace)
+    return namespace[name]
+
+
+def shortcuts(exercise):
+    """Ways to hand in the course's own reference for `exercise` instead of one's own work."""
+    twins = utils_twins(exercise)
+    if not twins:
+        return {}
+    module, attr = twins[0]
+    original = getattr(module, attr)
+    found = {"the utils object itself": original}
+    if isinstance(original, type):
+        found["a subclass"] = type(exercise, (original,), {})
+        found["an aliased import inside a class"] = _defined(
+            f"class {exercise}(nn.Module):\n"
+            "    def __init__(self, *args, **kwargs):\n"
+            "        super().__init__()\n"
+            "        self.inner = _reference(*args, **kwargs)\n"
+            "    def forward(self, *args, **kwargs):\n"
+            "        return self.inner(*args, **kwargs)\n", exercise, {"_reference": original, "nn": nn})
+    else:
+        call = "(*args, **kwargs):\n    return {}(*args, **kwargs)\n"
+        found["an aliased import"] = _defined(f"def {exercise}" + call.format("_reference"), exercise, {"_reference": original})
+        found["the utils module's attribute"] = _defined(f"def {exercise}" + call.format(f"_module.{attr}"), exercise,
+                                                         {"_module": module})
+        found["a helper bound to the exercise's name"] = _defined("def helper" + call.format("_reference"), "helper",
+                                                                  {"_reference": original})
+    return found
+
+
+SHORTCUTS = [pytest.param(stem, exercise, candidate, id=f"{stem[:2]}-{exercise}-{label}")
+             for stem in ZOO for exercise in SOURCES[stem] for label, candidate in shortcuts(exercise).items()]
+
+
+@pytest.mark.parametrize("stem, exercise, candidate", SHORTCUTS)
+def test_the_course_reference_is_no_solution(stem, exercise, candidate):
+    """Every exercise with a utils twin: the twin itself, an alias of it, or a subclass fails as a shortcut."""
+    _, hidden = SOURCES[stem][exercise]
+    with pytest.raises(Shortcut) as failure:
+        run_cell(hidden, exercise, candidate)
+    text = str(failure.value)
+    assert "utils" in text and has_chinese(text), f"the shortcut message must name utils, in both languages: {text}"
+
+
+def test_every_exercise_with_a_utils_twin_is_guarded():
+    """The shortcut cases above cover every such exercise (a renamed utils function would drop it silently)."""
+    covered = {(stem, exercise) for stem, exercise, _ in (p.values for p in SHORTCUTS)}
+    twins = {(stem, exercise) for stem in ZOO for exercise in SOURCES[stem] if utils_twins(exercise)}
+    assert covered == twins
 
 
 @pytest.mark.parametrize("stem, exercise, entry", cases("RIGHT"))

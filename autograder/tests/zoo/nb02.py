@@ -1,4 +1,5 @@
 """Solutions of notebook 02 that grading must reject (WRONG) or accept (RIGHT)."""
+import copy
 import math
 
 import torch
@@ -141,9 +142,20 @@ def copy_plain_tensor(v1, v2):
 
 
 def copy_returns_new(v1, v2):
-    fresh = ref.SelfAttentionV1(*v1.W_query.shape)
-    ref.copy_weights_v2_to_v1(fresh, v2)
+    """Copies into a fresh module and returns it: v1 itself is left as it was."""
+    fresh = copy.deepcopy(v1)
+    with torch.no_grad():
+        for name in ("W_query", "W_key", "W_value"):
+            getattr(fresh, name).copy_(getattr(v2, name).weight.T)
     return fresh
+
+
+def copy_returns_v1(v1, v2):
+    """A correct in-place copy that also returns v1: the contract ignores the return value."""
+    with torch.no_grad():
+        for name in ("W_query", "W_key", "W_value"):
+            getattr(v1, name).copy_(getattr(v2, name).weight.T)
+    return v1
 
 
 WRONG = {
@@ -187,5 +199,5 @@ RIGHT = {
     "SelfAttentionV1": {"the notebook's solution": v1_class(), "einsum": v1_einsum()},
     "SelfAttentionV2": {"the notebook's solution": v2_class(), "F.linear and .mT": v2_functional_linear()},
     "copy_weights_v2_to_v1": {"the book's nn.Parameter(weight.T)": copy_book, ".data assignment": copy_data,
-                              "reference": ref.copy_weights_v2_to_v1},
+                              "copies in place and returns v1": copy_returns_v1},
 }

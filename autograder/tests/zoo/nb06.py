@@ -11,10 +11,15 @@ from utils.dropout import CausalAttention
 
 
 # MultiHeadAttentionWrapper ----------------------------------------------------------------
-def wrapper_class(container="modulelist", cat_dim=-1, shared=False, combine="cat"):
+def wrapper_class(container="modulelist", cat_dim=-1, shared=False, combine="cat", mistake=None):
     class Wrapper(nn.Module):
         def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
             super().__init__()
+            self.out_dropout = nn.Dropout(dropout if mistake == "dropout on the output" else 0.0)
+            if mistake == "dropout on the output":
+                dropout = 0.0
+            if mistake == "ignores qkv_bias":
+                qkv_bias = False
             if shared:
                 heads = [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)] * num_heads
             else:
@@ -25,7 +30,7 @@ def wrapper_class(container="modulelist", cat_dim=-1, shared=False, combine="cat
             outs = [head(x) for head in self.heads]
             if combine == "sum":
                 return torch.stack(outs).sum(0).repeat(1, 1, len(outs))
-            return torch.cat(outs, dim=cat_dim)
+            return self.out_dropout(torch.cat(outs, dim=cat_dim))
     return Wrapper
 
 
@@ -76,6 +81,7 @@ def mha_class(mistake=None):
             if d_out % num_heads and mistake != "no divisibility check":
                 raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
             self.num_heads, self.head_dim, self.d_out = num_heads, d_out // num_heads, d_out
+            qkv_bias = qkv_bias and mistake != "ignores qkv_bias"
             self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
             self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
             self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -97,17 +103,21 @@ def mha_class(mistake=None):
             scores = q @ k.transpose(-2, -1) / scale
             mask = self.mask if mistake == "mask not sliced" else self.mask[:T, :T]
             weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            if mistake != "dropout in eval":
-                weights = self.dropout(weights)
-            else:
+            if mistake == "dropout in eval":
                 weights = F.dropout(weights, 0.5, training=True)
+            elif mistake not in ("dropout on the context", "dropout on the output"):
+                weights = self.dropout(weights)
             context = weights @ v
+            if mistake == "dropout on the context":
+                context = self.dropout(context)
             if mistake == "merge without transpose":
                 context = context.reshape(B, T, H * hd)
             else:
                 context = context.transpose(1, 2).reshape(B, T, H * hd)
             if mistake == "no out_proj":
                 return context
+            if mistake == "dropout on the output":
+                return self.dropout(self.out_proj(context))
             return self.out_proj(context)
     return MHA
 
@@ -145,7 +155,7 @@ def count_ignores_qkv_bias(d_in, d_out, num_heads, qkv_bias=False):
 
 
 def count_times_heads(d_in, d_out, num_heads, qkv_bias=False):
-    return num_heads * ref.mha_parameter_count(d_in, d_out, num_heads, qkv_bias)
+    return num_heads * count_formula(d_in, d_out, num_heads, qkv_bias)
 
 
 def count_by_modules(d_in, d_out, num_heads, qkv_bias=False):
@@ -179,6 +189,8 @@ WRONG = {
         "one head repeated": (wrapper_class(shared=True), "its own module"),
         "concatenated along tokens": (wrapper_class(cat_dim=1), "feature axis"),
         "heads summed": (wrapper_class(combine="sum"), "columns h*d_out"),
+        "dropout on the concatenated output": (wrapper_class(mistake="dropout on the output"), "drop the attention weights"),
+        "ignores qkv_bias": (wrapper_class(mistake="ignores qkv_bias"), "qkv_bias=True"),
     },
     "split_heads": {
         "token axis": (split_token_axis, "wrong axis"),
@@ -196,6 +208,9 @@ WRONG = {
         "mask not a buffer": (mha_class("mask not a buffer"), "registered buffer"),
         "mask not sliced": (mha_class("mask not sliced"), "self.mask[:T, :T]"),
         "dropout active in eval": (mha_class("dropout in eval"), "deterministic"),
+        "dropout on the context": (mha_class("dropout on the context"), "drop the attention weights"),
+        "dropout on the output": (mha_class("dropout on the output"), "drop the attention weights"),
+        "ignores qkv_bias": (mha_class("ignores qkv_bias"), "qkv_bias=True"),
         "no divisibility check": (mha_class("no divisibility check"), "must raise ValueError"),
         "F.scaled_dot_product_attention": (mha_sdpa(), "your own code"),
     },
