@@ -3,8 +3,25 @@ the Validate button (`make lab` puts this folder on JUPYTER_CONFIG_PATH)."""
 c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
 
 c.CourseDirectory.course_id = "attention-course"
-# CPU torch cells take seconds, not the 30 s nbgrader allows by default; a learner's infinite
-# loop is interrupted after this long and only that exercise loses its points.
-c.Execute.timeout = 120
+# Time limits of grading. A cell that runs longer than Execute.timeout is interrupted and
+# scores 0 (CPU torch cells take seconds, not the 30 s nbgrader allows by default); once the
+# whole notebook has run for GradingExecute.notebook_timeout (kernel start included), the cells
+# left are not run and score 0. Every solution notebook runs in under 45 s on 2 cores, so
+# 120 s leaves room for a busy machine, and one submission, whatever it does, is graded in
+# about two minutes plus nbgrader's own few seconds.
+c.Execute.timeout = 60
+c.GradingExecute.notebook_timeout = 120
 # The python3 kernel of the environment that runs nbgrader: the course's own .venv.
 c.Execute.kernel_name = "python3"
+# nbgrader's autograde steps, with its Execute replaced by the course's (autograder/preprocessors.py):
+# the notebook-wide limit above, a verdict when the kernel dies, and the checks reloaded from
+# their files before every test cell, so a notebook that patches them gains nothing.
+c.Autograde.autograde_preprocessors = [
+    "autograder.preprocessors.GradingExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]

@@ -28,7 +28,9 @@ def reason(cell, timeout: int) -> str:
     if not errors:
         return ""
     ename, evalue = errors[-1].get("ename", ""), _ANSI.sub("", errors[-1].get("evalue", ""))
-    if ename in ("CellTimeoutError", "KeyboardInterrupt", "DeadKernelError") or "timeout" in evalue.lower():
+    if ename in ("NotRun", "GradingGuard", "DeadKernelError") or (ename == "CellTimeoutError" and evalue):
+        return " ".join(evalue.split())  # written by autograder/preprocessors.py, in words
+    if ename in ("CellTimeoutError", "KeyboardInterrupt") or "timeout" in evalue.lower():
         return (f"The tests did not finish within {timeout} s: look for an infinite loop or a very slow step. "
                 f"测试未能在 {timeout} 秒内完成：检查是否有死循环或非常慢的步骤。")
     if ename == "NotImplementedError":

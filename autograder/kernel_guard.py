@@ -1,0 +1,373 @@
+"""Runs inside the learner's kernel while a notebook is graded, so that the tests judge the
+learner's answers with the course's own checks, not with whatever the notebook left behind.
+
+This file is never imported by the kernel: `autograder.preprocessors.GradingExecute` reads it
+and sends its text with every call (as a user expression, which IPython evaluates without its
+input transformers), so the learner's code cannot replace these functions.
+
+    start()          before the first cell: record builtins, math, torch and the IPython
+                     machinery that the checks and the test cells rely on
+    refresh(root, wanted)
+                     before every test cell: put the recorded objects back, run the course's
+                     checks (autograder.*) afresh from their files, and run a reference module
+                     (utils.*) afresh whenever it differs from what its file defined
+
+What this cannot stop (a notebook has full use of Python): code that runs while a check calls
+the learner's function, threads that keep patching, the interpreter's import machinery, this
+guard's own record, native code and files on disk. README "What grading guarantees" says so.
+"""
+import builtins
+import copy
+import importlib
+import importlib.util
+import math
+import operator
+import os
+import sys
+import sysconfig
+import types
+
+_KEY = "_autograder_grading_guard"
+_MISSING = object()
+_OWN = ("utils", "autograder")
+
+
+def _state() -> dict:
+    state = getattr(sys, _KEY, None)
+    if not isinstance(state, dict) or "dicts" not in state:
+        raise RuntimeError("the grading guard was not started")
+    return state
+
+
+def _shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    return InteractiveShell._instance if InteractiveShell.initialized() else None
+
+
+def _functions_of(value):
+    """Python functions reachable from a module or class attribute."""
+    if isinstance(value, types.FunctionType):
+        return [value]
+    if isinstance(value, (staticmethod, classmethod)):
+        return _functions_of(value.__func__)
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if isinstance(f, types.FunctionType)]
+    wrapped = getattr(value, "__wrapped__", None) if not isinstance(value, (type, types.ModuleType)) else None
+    return [wrapped] if isinstance(wrapped, types.FunctionType) else []
+
+
+def _internals(fn):
+    cells = tuple(c.cell_contents if _filled(c) else _MISSING for c in (fn.__closure__ or ()))
+    return (fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__, cells)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+def _record(owners) -> tuple[list, list]:
+    dicts, functions = [], []
+    for owner in owners:
+        saved = dict(vars(owner))
+        dicts.append((owner, saved, isinstance(owner, type)))
+        for value in saved.values():
+            functions += [_internals(f) for f in _functions_of(value)]
+    return dicts, functions
+
+
+def _restore_functions(functions):
+    for fn, code, defaults, kwdefaults, cells in functions:
+        if fn.__code__ is not code:
+            fn.__code__ = code
+        if fn.__defaults__ is not defaults:
+            fn.__defaults__ = defaults
+        if fn.__kwdefaults__ is not kwdefaults:
+            fn.__kwdefaults__ = kwdefaults
+        for cell, value in zip(fn.__closure__ or (), cells):
+            if value is not _MISSING and (not _filled(cell) or cell.cell_contents is not value):
+                cell.cell_contents = value
+
+
+def _restore(dicts, functions):
+    for owner, saved, is_class in dicts:
+        current = vars(owner)
+        for key, value in saved.items():
+            if current.get(key, _MISSING) is not value:
+                try:
+                    setattr(owner, key, value)
+                except (AttributeError, TypeError):
+                    pass
+        if is_class:  # an attribute added to a class shadows what its bases define
+            for key in [k for k in current if k not in saved]:
+                try:
+                    delattr(owner, key)
+                except (AttributeError, TypeError):
+                    pass
+    _restore_functions(functions)
+
+
+def _installed(fn) -> bool:
+    """A callback defined by an installed package (matplotlib's inline backend), not by a cell."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:
+        return False
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    return any(code.co_filename.startswith(r + os.sep) for r in roots)
+
+
+def _targets():
+    import torch
+    import torch.nn.functional
+    import torch.nn.init
+    import torch.linalg
+    import torch.special
+    import torch.testing
+    from torch import nn
+
+    modules = [builtins, math, operator, copy, importlib, importlib.util, torch, torch.nn.functional,
+               torch.linalg, torch.special, torch.testing, torch.nn.init, torch.random]
+    classes = [torch.Tensor, nn.Parameter, nn.Module, nn.Linear, nn.Embedding, nn.Dropout, nn.ModuleList,
+               nn.Sequential, nn.LayerNorm, torch.Generator]
+    shell = _shell()
+    if shell is not None:
+        classes += [k for k in type(shell).__mro__ if k.__module__.split(".")[0] in ("IPython", "ipykernel")]
+        kernel = getattr(shell, "kernel", None)
+        if kernel is not None:
+            classes += [k for k in type(kernel).__mro__ if k.__module__.split(".")[0] in ("ipykernel",)]
+    return modules, [k for k in classes if isinstance(k, type)]
+
+
+def _shell_lists(shell):
+    """(owner, attribute) of the lists through which IPython transforms or follows a cell."""
+    manager = shell.input_transformer_manager
+    return [(manager, "cleanup_transforms"), (manager, "line_transforms"), (manager, "token_transformers"),
+            (shell, "input_transformers_post"), (shell, "ast_transformers")]
+
+
+def start() -> str:
+    modules, classes = _targets()
+    dicts, functions = _record(modules + classes)
+    state = {"dicts": dicts, "functions": functions, "meta_path": list(sys.meta_path),
+             "path_hooks": list(sys.path_hooks), "trace": sys.gettrace(), "profile": sys.getprofile(),
+             "own": {}, "code": {}, "torch": _torch_state()}
+    shell = _shell()
+    if shell is not None:
+        state["shell"] = shell
+        state["shell_methods"] = {k: v for k, v in vars(shell).items() if callable(v)}
+        state["lists"] = [(o, a, getattr(o, a), list(getattr(o, a))) for o, a in _shell_lists(shell)]
+        state["events"] = {k: list(v) for k, v in shell.events.callbacks.items()}
+        state["custom_exceptions"] = shell.custom_exceptions
+        state["custom_tb"] = shell.CustomTB
+    setattr(sys, _KEY, state)
+    return "started"
+
+
+def _torch_state() -> dict:
+    """torch's global switches and hooks: a hook or mode could rewrite every result."""
+    import torch
+    import torch.nn.modules.module as module
+
+    hooks = {k: (v, dict(v)) for k, v in vars(module).items() if k.startswith("_global") and isinstance(v, dict)}
+    return {"dtype": torch.get_default_dtype(), "grad": torch.is_grad_enabled(), "hooks": hooks}
+
+
+def _restore_torch(saved):
+    import torch
+
+    while torch._C._len_torch_function_stack() > 0:  # TorchFunctionMode: intercepts every call
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > 0:
+        torch._C._pop_torch_dispatch_stack()
+    torch.set_default_dtype(saved["dtype"])
+    torch.set_grad_enabled(saved["grad"])
+    for hooks, items in saved["hooks"].values():
+        if hooks.keys() != items.keys() or any(hooks[k] is not v for k, v in items.items()):
+            hooks.clear()
+            hooks.update(items)
+
+
+def _restore_kernel(state):
+    _restore(state["dicts"], state["functions"])
+    _restore_torch(state["torch"])
+    sys.meta_path[:] = state["meta_path"]
+    sys.path_hooks[:] = state["path_hooks"]
+    sys.path_importer_cache.clear()
+    if sys.gettrace() is not state["trace"]:
+        sys.settrace(state["trace"])
+    if sys.getprofile() is not state["profile"]:
+        sys.setprofile(state["profile"])
+    shell = state.get("shell")
+    if shell is None:
+        return
+    for key in [k for k, v in vars(shell).items() if callable(v) and state["shell_methods"].get(k) is not v]:
+        if key in state["shell_methods"]:
+            setattr(shell, key, state["shell_methods"][key])
+        elif hasattr(type(shell), key):
+            delattr(shell, key)
+    for owner, attr, original, items in state["lists"]:
+        if getattr(owner, attr) is not original:
+            setattr(owner, attr, original)
+        original[:] = items
+    for event, callbacks in shell.events.callbacks.items():
+        before = state["events"].get(event, [])
+        callbacks[:] = [c for c in callbacks if any(c is b for b in before) or _installed(c)]
+    shell.custom_exceptions = state["custom_exceptions"]
+    shell.CustomTB = state["custom_tb"]
+
+
+# The course's own modules ----------------------------------------------------------------
+def _own(name: str) -> bool:
+    return name.split(".")[0] in _OWN
+
+
+def _file_of(root: str, name: str):
+    base = os.path.join(root, *name.split("."))
+    if os.path.isfile(os.path.join(base, "__init__.py")):
+        return os.path.join(base, "__init__.py"), [base]
+    if os.path.isfile(base + ".py"):
+        return base + ".py", None
+    return None, None
+
+
+def _compiled(state, path: str):
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    cached = state["code"].get(path)
+    if cached is None or cached[0] != source:
+        cached = (source, compile(source, path, "exec", dont_inherit=True))
+        state["code"][path] = cached
+    return cached[1]
+
+
+class _Loader:
+    """Runs a course module's file in the module object that the kernel already knows (so the
+    learner's references to it see the fresh contents), or in a new one."""
+
+    def __init__(self, state, path, old):
+        self.state, self.path, self.old = state, path, old
+
+    def create_module(self, spec):
+        if type(self.old) is types.ModuleType:
+            vars(self.old).clear()
+            return self.old
+        return None
+
+    def exec_module(self, module):
+        exec(_compiled(self.state, self.path), vars(module))
+
+
+class _Finder:
+    def __init__(self, state, root, old):
+        self.state, self.root, self.old = state, root, old
+
+    def find_spec(self, name, path=None, target=None):
+        if not _own(name):
+            return None
+        file, search = _file_of(self.root, name)
+        if file is None:
+            return None
+        return importlib.util.spec_from_file_location(name, file, submodule_search_locations=search,
+                                                      loader=_Loader(self.state, file, self.old.get(name)))
+
+
+def _fingerprint(module):
+    """What a module held right after the course's file defined it: every attribute by
+    identity, the insides of the functions and classes it defines, copies of its data."""
+    name, entries = module.__name__, dict(vars(module))
+    owners, data = [], []
+    for key, value in entries.items():
+        if isinstance(value, type) and value.__module__ == name:
+            owners.append(value)
+        elif isinstance(value, (list, dict, set, tuple)):
+            try:
+                data.append((key, copy.deepcopy(value)))
+            except Exception:
+                pass
+        elif type(value).__name__ in ("Tensor", "Parameter") and type(value).__module__.startswith("torch"):
+            data.append((key, value.detach().clone()))
+    classes, functions = _record(owners)
+    for value in entries.values():  # also what it imported from another course module
+        if _own(getattr(value, "__module__", None) or ""):
+            functions += [_internals(f) for f in _functions_of(value)]
+    return module, entries, classes, functions, data
+
+
+def _intact(fingerprint) -> bool:
+    import torch
+
+    module, entries, classes, functions, data = fingerprint
+    current = vars(module)
+    if current.keys() != entries.keys() or any(current[k] is not v for k, v in entries.items()):
+        return False
+    for owner, saved, _ in classes:
+        now = vars(owner)
+        if now.keys() != saved.keys() or any(now[k] is not v for k, v in saved.items()):
+            return False
+    for fn, code, defaults, kwdefaults, cells in functions:
+        if fn.__code__ is not code or fn.__defaults__ is not defaults or fn.__kwdefaults__ is not kwdefaults:
+            return False
+        if any(v is not _MISSING and (not _filled(c) or c.cell_contents is not v)
+               for c, v in zip(fn.__closure__ or (), cells)):
+            return False
+    for key, value in data:
+        try:
+            if isinstance(value, torch.Tensor):
+                now = current[key]
+                if now.dtype != value.dtype or now.shape != value.shape or not torch.equal(now, value):
+                    return False
+            elif not bool(current[key] == value):
+                return False
+        except Exception:
+            return False
+    return True
+
+
+def refresh(root: str, wanted=()) -> str:
+    """Before a test cell: restore what start() recorded, then load the course's modules afresh."""
+    state = _state()
+    _restore_kernel(state)
+    own = state["own"]
+    loaded = [n for n, m in list(sys.modules.items()) if _own(n)]
+    stale = [n for n in loaded
+             if n == "autograder" or n.startswith("autograder.checks") or not _own_intact(own, n)]
+    stale += [n for n in ("autograder", "autograder.checks") if n not in stale]
+    stale += [n for n in wanted if n not in stale and _file_of(root, n)[0]]
+    old = {n: sys.modules.pop(n) for n in stale if n in sys.modules}
+    previous = {}  # id -> (object, module name, attribute) of what the stale modules defined
+    for name, module in old.items():
+        for key, value in list(vars(module).items()):
+            if getattr(value, "__module__", None) == name:
+                previous[id(value)] = (value, name, key)
+    finder = _Finder(state, root, old)
+    sys.meta_path.insert(0, finder)
+    try:
+        for name in stale:
+            importlib.import_module(name)
+    finally:
+        sys.meta_path.remove(finder)
+    for name, module in list(sys.modules.items()):  # a package knows its loaded submodules
+        parent, _, child = name.rpartition(".")
+        if parent and _own(name) and parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
+    for name in stale:
+        if name in sys.modules and name.split(".")[0] == "utils":
+            own[name] = _fingerprint(sys.modules[name])
+    # The learner's names for what a stale module defined (`from utils.x import f as g`) now
+    # name its fresh twin, so a shortcut guard that looks for the reference finds them.
+    main = vars(sys.modules["__main__"])
+    for key, value in list(main.items()):
+        hit = previous.get(id(value))
+        if hit is not None and hit[0] is value:
+            fresh = getattr(sys.modules.get(hit[1]), hit[2], None)
+            if fresh is not None:
+                main[key] = fresh
+    return "refreshed " + " ".join(stale)
+
+
+def _own_intact(own: dict, name: str) -> bool:
+    fingerprint = own.get(name)
+    return fingerprint is not None and fingerprint[0] is sys.modules.get(name) and _intact(fingerprint)

@@ -1,0 +1,188 @@
+"""The Execute step of autograding, bounded and guarded (nbgrader_config.py puts it in place of
+nbgrader's own Execute in `Autograde.autograde_preprocessors`).
+
+- A time limit for the whole notebook (`GradingExecute.notebook_timeout`) on top of the per-cell
+  `Execute.timeout`: a cell never waits longer than what is left of it, and once it is used up the
+  remaining cells are not run and score 0, with a reason that names the first cell that ran out
+  of time.
+- A kernel that dies (`os._exit`, a native crash, out of memory) or ignores the interrupt ends the
+  run, not the grading: that cell and the rest score 0, with a reason that names the cell.
+- Before every test cell, `autograder/kernel_guard.py` (sent as text, never imported by the kernel)
+  puts back the builtins, torch and IPython machinery recorded before the first cell and loads the
+  course's checks and reference kernels afresh, so a notebook that patches them gains nothing.
+"""
+import math
+import re
+from pathlib import Path
+from time import monotonic
+
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Integer
+
+ROOT = Path(__file__).resolve().parent.parent
+GUARD = (Path(__file__).resolve().parent / "kernel_guard.py").read_text(encoding="utf-8")
+_CHECK_IMPORT = re.compile(r"(?:from\s+autograder\.checks\s+import\s+([\w\s,()]+)|import\s+(autograder\.checks\.\w+))")
+
+
+def error(ename: str, en: str, zh: str) -> NotebookNode:
+    """An error output: nbgrader scores a test cell that has one 0, and shows it in the feedback."""
+    return NotebookNode(output_type="error", ename=ename, evalue=f"{en} {zh}", traceback=[f"{ename}: {en}", zh])
+
+
+def describe(cell, index: int) -> tuple[str, str]:
+    """How feedback names a cell, in English and in Chinese."""
+    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    if gid and cell.metadata["nbgrader"].get("grade"):
+        return f"the test cell `{gid}`", f"测试单元格 `{gid}`"
+    if gid:
+        return f"your cell `{gid}`", f"你的单元格 `{gid}`"
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")[:60]
+    return f"cell {index + 1} (`{first}`)", f"第 {index + 1} 个单元格（`{first}`）"
+
+
+def wanted_checks(source: str) -> list[str]:
+    """Modules of autograder.checks that a test cell imports, e.g. ["autograder.checks.nb01"]."""
+    names = []
+    for names_list, dotted in _CHECK_IMPORT.findall(source):
+        if dotted:
+            names.append(dotted)
+        for name in re.findall(r"\w+", names_list):
+            if name != "as":
+                names.append(f"autograder.checks.{name}")
+    return names
+
+
+class GuardFailed(Exception):
+    pass
+
+
+class GradingExecute(Execute):
+    """nbgrader's Execute with a time limit for the whole notebook, a verdict when the kernel
+    dies, and the kernel guard before every test cell."""
+
+    notebook_timeout = Integer(
+        120, help="Seconds for the whole notebook, kernel start included; cells after it are not run."
+    ).tag(config=True)
+    guard = Bool(True, help="Restore and reload what the checks rely on before every test cell.").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._deadline = monotonic() + self.notebook_timeout
+        self._stopped = None  # (en, zh): why the remaining cells were not run
+        self._first_timeout = None  # (en, zh) label of the first cell that ran out of time
+        self._timed_out = None
+        self._guard_started = False
+        self._guard_error = None
+        self.shutdown_kernel = "graceful"
+        return super().preprocess(nb, resources, km)
+
+    # Time ------------------------------------------------------------------------------------
+    def _left(self) -> float:
+        return self._deadline - monotonic()
+
+    def _get_timeout(self, cell):
+        per_cell = super()._get_timeout(cell)
+        left = max(1, math.ceil(self._left()))
+        return left if per_cell is None else min(per_cell, left)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self._timed_out = timeout
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def _budget_stop(self):
+        en, zh = self._first_timeout or ("none", "无")
+        self._stop(
+            f"Not run: grading stopped when the notebook used up its time limit of {self.notebook_timeout} s "
+            f"(each cell may take at most {self.timeout} s). The first cell that ran out of time was {en}: "
+            "look there for an infinite loop or a very slow step.",
+            f"未运行：笔记本用完了 {self.notebook_timeout} 秒的总时间限制（每个单元格最多 {self.timeout} 秒），"
+            f"评分已停止。最先超时的是{zh}：请在那里检查死循环或非常慢的步骤。")
+
+    def _stop(self, en, zh):
+        if self._stopped is None:
+            self._stopped = (en, zh)
+            self.shutdown_kernel = "immediate"
+
+    # The guard -------------------------------------------------------------------------------
+    def _call_guard(self, function: str, *args):
+        expression = (f"(lambda ns: (exec(compile({GUARD!r}, '<autograder kernel_guard>', 'exec'), ns), "
+                      f"ns[{function!r}](*{args!r}))[1])({{'__name__': '__autograder_guard__'}})")
+        msg_id = self.kc.execute("", silent=True, store_history=False, user_expressions={"guard": expression})
+        self._timed_out = None
+        reply = self.wait_for_reply(msg_id)
+        if reply is None or self._timed_out:
+            raise TimeoutError
+        result = reply["content"].get("user_expressions", {}).get("guard", {})
+        if reply["content"].get("status") != "ok" or result.get("status") != "ok":
+            raise GuardFailed(f"{result.get('ename', '')}: {result.get('evalue', '')}")
+        return result["data"]["text/plain"]
+
+    def _guard_before(self, cell):
+        if not self.guard:
+            return
+        if not self._guard_started:
+            self._guard_started = True
+            try:
+                self._call_guard("start")
+            except GuardFailed as e:
+                self._guard_error = str(e)
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            if self._guard_error:
+                raise GuardFailed(self._guard_error)
+            self._call_guard("refresh", str(ROOT), wanted_checks(cell.source))
+
+    # Cells -----------------------------------------------------------------------------------
+    def preprocess_cell(self, cell, resources, index):
+        self._check_assign_resources(resources)
+        if cell.cell_type != "code" or not cell.source.strip():
+            return cell, self.resources
+        if self._stopped is None and self._left() <= 0:
+            self._budget_stop()
+        if self._stopped is not None:
+            cell.outputs = [error("NotRun", *self._stopped)]
+            return cell, self.resources
+        en, zh = describe(cell, index)
+        try:
+            try:
+                self._guard_before(cell)
+            except GuardFailed as e:
+                cell.outputs = [error(
+                    "GradingGuard",
+                    "This test was not run: grading could not restore the course's checks before it, because "
+                    f"the notebook changed the Python machinery they rely on ({e}).",
+                    f"该测试未运行：评分前无法恢复课程的检查代码，因为笔记本修改了它们所依赖的 Python 机制（{e}）。")]
+                return cell, self.resources
+            self._timed_out = None
+            self.execute_cell(cell, index, store_history=True)
+        except DeadKernelError:
+            cell.outputs.append(error(
+                "DeadKernelError",
+                f"The Python kernel died while running {en}: something in it, or in the code it calls, ends the "
+                "process (os._exit, a crash in native code, running out of memory).",
+                f"Python 内核在运行{zh}时退出了：其中或它调用的代码结束了进程（os._exit、原生代码崩溃、内存耗尽）。"))
+            self._stop(
+                f"Not run: the Python kernel died while running {en}, so the cells after it could not be tested.",
+                f"未运行：Python 内核在运行{zh}时退出了，因此之后的单元格无法测试。")
+            return cell, self.resources
+        except (CellTimeoutError, TimeoutError):
+            # The cell ran out of time and the kernel did not stop when interrupted.
+            self._first_timeout = self._first_timeout or (en, zh)
+            cell.outputs.append(error(
+                "CellTimeoutError",
+                f"This cell did not finish within {self._timed_out or self.timeout} s and did not stop when interrupted.",
+                f"该单元格未能在 {self._timed_out or self.timeout} 秒内完成，且中断后仍未停止。"))
+            self._stop(
+                f"Not run: {en} did not finish in time and did not stop when interrupted, so grading stopped there.",
+                f"未运行：{zh}未能按时完成，且中断后仍未停止，评分在此停止。")
+            return cell, self.resources
+        if self._timed_out:
+            self._first_timeout = self._first_timeout or (en, zh)
+            limit = self._timed_out
+            for output in cell.outputs:
+                if output.get("output_type") == "error" and output.get("ename") == "CellTimeoutError":
+                    output.evalue = (f"This cell did not finish within {limit} s: look for an infinite loop or a very "
+                                     f"slow step. 该单元格未能在 {limit} 秒内完成：请检查是否有死循环或非常慢的步骤。")
+            if self._left() <= 1:
+                self._budget_stop()
+        return cell, self.resources
