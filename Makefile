@@ -11,14 +11,15 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test sync release check-release submit grade-all check-env clean
+.PHONY: help env lab test test-fast sync release check-release submit grade-all check-env clean
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, nbval, submit, release"
+	@echo "make test-fast           reference kernels and wrong solutions only, no notebook execution (maintainers)"
 	@echo "make submit NB=PATH      grade one notebook, a score per exercise (add JSON=1 for JSON)"
 	@echo "make sync [NB=STEM]      rebuild solutions/*.ipynb from their .py text sources and execute them"
-	@echo "make release             regenerate course/ from solutions/ (instructors, maintainers)"
+	@echo "make release [NB=STEM]   regenerate course/ from solutions/ (instructors, maintainers)"
 	@echo "make check-release       fail if course/ differs from what solutions/ generates"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb into grading/gradebook.db and grading/grades.csv"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
@@ -40,19 +41,22 @@ lab: $(STAMP)
 	cd $(LAB_DIR) && JUPYTER_CONFIG_PATH=$(CURDIR)/autograder PATH=$(CURDIR)/$(BIN):$$PATH \
 		$(CURDIR)/$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST) $(LAB_FLAGS) $(LAB_ARGS)
 
+# Both cores: pytest-xdist, each notebook's nbval cells kept on one worker (conftest.py).
+XDIST ?= -n $(shell nproc 2>/dev/null || echo 2) --dist loadgroup
 test: $(STAMP)
-	$(BIN)/python -m pytest $(NBVAL) utils autograder solutions
+	$(BIN)/python -m pytest $(XDIST) $(NBVAL) utils autograder solutions
+
+# The reference kernels and the collection of wrong solutions: no notebook is executed.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" utils autograder
 
 sync: $(STAMP)
 	$(BIN)/python -m autograder sync $(NB)
 
 release: $(STAMP)
-	$(BIN)/python -m autograder release
+	$(BIN)/python -m autograder release $(NB)
 
-check-sync: $(STAMP)
-	$(BIN)/python -m autograder sync $(NB)
-
-release: $(STAMP)
+check-release: $(STAMP)
 	$(BIN)/python -m autograder release --check
 
 submit: $(STAMP)
