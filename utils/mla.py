@@ -90,6 +90,26 @@ class MultiHeadLatentAttention(nn.Module):
         cache[:B, start_pos:start_pos + T] = new.detach()
         return torch.cat([cache[:B, :start_pos], new], dim=1)
 
+    def _latent_and_rope_key(self, x, positions):
+        """(B, T, dim) -> kv_norm(latent) (B, T, c) and the rotated rope key (B, T, rope), one for all heads."""
+        latent, k_pe = self.wkv_a(x).split([self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1)
+        return self.kv_norm(latent), apply_rope(k_pe, positions, self.cfg.rope_theta, interleaved=True)
+
+    def _expand(self, latent, k_pe):
+        """The naive path's per-head keys [k_nope | k_pe] (B, T, H, nope + rope) and values (B, T, H, dv)."""
+        B, T, _ = latent.shape
+        H, nope, rope, dv = self.cfg.n_heads, self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim, self.cfg.v_head_dim
+        k_nope, v = self.wkv_b(latent).view(B, T, H, nope + dv).split([nope, dv], dim=-1)
+        return torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, rope)], dim=-1), v
+
+    @torch.no_grad()
+    def fill_cache(self, x: torch.Tensor, absorb: bool = False):
+        """Write what a prefill of x would cache, without computing its attention (to time decoding)."""
+        latent, k_pe = self._latent_and_rope_key(x, torch.arange(x.shape[1], device=x.device))
+        entries = {"kv_cache": latent, "pe_cache": k_pe} if absorb else dict(zip(("k_cache", "v_cache"), self._expand(latent, k_pe)))
+        for name, new in entries.items():
+            self._write(name, new, 0)
+
     def forward(self, x: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
@@ -103,13 +123,10 @@ class MultiHeadLatentAttention(nn.Module):
         q_nope, q_pe = q.view(B, T, H, self.qk_head_dim).split([nope, rope], dim=-1)  # (B, T, H, nope), (B, T, H, rope)
         q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
 
-        latent, k_pe = self.wkv_a(x).split([cfg.kv_lora_rank, rope], dim=-1)  # (B, T, c), (B, T, rope)
-        k_pe = apply_rope(k_pe, positions, cfg.rope_theta, interleaved=True)  # one rope key for all heads
-        latent = self.kv_norm(latent)
+        latent, k_pe = self._latent_and_rope_key(x, positions)
 
         if not absorb:
-            k_nope, v = self.wkv_b(latent).view(B, T, H, nope + dv).split([nope, dv], dim=-1)
-            k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, rope)], dim=-1)  # (B, T, H, nope + rope)
+            k, v = self._expand(latent, k_pe)
             k, v = self._write("k_cache", k, start_pos), self._write("v_cache", v, start_pos)  # (B, end, H, .)
             scores = torch.einsum("bshd,bthd->bsht", torch.cat([q_nope, q_pe], dim=-1), k)
         else:
@@ -159,12 +176,12 @@ def one_thread():
         torch.set_num_threads(saved)
 
 
-def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, chunk=256, progress=None) -> list[dict]:
+def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progress=None) -> list[dict]:
     """Median seconds of one decode step (1 new token after `context` cached ones), naive vs absorbed.
 
     Both paths share one module and its weights. Each path's cache is filled once, up to the
-    largest context, by a prefill in chunks; a step at start_pos=context then reads context + 1
-    positions. Rounds are interleaved so both paths see the same machine load, and the outputs
+    largest context (`fill_cache`: what a prefill stores, without its attention); a step at
+    start_pos=context then reads context + 1 positions. Rounds are interleaved so both paths see the same machine load, and the outputs
     of the two paths are checked equal at every context.
     """
     torch.manual_seed(seed)
@@ -174,8 +191,7 @@ def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, chunk
     rows = []
     with torch.no_grad(), one_thread():
         for absorb in (False, True):
-            for start in range(0, longest, chunk):
-                mla(x[:, start:min(start + chunk, longest)], start, absorb)
+            mla.fill_cache(x[:, :longest], absorb)
         for context in (progress(contexts) if progress else contexts):
             new = x[:, longest:]  # any token will do; only the amount of cache read matters
             times = {False: [], True: []}

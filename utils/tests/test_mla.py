@@ -132,3 +132,15 @@ def test_cache_formulas_deepseek_v2_and_v3():
     assert kv_cache_elements_per_token(95, 8, 128) == 194_560  # DeepSeek 67B, GQA
     saving = 1 - mla_cache_elements_per_token(60, 512, 64) * 6 / 8 / (kv_cache_elements_per_token(95, 8, 128) * 2)
     assert round(saving * 100, 1) == 93.3
+
+
+def test_fill_cache_writes_what_a_prefill_writes():
+    mla = MultiHeadLatentAttention(CFG)
+    x = torch.randn(2, 6, CFG.dim)
+    with torch.no_grad():
+        for absorb, names in ((False, ("k_cache", "v_cache")), (True, ("kv_cache", "pe_cache"))):
+            mla(x, 0, absorb)
+            prefilled = [getattr(mla, n).clone() for n in names]
+            mla.fill_cache(x, absorb)
+            for name, before in zip(names, prefilled):
+                torch.testing.assert_close(getattr(mla, name), before)

@@ -1,0 +1,204 @@
+"""Hidden checks of notebook 09, multi-head latent attention.
+
+Weights are a state_dict in DeepSeek-V3's MLA layout (wkv_a's output [latent | rope key],
+wkv_b's rows per head [nope keys | values], query heads [nope | rope], rope pairs adjacent),
+built from seeds by parameter name and loaded into the learner's module. Outputs are compared
+with utils.mla at prefill, at a one-token decode step and at a chunk with start_pos > 0, on
+both paths; when they differ, a restatement of MLA with one known mistake at a time names it.
+"""
+import torch
+from torch import nn
+
+import utils.mla as ref
+from autograder.checks import (call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
+                               randn, seeded_state)
+from utils.rope import apply_rope
+
+CONFIGS = (  # rope_theta not the default, T and widths all different, q compressed or not
+    (ref.MLAConfig(dim=20, n_heads=3, q_lora_rank=10, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4,
+                   v_head_dim=5, max_seq_len=16, rope_theta=100.0), 90),
+    (ref.MLAConfig(dim=18, n_heads=2, q_lora_rank=0, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=6,
+                   v_head_dim=3, max_seq_len=12, rope_theta=50.0), 95),
+)
+SEGMENTS = ((0, 5), (5, 6), (6, 8))  # prefill, one decode step, a chunk at start_pos 6
+N = SEGMENTS[-1][1]
+
+MISTAKES = {  # name: (English, Chinese)
+    "half-split": ("RoPE must rotate adjacent pairs (2i, 2i+1) as DeepSeek-V3 does: apply_rope(..., interleaved=True), not the half-split layout.",
+                   "RoPE 必须像 DeepSeek-V3 那样旋转相邻的一对 (2i, 2i+1)：使用 apply_rope(..., interleaved=True)，而不是前后两半的布局。"),
+    "rope on whole head": ("RoPE must rotate only the last qk_rope_head_dim coordinates of each query head and the shared rope key, not the whole head.",
+                           "RoPE 只能旋转每个查询头的最后 qk_rope_head_dim 个坐标和共享的 rope 键，而不是整个头。"),
+    "scale nope": ("The scores must be divided by sqrt(qk_nope_head_dim + qk_rope_head_dim), the width of the whole query head, not by sqrt(qk_nope_head_dim).",
+                   "分数必须除以 sqrt(qk_nope_head_dim + qk_rope_head_dim)，即整个查询头的宽度，而不是 sqrt(qk_nope_head_dim)。"),
+    "scale v": ("The scores must be divided by sqrt(qk_nope_head_dim + qk_rope_head_dim), the width of the query-key dot product, not by sqrt(v_head_dim).",
+                "分数必须除以 sqrt(qk_nope_head_dim + qk_rope_head_dim)，即查询与键点积的宽度，而不是 sqrt(v_head_dim)。"),
+    "no kv_norm": ("The latent must go through kv_norm before wkv_b expands it (and before it is cached): kv_norm is skipped.",
+                   "潜在向量在被 wkv_b 展开之前（以及被缓存之前）必须经过 kv_norm：你跳过了 kv_norm。"),
+    "positions restart": ("At decode the rope positions must continue from start_pos (start_pos ... start_pos + T - 1); yours restart at 0.",
+                          "解码时 rope 的位置必须从 start_pos 接着数（start_pos ... start_pos + T - 1）；你的位置又从 0 开始了。"),
+    "no mask": ("The causal mask is missing: a query may not see keys after its own position.",
+                "缺少因果掩码：查询不能看到它自己位置之后的键。"),
+    "latent after rope key": ("wkv_a's output is [latent | rope key]: the first kv_lora_rank numbers are the latent, the last qk_rope_head_dim the rope key.",
+                              "wkv_a 的输出是 [潜在向量 | rope 键]：前 kv_lora_rank 个数是潜在向量，最后 qk_rope_head_dim 个数是 rope 键。"),
+    "query rope first": ("Each query head is [nope | rope]: its first qk_nope_head_dim coordinates have no position, the last qk_rope_head_dim are rotated.",
+                         "每个查询头的布局是 [nope | rope]：前 qk_nope_head_dim 个坐标不带位置，最后 qk_rope_head_dim 个坐标被旋转。"),
+    "values first": ("wkv_b's rows, head by head, are [nope keys | values]: split each head's qk_nope_head_dim + v_head_dim outputs in that order.",
+                     "wkv_b 的行逐头排列为 [nope 键 | 值]：请按这个顺序切分每个头的 qk_nope_head_dim + v_head_dim 个输出。"),
+}
+
+
+def _rms(v, w):
+    return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def restated(state, cfg, x, positions, mistake=None):
+    """MLA over all tokens of x (B, N, dim), token i at positions[i], causal in token order."""
+    B, n, _ = x.shape
+    H, nope, rope, dv, c = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+
+    def rot(t):  # (B, n, ..., r): rope along the token axis
+        t4 = t if t.dim() == 4 else t.unsqueeze(2)
+        out = apply_rope(t4.transpose(1, 2), positions, cfg.rope_theta, interleaved=mistake != "half-split").transpose(1, 2)
+        return out if t.dim() == 4 else out.squeeze(2)
+
+    q = x @ state["wq.weight"].T if cfg.q_lora_rank == 0 else \
+        _rms(x @ state["wq_a.weight"].T, state["q_norm.weight"]) @ state["wq_b.weight"].T
+    q = q.view(B, n, H, nope + rope)
+    q_nope, q_pe = (q[..., rope:], q[..., :rope]) if mistake == "query rope first" else (q[..., :nope], q[..., nope:])
+    kv = x @ state["wkv_a.weight"].T
+    latent, k_pe = (kv[..., rope:], kv[..., :rope]) if mistake == "latent after rope key" else (kv[..., :c], kv[..., c:])
+    if mistake != "no kv_norm":
+        latent = _rms(latent, state["kv_norm.weight"])
+    kvb = (latent @ state["wkv_b.weight"].T).view(B, n, H, nope + dv)
+    k_nope, v = (kvb[..., dv:], kvb[..., :dv]) if mistake == "values first" else (kvb[..., :nope], kvb[..., nope:])
+    k_pe = k_pe.unsqueeze(2).expand(B, n, H, rope)
+    if mistake == "rope on whole head":
+        q, k = rot(torch.cat([q_nope, q_pe], -1)), rot(torch.cat([k_nope, k_pe], -1))
+    else:
+        q, k = torch.cat([q_nope, rot(q_pe)], -1), torch.cat([k_nope, rot(k_pe)], -1)
+    width = {"scale nope": nope, "scale v": dv}.get(mistake, nope + rope)
+    scores = torch.einsum("bshd,bthd->bhst", q, k) / width ** 0.5
+    if mistake != "no mask":
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.einsum("bhst,bthd->bshd", scores.softmax(-1), v)
+    return out.flatten(2) @ state["wo.weight"].T
+
+
+def _mistakes(state, cfg, x, start, end):
+    def outputs():
+        plain = torch.arange(N)
+        restart = torch.cat([torch.arange(e - s) for s, e in SEGMENTS])
+        for name, (en, zh) in MISTAKES.items():
+            positions = restart if name == "positions restart" else plain
+            out = restated(state, cfg, x[:, :end], positions[:end], None if name == "positions restart" else name)
+            yield out[:, start:end], en, zh
+    return outputs
+
+
+def _expect_layers(module, cfg):
+    who = "MultiHeadLatentAttention"
+    wkv_a = getattr(module, "wkv_a", None)
+    if isinstance(wkv_a, nn.Linear) and wkv_a.out_features == cfg.kv_lora_rank + cfg.n_heads * cfg.qk_rope_head_dim:
+        fail("There is one rope key per token, shared by all heads: wkv_a maps dim to kv_lora_rank + qk_rope_head_dim, not a rope key per head.",
+             "每个词元只有一个 rope 键，由所有头共享：wkv_a 把 dim 映射到 kv_lora_rank + qk_rope_head_dim，而不是每个头一个 rope 键。",
+             f"wkv_a has {wkv_a.out_features} outputs")
+    norm = getattr(module, "kv_norm", None)
+    weight = getattr(norm, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.numel() == cfg.kv_lora_rank + cfg.qk_rope_head_dim:
+        fail("kv_norm normalises the latent only (kv_lora_rank numbers), never the rope key: RMSNorm(kv_lora_rank).",
+             "kv_norm 只归一化潜在向量（kv_lora_rank 个数），绝不归一化 rope 键：RMSNorm(kv_lora_rank)。",
+             f"kv_norm has {weight.numel()} weights")
+    biased = [name for name, m in module.named_modules() if isinstance(m, nn.Linear) and m.bias is not None]
+    expect(not biased, "All linear layers of MLA are without bias, as in DeepSeek-V3: nn.Linear(..., bias=False).",
+           "MLA 的所有线性层都不带偏置，与 DeepSeek-V3 一致：nn.Linear(..., bias=False)。", f"with a bias: {biased}")
+    return who
+
+
+def _run(cls, module, x, start, absorb):
+    with torch.no_grad(), own_work(cls, "MultiHeadLatentAttention"):
+        return call(module, x, start, absorb, name="MultiHeadLatentAttention.forward")
+
+
+def _expect_cache(module, reference, x, cfg):
+    buffers = dict(module.named_buffers())
+    expect("kv_cache" in buffers and "pe_cache" in buffers,
+           "The absorbed path must cache in buffers named kv_cache (the latent) and pe_cache (the rope key), as DeepSeek-V3 does.",
+           "吸收路径必须缓存在名为 kv_cache（潜在向量）和 pe_cache（rope 键）的缓冲区中，与 DeepSeek-V3 一致。",
+           f"buffers: {sorted(buffers)}")
+    kv_cache, pe_cache = buffers["kv_cache"], buffers["pe_cache"]
+    expect(kv_cache.shape[-1] == cfg.kv_lora_rank and pe_cache.shape[-1] == cfg.qk_rope_head_dim and kv_cache.dim() == 3,
+           "The absorbed cache holds kv_lora_rank + qk_rope_head_dim numbers per token: kv_cache (B, max_seq_len, kv_lora_rank), pe_cache (B, max_seq_len, qk_rope_head_dim).",
+           "吸收路径的缓存每个词元保存 kv_lora_rank + qk_rope_head_dim 个数：kv_cache (B, max_seq_len, kv_lora_rank)，pe_cache (B, max_seq_len, qk_rope_head_dim)。",
+           f"kv_cache {tuple(kv_cache.shape)}, pe_cache {tuple(pe_cache.shape)}")
+    with torch.no_grad():
+        latent, k_pe = reference.wkv_a(x).split([cfg.kv_lora_rank, cfg.qk_rope_head_dim], dim=-1)
+        normalised = reference.kv_norm(latent)
+        rotated = apply_rope(k_pe, torch.arange(x.shape[1]), cfg.rope_theta, interleaved=True)
+    cached = kv_cache[:x.shape[0], :x.shape[1]]
+    if matches(cached, latent):
+        fail("The absorbed path caches the un-normalised latent: store kv_norm(latent) in kv_cache, as DeepSeek-V3 does.",
+             "吸收路径缓存了未归一化的潜在向量：请像 DeepSeek-V3 那样把 kv_norm(latent) 存入 kv_cache。")
+    expect_close(cached, normalised, "kv_cache must hold kv_norm(latent) of every token written so far.",
+                 "kv_cache 必须保存到目前为止每个词元的 kv_norm(latent)。")
+    expect_close(pe_cache[:x.shape[0], :x.shape[1]], rotated, "pe_cache must hold the rope key of every token, already rotated to its position.",
+                 "pe_cache 必须保存每个词元的 rope 键，并且已经按其位置旋转。")
+
+
+def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
+    cls = MultiHeadLatentAttention
+    for cfg, seed in CONFIGS:
+        with own_work(cls, "MultiHeadLatentAttention"):
+            module = own_module(cls, cfg)
+        who = _expect_layers(module, cfg)
+        reference = ref.MultiHeadLatentAttention(cfg)
+        state = seeded_state(reference, seed)
+        reference.load_state_dict(state)
+        load_state(module, state, who)
+        x = randn(2, N, cfg.dim, seed=seed + 1)
+        with torch.no_grad():
+            expected = reference(x)
+        for absorb in (False, True):
+            path = "absorbed" if absorb else "naive"
+            for start, end in SEGMENTS:
+                out = _run(cls, module, x[:, start:end], start, absorb)
+                step = "prefill" if start == 0 else f"decoding at start_pos={start}"
+                expect_known(out, expected[:, start:end], _mistakes(state, cfg, x, start, end),
+                             f"MultiHeadLatentAttention's output is wrong ({path} path, {step}, q_lora_rank={cfg.q_lora_rank}): "
+                             "compare each step with the description of the two paths above the exercise.",
+                             f"MultiHeadLatentAttention 的输出不对（{path} 路径，{step}，q_lora_rank={cfg.q_lora_rank}）：请对照练习上方对两条路径的说明逐步检查。")
+        _expect_cache(module, reference, x, cfg)
+
+
+def check_mla_cache_elements_per_token(mla_cache_elements_per_token):
+    fn = mla_cache_elements_per_token
+    for args in ((61, 512, 64), (60, 512, 64), (3, 10, 4), (1, 7, 2)):
+        with own_work(fn, "mla_cache_elements_per_token"):
+            got = call(fn, *args, name="mla_cache_elements_per_token")
+        want = ref.mla_cache_elements_per_token(*args)
+        if got == want:
+            continue
+        if got == 2 * want:
+            fail("The latent is shared by keys and values and cached once, not twice: n_layers * (kv_lora_rank + qk_rope_head_dim).",
+                 "潜在向量由键和值共享，只缓存一次，而不是两次：n_layers * (kv_lora_rank + qk_rope_head_dim)。")
+        if got == want // args[0]:
+            fail("The count must cover every layer: multiply by n_layers.", "计数必须覆盖所有层：乘以 n_layers。")
+        if got == args[0] * args[1]:
+            fail("The shared rope key is cached too: add qk_rope_head_dim per layer.", "共享的 rope 键也要缓存：每层加上 qk_rope_head_dim。")
+        fail(f"mla_cache_elements_per_token{args} is wrong: the latent and the rope key, per layer.",
+             f"mla_cache_elements_per_token{args} 不对：每层是潜在向量加 rope 键。", f"got {got}, expected {want}")
+
+
+def check_kv_cache_elements_per_token(kv_cache_elements_per_token):
+    fn = kv_cache_elements_per_token
+    for args in ((60, 128, 128), (95, 8, 128), (61, 1, 128), (3, 5, 7)):
+        with own_work(fn, "kv_cache_elements_per_token"):
+            got = call(fn, *args, name="kv_cache_elements_per_token")
+        want = ref.kv_cache_elements_per_token(*args)
+        if got == want:
+            continue
+        if got == want // 2:
+            fail("Every KV head caches a key AND a value: multiply by 2.", "每个键值头都缓存一个键和一个值：乘以 2。")
+        if got == want // args[0]:
+            fail("The count must cover every layer: multiply by n_layers.", "计数必须覆盖所有层：乘以 n_layers。")
+        fail(f"kv_cache_elements_per_token{args} is wrong: 2 * n_layers * n_kv_heads * head_dim.",
+             f"kv_cache_elements_per_token{args} 不对：2 * n_layers * n_kv_heads * head_dim。", f"got {got}, expected {want}")

@@ -1,0 +1,481 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · Multi-head latent attention (DeepSeek) · 多头潜在注意力（DeepSeek）
+#
+# Notebook 07 cached keys and values so that each new token costs one row of work instead of the
+# whole prefix, and then shrank the cache by sharing keys and values between heads (GQA, MQA), at
+# some cost in quality. DeepSeek-V2 and V3 take another route: **multi-head latent attention (MLA)**
+# caches one short *latent* vector per token, from which every head's keys and values are rebuilt.
+# This notebook builds MLA exactly as DeepSeek-V3's public inference code (`inference/model.py`) does,
+# with its parameter names and layouts, so that its weights would load into your module unchanged.
+#
+# 笔记本 07 缓存了键和值，让每个新词元只需一行的计算量而不是整个前缀，然后通过让多个头共享键和值（GQA、MQA）缩小缓存，但代价是质量有所下降。DeepSeek-V2 和 V3 走了另一条路：**多头潜在注意力（MLA）** 为每个词元只缓存一个较短的 *潜在* 向量，每个头的键和值都由它重建。本笔记本完全按照 DeepSeek-V3 公开推理代码（`inference/model.py`）的方式构建 MLA，使用它的参数名和布局，使它的权重可以原封不动地加载进你的模块。
+
+# %%
+import math
+import os
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from utils.causal import causal_mask
+from utils.kv_cache import kv_cache_bytes
+from utils.mla import MLAConfig
+from utils.rmsnorm import RMSNorm
+from utils.rope import apply_rope
+
+# DeepSeek-V3 (inference/configs/config_671B.json) and DeepSeek-V2 (config_236B.json), attention sizes only
+V3 = dict(n_layers=61, dim=7168, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+          qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+V2 = dict(n_layers=60, dim=5120, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+          qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+
+# %% [markdown]
+# ## The cache bill at DeepSeek's size · DeepSeek 规模下的缓存账单
+#
+# Suppose DeepSeek-V3 used plain multi-head attention: 61 layers, 128 heads, and heads of width 128
+# (the $d_h$ of the DeepSeek-V2 paper). Notebook 07's `kv_cache_bytes` gives the bill in bf16 (2 bytes
+# per number) for one sequence.
+#
+# 假设 DeepSeek-V3 使用普通的多头注意力：61 层、128 个头，每个头宽 128（即 DeepSeek-V2 论文中的 $d_h$）。笔记本 07 的 `kv_cache_bytes` 给出单个序列在 bf16（每个数 2 字节）下的账单。
+
+# %%
+per_token = kv_cache_bytes(1, 1, V3["n_layers"], V3["n_heads"], 128)
+print(f"MHA cache per token: {per_token / 2**20:.2f} MiB")
+for context in (4096, 32_768, 131_072):
+    print(f"  {context:>7,} tokens: {kv_cache_bytes(1, context, V3['n_layers'], V3['n_heads'], 128) / 2**30:7.1f} GiB")
+
+# %% [markdown]
+# At 128K tokens one sequence would need more memory than a whole 80 GB accelerator holds, before a
+# single weight is loaded. The cache, not the arithmetic, limits how long and how many sequences a
+# server can run.
+#
+# 在 128K 个词元时，单个序列所需的内存就超过一整块 80 GB 加速器的容量，而这还没有加载任何权重。限制服务器能运行多长、多少个序列的，是缓存，而不是算力。
+
+# %% [markdown]
+# ## One latent for keys and values · 键和值共用一个潜在向量
+#
+# MLA compresses the token's hidden state $h_t$ (width `dim`) into a latent $c^{KV}_t$ of width
+# `kv_lora_rank` (512 for V3, against 128 heads x 128 x 2 = 32,768 numbers of keys and values), and
+# expands it back per head:
+#
+# $$c^{KV}_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad [k^{C}_{t,i} \,|\, v_{t,i}] = W^{UKV}_i \, c^{KV}_t .$$
+#
+# In V3's code $W^{DKV}$ is the first `kv_lora_rank` outputs of `wkv_a`, the norm is `kv_norm`, and
+# `wkv_b` (`kv_lora_rank` -> `n_heads * (qk_nope_head_dim + v_head_dim)`) holds, head after head, the
+# rows of that head's keys ($W^{UK}$) followed by the rows of its values ($W^{UV}$). Queries are
+# compressed the same way to save activations during training: `wq_a` to `q_lora_rank`, `q_norm`,
+# then `wq_b` up to every head (when `q_lora_rank == 0`, one `wq` does it directly). All linear layers
+# are without bias. RMSNorm (`utils.rmsnorm`, and your exercise in notebook 12) divides a vector by its
+# root mean square and multiplies it by a learned weight.
+#
+# MLA 把词元的隐藏状态 $h_t$（宽度 `dim`）压缩成宽度为 `kv_lora_rank` 的潜在向量 $c^{KV}_t$（V3 中为 512，而键和值共有 128 个头 x 128 x 2 = 32,768 个数），再为每个头展开回来：
+#
+# $$c^{KV}_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad [k^{C}_{t,i} \,|\, v_{t,i}] = W^{UKV}_i \, c^{KV}_t .$$
+#
+# 在 V3 的代码中，$W^{DKV}$ 是 `wkv_a` 的前 `kv_lora_rank` 个输出，归一化是 `kv_norm`，而 `wkv_b`（`kv_lora_rank` -> `n_heads * (qk_nope_head_dim + v_head_dim)`）逐头存放：先是该头键的行（$W^{UK}$），再是它的值的行（$W^{UV}$）。查询也以同样方式压缩，以节省训练时的激活：`wq_a` 降到 `q_lora_rank`，`q_norm`，再用 `wq_b` 升到所有头（当 `q_lora_rank == 0` 时，由一个 `wq` 直接完成）。所有线性层都不带偏置。RMSNorm（`utils.rmsnorm`，也是你在笔记本 12 中的练习）把向量除以它的均方根，再乘以一个可学习的权重。
+
+# %% [markdown]
+# ## Folding $W^{UK}$ into the query, and why RoPE stops it · 把 $W^{UK}$ 折叠进查询，以及 RoPE 为何阻止它
+#
+# Expanding every cached latent into keys at every step would throw the saving away. But a score is
+# $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$: multiply the query by $W^{UK}$ once, and
+# score it directly against the cached latents. The same holds on the value side: attend over the
+# latents, then apply $W^{UV}$ once. This is the *absorption* of the V2 paper (section 2.1.2).
+#
+# RoPE breaks it. With positions, the key is rotated by a matrix $R_j$ that depends on the key's
+# position: $q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$. The matrix between the
+# query and the latent now changes with every pair of positions, so no single matrix can be folded
+# into the query. The cell shows it on one head: without RoPE the folded query gives the same score
+# as the expanded key; with RoPE it does not.
+#
+# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。
+#
+# RoPE 破坏了这一点。有了位置后，键要乘以一个取决于键位置的旋转矩阵 $R_j$：$q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$。查询和潜在向量之间的矩阵随每一对位置而变，因此无法把某一个固定矩阵折叠进查询。下面的单元格在一个头上演示：不用 RoPE 时，折叠后的查询与展开的键得到相同的分数；用 RoPE 时则不同。
+
+# %%
+g = torch.Generator().manual_seed(0)
+W_UK = torch.randn(8, 16, generator=g)  # head width 8, latent width 16
+q, latents = torch.randn(8, generator=g), torch.randn(5, 16, generator=g)  # one query, 5 cached latents
+keys = latents @ W_UK.T  # (5, 8) expanded keys
+folded = W_UK.T @ q  # (16,) the query, once multiplied by W_UK
+print("no RoPE, folded == expanded:", torch.allclose(keys @ q, latents @ folded, atol=1e-5))
+m, js = torch.tensor([4]), torch.arange(5)
+q_rot = apply_rope(q.view(1, 8), m, interleaved=True)[0]
+with_rope = apply_rope(keys, js, interleaved=True) @ q_rot
+folded_rot = W_UK.T @ q_rot  # any one folded matrix misses the per-key rotation
+print("RoPE,    folded == expanded:", torch.allclose(with_rope, latents @ folded_rot, atol=1e-5))
+
+# %% [markdown]
+# ## Decoupled RoPE · 解耦的 RoPE
+#
+# DeepSeek's answer keeps the two jobs apart. Each query head has `qk_nope_head_dim` coordinates
+# without positions (scored against keys rebuilt from the latent, so absorption works) and
+# `qk_rope_head_dim` coordinates that RoPE rotates. On the key side, the last `qk_rope_head_dim`
+# outputs of `wkv_a` give **one rope key per token, shared by all heads** ($k^R_t$ in the paper), so
+# the cache grows by only 64 numbers per token. A head's score is the sum of both parts,
+#
+# $$s_{t,j} = \frac{q^{C\top}_{t} k^C_j + q^{R\top}_t k^R_j}{\sqrt{d_h + d^R_h}},$$
+#
+# scaled by the full query width `qk_nope_head_dim + qk_rope_head_dim` (192 for V3), the width of
+# the dot product. RoPE rotates adjacent pairs $(2i, 2i+1)$, as DeepSeek-V3's code does
+# (`view_as_complex`): use `apply_rope(..., interleaved=True)` from notebook 08. V3 also multiplies the
+# scale by a YaRN factor and stretches the rope frequencies when `max_seq_len` exceeds its original
+# 4096 tokens (its long-context extension); this course leaves YaRN out and keeps contexts within
+# 4096 positions, where V3's code does the same as ours.
+#
+# DeepSeek 的办法是把这两项工作分开。每个查询头有 `qk_nope_head_dim` 个不带位置的坐标（与由潜在向量重建的键打分，因此吸收仍然可行），以及 `qk_rope_head_dim` 个由 RoPE 旋转的坐标。在键这一侧，`wkv_a` 的最后 `qk_rope_head_dim` 个输出给出 **每个词元一个、由所有头共享的 rope 键**（论文中的 $k^R_t$），因此缓存每个词元只多 64 个数。一个头的分数是两部分之和，
+#
+# $$s_{t,j} = \frac{q^{C\top}_{t} k^C_j + q^{R\top}_t k^R_j}{\sqrt{d_h + d^R_h}},$$
+#
+# 缩放用的是完整的查询宽度 `qk_nope_head_dim + qk_rope_head_dim`（V3 中为 192），即点积的宽度。RoPE 旋转相邻的一对 $(2i, 2i+1)$，与 DeepSeek-V3 的代码（`view_as_complex`）一致：请使用笔记本 08 的 `apply_rope(..., interleaved=True)`。当 `max_seq_len` 超过原始的 4096 个词元时，V3 还会把缩放乘以一个 YaRN 因子并拉伸 rope 频率（它的长上下文扩展）；本课程不讲 YaRN，上下文保持在 4096 个位置以内，在这个范围内 V3 的代码与我们的相同。
+
+# %% [markdown]
+# ## Two paths to the same output · 殊途同归的两条路径
+#
+# - **naive** (`absorb=False`): expand the latent with `wkv_b` into per-head keys `[k_nope | k_pe]`
+#   (the shared rope key copied to every head) and values; cache them in `k_cache`
+#   `(B, max_seq_len, H, nope + rope)` and `v_cache` `(B, max_seq_len, H, v_head_dim)`.
+# - **absorbed** (`absorb=True`): cache only the *normalised* latent in `kv_cache`
+#   `(B, max_seq_len, kv_lora_rank)` and the rotated rope key in `pe_cache` `(B, max_seq_len, rope)`;
+#   multiply `q_nope` by each head's key rows of `wkv_b` (view its weight as
+#   `(H, nope + v_head_dim, kv_lora_rank)`), score against `kv_cache`, add the rope scores against
+#   `pe_cache`; after the softmax, average the latents and apply each head's value rows of `wkv_b`.
+#
+# Both write the new tokens at positions `start_pos ... start_pos + T - 1` and attend to every cached
+# position up to there, with the causal mask of notebook 04 (bottom-right aligned). The rope positions
+# are the same absolute positions, also when decoding. Softmax in float32, as V3 does.
+#
+# - **朴素路径**（`absorb=False`）：用 `wkv_b` 把潜在向量展开成每个头的键 `[k_nope | k_pe]`（共享的 rope 键复制到每个头）和值；把它们缓存在 `k_cache` `(B, max_seq_len, H, nope + rope)` 和 `v_cache` `(B, max_seq_len, H, v_head_dim)` 中。
+# - **吸收路径**（`absorb=True`）：只在 `kv_cache` `(B, max_seq_len, kv_lora_rank)` 中缓存 *归一化后* 的潜在向量，在 `pe_cache` `(B, max_seq_len, rope)` 中缓存旋转后的 rope 键；把 `q_nope` 乘以 `wkv_b` 中每个头的键行（把它的权重看成 `(H, nope + v_head_dim, kv_lora_rank)`），与 `kv_cache` 打分，再加上与 `pe_cache` 的 rope 分数；softmax 之后，对潜在向量加权平均，再乘以 `wkv_b` 中每个头的值行。
+#
+# 两条路径都把新词元写在位置 `start_pos ... start_pos + T - 1`，并关注直到该处的所有缓存位置，使用笔记本 04 的因果掩码（右下对齐）。rope 的位置就是这些绝对位置，解码时也是如此。softmax 用 float32 计算，与 V3 一致。
+
+# %% [markdown]
+# ### Exercise 1 · `MultiHeadLatentAttention` · 练习 1
+#
+# `__init__(self, cfg)` with an `MLAConfig` (`dim, n_heads, q_lora_rank, kv_lora_rank,
+# qk_nope_head_dim, qk_rope_head_dim, v_head_dim, max_seq_len, rope_theta`): the layers `wq` (when
+# `q_lora_rank == 0`) or `wq_a`, `q_norm`, `wq_b`; `wkv_a` (`dim` -> `kv_lora_rank + qk_rope_head_dim`,
+# the latent first, then the rope key), `kv_norm`, `wkv_b`, `wo` (`n_heads * v_head_dim` -> `dim`).
+# `forward(x, start_pos=0, absorb=False)` maps `(B, T, dim)` to `(B, T, dim)`. The method `_write` is
+# given: it stores new entries in a cache buffer (a prefill, `start_pos == 0`, sizes the buffer for the
+# batch of `x`) and returns every position up to the new end, so a decode step with `start_pos > 0`
+# continues the sequences of the last prefill.
+#
+# `__init__(self, cfg)` 接收一个 `MLAConfig`（`dim, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, max_seq_len, rope_theta`）：各层为 `wq`（当 `q_lora_rank == 0` 时）或 `wq_a`、`q_norm`、`wq_b`；`wkv_a`（`dim` -> `kv_lora_rank + qk_rope_head_dim`，先是潜在向量，再是 rope 键）、`kv_norm`、`wkv_b`、`wo`（`n_heads * v_head_dim` -> `dim`）。`forward(x, start_pos=0, absorb=False)` 把 `(B, T, dim)` 映射为 `(B, T, dim)`。方法 `_write` 已经给出：它把新条目存入一个缓存缓冲区（预填充，即 `start_pos == 0` 时，按 `x` 的批大小分配缓冲区），并返回直到新末尾的所有位置，因此 `start_pos > 0` 的解码步骤会接着上一次预填充的序列继续。
+
+# %% nbgrader={"grade": false, "grade_id": "MultiHeadLatentAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class MultiHeadLatentAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        ### BEGIN SOLUTION
+        H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        if cfg.q_lora_rank == 0:
+            self.wq = nn.Linear(cfg.dim, H * (nope + rope), bias=False)
+        else:
+            self.wq_a = nn.Linear(cfg.dim, cfg.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(cfg.q_lora_rank)
+            self.wq_b = nn.Linear(cfg.q_lora_rank, H * (nope + rope), bias=False)
+        self.wkv_a = nn.Linear(cfg.dim, cfg.kv_lora_rank + rope, bias=False)
+        self.kv_norm = RMSNorm(cfg.kv_lora_rank)
+        self.wkv_b = nn.Linear(cfg.kv_lora_rank, H * (nope + dv), bias=False)
+        self.wo = nn.Linear(H * dv, cfg.dim, bias=False)
+        ### END SOLUTION
+
+    def _write(self, name, new, start_pos):
+        """Given. Store new (B, T, ...) in buffer `name` (B, max_seq_len, ...) at start_pos;
+        return positions 0 .. start_pos + T - 1, the new entries with their gradients."""
+        cache, B, T = getattr(self, name, None), new.shape[0], new.shape[1]
+        if start_pos == 0 and (cache is None or cache.shape[0] != B or cache.dtype != new.dtype):
+            cache = new.new_zeros(B, self.cfg.max_seq_len, *new.shape[2:])
+            self.register_buffer(name, cache, persistent=False)
+        elif cache is None or cache.shape[0] < B:
+            raise ValueError(f"no cache {name} for a batch of {B}: prefill with start_pos=0 first")
+        cache[:B, start_pos:start_pos + T] = new.detach()
+        return torch.cat([cache[:B, :start_pos], new], dim=1)
+
+    def forward(self, x, start_pos=0, absorb=False):
+        ### BEGIN SOLUTION
+        cfg = self.cfg
+        B, T, _ = x.shape
+        H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        end = start_pos + T
+        positions = torch.arange(start_pos, end)
+        q = self.wq(x) if cfg.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
+        q_nope, q_pe = q.view(B, T, H, nope + rope).split([nope, rope], dim=-1)
+        q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
+        latent, k_pe = self.wkv_a(x).split([cfg.kv_lora_rank, rope], dim=-1)
+        latent = self.kv_norm(latent)  # (B, T, c)
+        k_pe = apply_rope(k_pe, positions, cfg.rope_theta, interleaved=True)  # (B, T, rope), shared by heads
+        if absorb:
+            w = self.wkv_b.weight.view(H, nope + dv, cfg.kv_lora_rank)
+            q_latent = torch.einsum("bthd,hdc->bthc", q_nope, w[:, :nope])
+            c = self._write("kv_cache", latent, start_pos)  # (B, end, c)
+            pe = self._write("pe_cache", k_pe, start_pos)  # (B, end, rope)
+            scores = torch.einsum("bthc,bsc->bhts", q_latent, c) + torch.einsum("bthr,bsr->bhts", q_pe, pe)
+        else:
+            k_nope, v = self.wkv_b(latent).view(B, T, H, nope + dv).split([nope, dv], dim=-1)
+            k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(B, T, H, rope)], dim=-1)
+            k, v = self._write("k_cache", k, start_pos), self._write("v_cache", v, start_pos)  # (B, end, H, .)
+            scores = torch.einsum("bthd,bshd->bhts", torch.cat([q_nope, q_pe], dim=-1), k)
+        scores = scores / math.sqrt(nope + rope)  # (B, H, T, end)
+        scores = scores.masked_fill(causal_mask(T, end), float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).type_as(x)
+        if absorb:
+            out = torch.einsum("bhts,bsc->bhtc", weights, c)  # (B, H, T, c) attended latents
+            out = torch.einsum("bhtc,hdc->bthd", out, w[:, nope:])
+        else:
+            out = torch.einsum("bhts,bshd->bthd", weights, v)
+        return self.wo(out.reshape(B, T, H * dv))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_MultiHeadLatentAttention", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+from utils.mla import MLAConfig
+
+torch.manual_seed(0)
+cfg = MLAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=2,
+                v_head_dim=3, max_seq_len=10)
+mla = MultiHeadLatentAttention(cfg)
+x = torch.randn(2, 5, 16)
+with torch.no_grad():
+    naive = mla(x)
+    absorbed = mla(x, absorb=True)
+expect(naive.shape == (2, 5, 16), "The output should have the input's shape (B, T, dim).",
+       "输出形状应与输入相同 (B, T, dim)。", f"shape {tuple(naive.shape)}")
+expect_close(absorbed, naive, "The absorbed path should give the naive path's output.", "吸收路径应给出与朴素路径相同的输出。")
+print("✓ MultiHeadLatentAttention")
+
+# %% nbgrader={"grade": true, "grade_id": "test_MultiHeadLatentAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb09
+nb09.check_MultiHeadLatentAttention(MultiHeadLatentAttention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Decoding one token at a time with either path gives the outputs of the whole sequence at once, and
+# the two paths agree (on the machine that ran this, the largest differences are printed).
+#
+# 无论用哪条路径逐个词元解码，都得到与一次处理整个序列相同的输出，两条路径也一致（下面打印的是运行本笔记本的机器上的最大差异）。
+
+# %%
+torch.manual_seed(1)
+cfg = MLAConfig(dim=32, n_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                v_head_dim=8, max_seq_len=32)
+mla = MultiHeadLatentAttention(cfg).eval()
+x = torch.randn(2, 12, cfg.dim)
+with torch.no_grad():
+    whole = mla(x)
+    steps = {absorb: torch.cat([mla(x[:, :4], 0, absorb)] + [mla(x[:, t:t + 1], t, absorb) for t in range(4, 12)], dim=1)
+             for absorb in (False, True)}
+print(f"naive, token by token vs whole:    {(steps[False] - whole).abs().max():.1e}")
+print(f"absorbed, token by token vs whole: {(steps[True] - whole).abs().max():.1e}")
+
+# %% [markdown]
+# ## The cache per token · 每个词元的缓存
+#
+# The absorbed path caches `kv_lora_rank + qk_rope_head_dim` numbers per token per layer; multi-head
+# attention caches a key and a value per head, grouped-query attention per group, multi-query
+# attention one of each.
+#
+# 吸收路径每个词元每层缓存 `kv_lora_rank + qk_rope_head_dim` 个数；多头注意力为每个头缓存一个键和一个值，分组查询注意力为每个组缓存，多查询注意力只缓存一个键和一个值。
+
+# %% [markdown]
+# ### Exercise 2 · `mla_cache_elements_per_token` · 练习 2
+#
+# Numbers cached per token over all layers by MLA's absorbed path.
+#
+# MLA 吸收路径在所有层中为每个词元缓存的数的个数。
+
+# %% nbgrader={"grade": false, "grade_id": "mla_cache_elements_per_token", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def mla_cache_elements_per_token(n_layers, kv_lora_rank, qk_rope_head_dim):
+    ### BEGIN SOLUTION
+    return n_layers * (kv_lora_rank + qk_rope_head_dim)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_mla_cache_elements_per_token", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
+got = mla_cache_elements_per_token(1, 512, 64)
+expect(got == 576, "One DeepSeek-V3 layer caches 512 + 64 = 576 numbers per token.",
+       "DeepSeek-V3 的一层每个词元缓存 512 + 64 = 576 个数。", f"got {got}")
+print("✓ mla_cache_elements_per_token")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mla_cache_elements_per_token_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb09
+nb09.check_mla_cache_elements_per_token(mla_cache_elements_per_token)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 3 · `kv_cache_elements_per_token` · 练习 3
+#
+# Numbers cached per token over all layers by attention with `n_kv_heads` key-value heads of width
+# `head_dim`: `n_heads` of them is MHA, a number of groups is GQA, 1 is MQA.
+#
+# 具有 `n_kv_heads` 个宽度为 `head_dim` 的键值头的注意力，在所有层中为每个词元缓存的数的个数：等于 `n_heads` 时是 MHA，等于组数时是 GQA，等于 1 时是 MQA。
+
+# %% nbgrader={"grade": false, "grade_id": "kv_cache_elements_per_token", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def kv_cache_elements_per_token(n_layers, n_kv_heads, head_dim):
+    ### BEGIN SOLUTION
+    return 2 * n_layers * n_kv_heads * head_dim
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_elements_per_token", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
+got = kv_cache_elements_per_token(2, 3, 4)
+expect(got == 48, "2 layers, 3 KV heads of width 4: a key and a value each, 48 numbers.",
+       "2 层、3 个宽度为 4 的键值头：每个头一个键和一个值，共 48 个数。", f"got {got}")
+print("✓ kv_cache_elements_per_token")
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_elements_per_token_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb09
+nb09.check_kv_cache_elements_per_token(kv_cache_elements_per_token)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## MLA against MHA, GQA and MQA of the same model · 同一模型下 MLA 与 MHA、GQA、MQA 的比较
+#
+# The same layers, heads of width $d_h = 128$ as in the V2 paper's Table 1, GQA with 8 groups. The
+# V2 paper writes MLA's cache as $(d_c + d^R_h) l = \tfrac{9}{2} d_h l$, the cache of GQA with 2.25
+# groups. The last row is what V3's naive path caches (keys 192 wide, values 128).
+#
+# 同样的层数，头宽 $d_h = 128$（与 V2 论文表 1 相同），GQA 取 8 个组。V2 论文把 MLA 的缓存写成 $(d_c + d^R_h) l = \tfrac{9}{2} d_h l$，相当于只有 2.25 个组的 GQA。最后一行是 V3 朴素路径缓存的量（键宽 192，值宽 128）。
+
+# %%
+def cache_table(cfg):
+    L, H = cfg["n_layers"], cfg["n_heads"]
+    mla = mla_cache_elements_per_token(L, cfg["kv_lora_rank"], cfg["qk_rope_head_dim"])
+    rows = {"MHA (128 heads)": kv_cache_elements_per_token(L, H, 128),
+            "GQA (8 groups)": kv_cache_elements_per_token(L, 8, 128),
+            "MQA (1 head)": kv_cache_elements_per_token(L, 1, 128),
+            "MLA (latent + rope key)": mla,
+            "MLA naive path (full K, V)": L * H * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"] + cfg["v_head_dim"])}
+    return {name: (n, n * 2 / 1024, n / mla) for name, n in rows.items()}
+
+
+for name, cfg in (("DeepSeek-V2", V2), ("DeepSeek-V3", V3)):
+    print(f"{name}: {cfg['n_layers']} layers, per token")
+    print(f"  {'':28} {'numbers':>11} {'KiB bf16':>9} {'x MLA':>7}")
+    for row, (n, kib, ratio) in cache_table(cfg).items():
+        print(f"  {row:28} {n:>11,} {kib:>9.1f} {ratio:>7.2f}")
+v3 = cache_table(V3)
+print(f"V3 per layer: MLA {mla_cache_elements_per_token(1, 512, 64)} numbers; "
+      f"MLA is {1 - 1 / v3['MHA (128 heads)'][2]:.2%} smaller than MHA")
+
+# %% [markdown]
+# ## What "93.3% smaller" compares · "缩小 93.3%" 比较的是什么
+#
+# The DeepSeek-V2 abstract says that, *compared with DeepSeek 67B*, V2 "reduces the KV cache by
+# 93.3%". DeepSeek 67B is not an MHA twin of V2: it is a dense model with grouped-query attention
+# (95 layers, 8 KV heads of width 128), and deployed V2 stores its cache quantized to about 6 bits
+# per number (section 3.2.3) while the baseline keeps bf16. The figure reproduces from these numbers;
+# MLA against MHA of the same V2 shape, at equal precision, is a different and larger ratio.
+#
+# DeepSeek-V2 的摘要说，*与 DeepSeek 67B 相比*，V2 "把 KV 缓存减少了 93.3%"。DeepSeek 67B 并不是 V2 的 MHA 孪生版本：它是一个使用分组查询注意力的稠密模型（95 层，8 个宽度为 128 的键值头），而部署的 V2 把缓存量化到平均约 6 比特每个数（第 3.2.3 节），基线则保持 bf16。这个数字可以由下面的数重现；在相同精度下把 MLA 与同样是 V2 形状的 MHA 比较，得到的是另一个更大的比例。
+
+# %%
+v2_bits = mla_cache_elements_per_token(60, 512, 64) * 6  # deployed V2: 6-bit cache
+dsk67b_bits = kv_cache_elements_per_token(95, 8, 128) * 16  # DeepSeek 67B: GQA in bf16
+print(f"DeepSeek 67B (GQA, bf16): {dsk67b_bits / 8 / 1024:6.1f} KiB per token")
+print(f"DeepSeek-V2 (MLA, 6-bit): {v2_bits / 8 / 1024:6.1f} KiB per token")
+print(f"reduction: {1 - v2_bits / dsk67b_bits:.1%}")
+same_precision = 1 - mla_cache_elements_per_token(60, 512, 64) / kv_cache_elements_per_token(60, 128, 128)
+print(f"MLA vs MHA of V2's own shape, both bf16: {same_precision:.2%} smaller")
+
+# %% [markdown]
+# ## Measured: decode time and cache bytes · 实测：解码时间与缓存字节数
+#
+# Absorption changes the work of a decode step. The naive path reads `n_heads * (qk_head_dim +
+# v_head_dim)` cached numbers per position, the absorbed path `kv_lora_rank + qk_rope_head_dim`, but
+# pays a fixed extra cost to fold `wkv_b` into the query and out of the result. The cell times one
+# decode step of both paths on the same module at growing contexts (`utils.mla.decode_benchmark`: one
+# thread, interleaved rounds, median, outputs checked equal). The model is small so that the notebook
+# stays quick; `python -m utils.mla` runs a wider one. On the machine that ran this, the sentence
+# under the plot says which path was faster at the longest context.
+#
+# 吸收改变了一个解码步骤的工作量。朴素路径每个位置读取 `n_heads * (qk_head_dim + v_head_dim)` 个缓存的数，吸收路径读取 `kv_lora_rank + qk_rope_head_dim` 个，但要付出一个固定的额外开销：把 `wkv_b` 折叠进查询，再从结果中展开。下面的单元格在同一个模块上、在不断增长的上下文长度下，为两条路径的一个解码步骤计时（`utils.mla.decode_benchmark`：单线程，交替轮次，取中位数，并检查输出相同）。模型很小，以便本笔记本运行得快；`python -m utils.mla` 运行一个更宽的模型。图下方的句子说明在运行本笔记本的机器上，最长上下文时哪条路径更快。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mla import decode_benchmark
+
+bench_cfg = MLAConfig(dim=256, n_heads=8, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                      v_head_dim=32, max_seq_len=4097)  # room for the step after 4096 cached tokens
+contexts = [64, 128] if os.getenv("NBGRADER_EXECUTION") else [256, 512, 1024, 2048, 4096]
+rows = decode_benchmark(bench_cfg, contexts, repeats=5, progress=tqdm)
+print(f"{'context':>8} {'naive ms':>9} {'absorbed ms':>12} {'naive / absorbed':>17}")
+for r in rows:
+    print(f"{r['context']:>8} {r['naive_ms']:>9.2f} {r['absorbed_ms']:>12.2f} {r['speedup']:>17.2f}")
+fig, ax = plt.subplots(figsize=(6, 3.2))
+ax.plot(contexts, [r["naive_ms"] for r in rows], "o-", label="naive (full K, V cached)")
+ax.plot(contexts, [r["absorbed_ms"] for r in rows], "o-", label="absorbed (latent cached)")
+ax.set_xscale("log", base=2); ax.set_xlabel("cached tokens (context)"); ax.set_ylabel("ms per decode step")
+ax.legend(); plt.show()
+last = rows[-1]
+print(f"On this machine, at {last['context']} cached tokens the absorbed path took {last['absorbed_ms']:.2f} ms "
+      f"and the naive path {last['naive_ms']:.2f} ms: {last['speedup']:.1f}x.")
+
+# %% [markdown]
+# The bytes come from the cache tensors themselves, after a prefill with each path, and equal the
+# formulas: batch x `max_seq_len` x numbers per token x 4 bytes (float32).
+#
+# 字节数直接取自缓存张量本身（分别用两条路径预填充之后），并且等于公式：批大小 x `max_seq_len` x 每个词元的数 x 4 字节（float32）。
+
+# %%
+def buffer_bytes(module, names):
+    return sum(getattr(module, n).numel() * getattr(module, n).element_size() for n in names)
+
+
+mla = MultiHeadLatentAttention(bench_cfg).eval()
+x = torch.randn(2, 16, bench_cfg.dim)
+with torch.no_grad():
+    mla(x, absorb=False)
+    mla(x, absorb=True)
+c = bench_cfg
+naive_bytes, absorbed_bytes = buffer_bytes(mla, ("k_cache", "v_cache")), buffer_bytes(mla, ("kv_cache", "pe_cache"))
+naive_formula = 2 * c.max_seq_len * c.n_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim) * 4
+absorbed_formula = 2 * c.max_seq_len * mla_cache_elements_per_token(1, c.kv_lora_rank, c.qk_rope_head_dim) * 4
+print(f"naive cache:    {naive_bytes:>10,} bytes (formula {naive_formula:,})")
+print(f"absorbed cache: {absorbed_bytes:>10,} bytes (formula {absorbed_formula:,})")
+print(f"ratio {naive_bytes / absorbed_bytes:.1f}x, both equal to their formulas: "
+      f"{naive_bytes == naive_formula and absorbed_bytes == absorbed_formula}")
+
+# %% [markdown]
+# ## What comes next · 接下来
+#
+# MLA makes DeepSeek's attention cheap to serve. Its other half is the feed-forward layer: notebook 10
+# replaces it with a mixture of experts, where each token uses a few of many experts, and builds
+# DeepSeek-V3's router.
+#
+# MLA 让 DeepSeek 的注意力在推理服务时很便宜。另一半是前馈层：笔记本 10 把它换成混合专家，每个词元只使用众多专家中的几个，并构建 DeepSeek-V3 的路由器。
+#
+# Sources: DeepSeek-AI, *DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language
+# Model* (2024), section 2.1 (low-rank key-value joint compression, decoupled RoPE, Table 1 of cache
+# sizes), section 3.2.3 and the abstract (the 93.3%); DeepSeek-AI, *DeepSeek-V3 Technical Report*
+# (2024), section 2.1.1; DeepSeek-V3's public inference code, `inference/model.py` (`MLA`, its `naive`
+# and `absorb` paths) and `inference/configs/config_671B.json`, `config_236B.json`; DeepSeek-AI,
+# *DeepSeek LLM* (2024) for DeepSeek 67B's attention; R. Dandekar, *Build DeepSeek from Scratch*
+# lectures on MLA.
+#
+# 来源：DeepSeek-AI，《DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model》（2024）第 2.1 节（低秩键值联合压缩、解耦 RoPE、缓存大小的表 1）、第 3.2.3 节与摘要（93.3%）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.1 节；DeepSeek-V3 公开推理代码 `inference/model.py`（`MLA` 及其 `naive` 与 `absorb` 路径）以及 `inference/configs/config_671B.json`、`config_236B.json`；DeepSeek-AI，《DeepSeek LLM》（2024）中 DeepSeek 67B 的注意力配置；R. Dandekar，《Build DeepSeek from Scratch》中关于 MLA 的讲座。
