@@ -21,7 +21,7 @@ help:
 	@echo "make sync [NB=STEM]      rebuild solutions/*.ipynb from their .py text sources and execute them"
 	@echo "make release [NB=STEM]   regenerate course/ from solutions/ (instructors, maintainers)"
 	@echo "make check-release       fail if course/ differs from what solutions/ generates"
-	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb into grading/gradebook.db and grading/grades.csv"
+	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb in parallel (JOBS=N, DB=URL) into grading/: grades.csv, feedback/, gradebook"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
 
 # pip, not uv or poetry: torch==2.13.0 resolves to a locally provided CPU wheel where there is one.
@@ -63,9 +63,10 @@ submit: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make submit NB=course/01_dot_product_attention.ipynb"; exit 2; }
 	@$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
 
+# JOBS: notebooks graded at once (default: every core); DB: a shared gradebook, e.g. PostgreSQL.
 grade-all: $(STAMP)
-	@test -n "$(DIR)" || { echo "usage: make grade-all DIR=submissions  (DIR/<learner>/<notebook>.ipynb)"; exit 2; }
-	$(BIN)/python -m autograder grade-all "$(DIR)" --out grading
+	@test -n "$(DIR)" || { echo "usage: make grade-all DIR=submissions [JOBS=N] [DB=postgresql+psycopg://user@host/db]  (DIR/<learner>/<notebook>.ipynb)"; exit 2; }
+	$(BIN)/python -m autograder grade-all "$(DIR)" --out grading $(if $(JOBS),--jobs $(JOBS),) $(if $(DB),--db "$(DB)",)
 
 check-env: $(STAMP)
 	$(BIN)/python -m utils.check_env

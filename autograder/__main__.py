@@ -1,7 +1,7 @@
 """Command line of the autograder.
 
     python -m autograder submit NOTEBOOK [--json] [--timeout S]   grade one notebook
-    python -m autograder grade-all SUBMISSIONS [--out DIR]        grade a class into a CSV
+    python -m autograder grade-all SUBMISSIONS [--out DIR] [--jobs N] [--db URL]   grade a class
     python -m autograder release [STEM ...] [--check]             make or check course/
     python -m autograder sync [STEM ...] [--check] [--no-execute] solutions/*.py -> .ipynb
 
@@ -27,7 +27,10 @@ def main(argv=None) -> int:
     p = sub.add_parser("grade-all", help="grade every learner's notebooks into a gradebook and grades.csv")
     p.add_argument("submissions")
     p.add_argument("--out", default=str(ROOT / "grading"))
-    p.add_argument("--timeout", type=int)
+    p.add_argument("--timeout", type=int, help="seconds per cell (default: nbgrader_config.py)")
+    p.add_argument("--jobs", type=int, help="notebooks graded at once (default: the number of cores)")
+    p.add_argument("--db", help="gradebook URL, e.g. postgresql+psycopg://user@host/db (default: OUT/gradebook.db)")
+    p.add_argument("--job-timeout", type=int, default=900, help="seconds after which one notebook's grading is killed")
     p = sub.add_parser("release", help="regenerate course/ from solutions/")
     p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 07_kv_cache (default: all)")
     p.add_argument("--check", action="store_true", help="only check that course/ is up to date")
@@ -49,7 +52,9 @@ def main(argv=None) -> int:
                 print(f"graded in {time.perf_counter() - start:.1f} s")
         elif args.command == "grade-all":
             from autograder.batch import grade_all
-            print(f"grades: {grade_all(args.submissions, args.out, timeout=args.timeout)}")
+            csv_path = grade_all(args.submissions, args.out, jobs=args.jobs, db_url=args.db, timeout=args.timeout,
+                                 job_timeout=args.job_timeout)
+            print(f"grades: {csv_path}")
         elif args.command == "release":
             from autograder import release
             if args.check:

@@ -7,6 +7,7 @@ nbgrader generates the assignment from solutions/, autogrades the copy (test cel
 restored from the original, hidden tests put back) and writes the HTML feedback, which is
 then copied to feedback/<notebook>.html.
 """
+import contextlib
 import re
 import shutil
 import tempfile
@@ -45,13 +46,14 @@ def reason(cell, timeout: int) -> str:
     return f"{ename}: {first}" if first else ename
 
 
-def grade(notebook, timeout: int | None = None, feedback_dir=None) -> dict:
+def grade(notebook, timeout: int | None = None, feedback_dir=None, workspace=None) -> dict:
     """Grade `notebook` and return the report that `--json` prints."""
     notebook = Path(notebook)
     nb = read_notebook(notebook)
     stem = identify(notebook, nb)
     feedback_dir = Path(feedback_dir) if feedback_dir else ROOT / "feedback"
-    with tempfile.TemporaryDirectory(prefix="attention-grading-") as tmp:
+    # grade-all passes `workspace` (a folder kept afterwards) to read the per-cell grades there.
+    with (contextlib.nullcontext(workspace) if workspace else tempfile.TemporaryDirectory(prefix="attention-grading-")) as tmp:
         ws = Workspace(tmp, timeout=timeout)
         released = ws.generate(stem)
         ws.submit(stem, LEARNER, notebook)

@@ -1,6 +1,5 @@
-"""The learner's and the instructor's real grading path: `python -m autograder submit` and
-`grade-all`, with nbgrader generating, autograding and writing feedback for real."""
-import csv
+"""The learner's real grading path: `python -m autograder submit`, with nbgrader generating,
+autograding and writing feedback for real (grade-all: test_batch.py)."""
 import hashlib
 import json
 import subprocess
@@ -122,25 +121,6 @@ def test_bad_input_is_one_clear_line(tmp_path, content, words):
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip().count("\n") == 0 and words in result.stderr, result.stderr
-
-
-def test_grade_all_writes_a_gradebook_and_csv(tmp_path):
-    stem = "00_tokens_and_embeddings"
-    (tmp_path / "in" / "alice").mkdir(parents=True)
-    (tmp_path / "in" / "bob").mkdir()
-    (tmp_path / "in" / "alice" / f"{stem}.ipynb").write_bytes((SOLUTIONS / f"{stem}.ipynb").read_bytes())
-    (tmp_path / "in" / "bob" / f"{stem}.ipynb").write_bytes((COURSE / f"{stem}.ipynb").read_bytes())
-    (tmp_path / "in" / "bob" / "01_dot_product_attention.ipynb").write_text("{ truncated")
-    out = tmp_path / "grading"
-    result = subprocess.run([sys.executable, "-m", "autograder", "grade-all", str(tmp_path / "in"), "--out", str(out)],
-                            capture_output=True, text=True, cwd="/", timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(out / "grades.csv", newline="") as f:
-        rows = {(r["learner"], r["notebook"]): r for r in csv.DictReader(f)}
-    assert rows[("alice", stem)]["score"] == rows[("alice", stem)]["max_score"] != ""
-    assert rows[("bob", stem)]["score"] == "0"
-    assert rows[("bob", "01_dot_product_attention")]["status"].startswith("error: ")
-    assert (out / "gradebook.db").exists() and (out / "feedback" / "alice" / stem / f"{stem}.html").exists()
 
 
 def test_course_is_generated_from_solutions():
