@@ -82,13 +82,19 @@ def gradebook_lock(db_url: str):
 def open_gradebook(db_url: str):
     """The course's gradebook at db_url, created (schema and course) when it is new."""
     from nbgrader.api import Gradebook
-    bin_dir = str(Path(sys.executable).parent)  # a new gradebook runs `alembic`, next to this Python
-    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    _alembic_on_path()
     return Gradebook(db_url, course_id=course_id())
 
 
+def _alembic_on_path():
+    """A new gradebook runs the `alembic` program: the one next to this Python."""
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
 def init_gradebook(db_url: str):
+    _alembic_on_path()
     if db_url.startswith("sqlite"):
         path = Path(db_url.split(":///", 1)[1])
         path.parent.mkdir(parents=True, exist_ok=True)
