@@ -1,0 +1,312 @@
+"""Hidden checks of notebook 07, the KV cache, MQA and GQA.
+
+Weights are built from seeds (seeded_state of the reference module) and loaded by name; the
+learner's layers run with utils.kv_cache.KVCache and the learner's generate drives utils.gpt.
+Outputs are compared with utils.kv_cache and, when they differ, with the usual mistakes.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import utils.kv_cache as ref
+from autograder.checks import (call, expect, expect_close, expect_known, expect_raises, expect_tensor, fail,
+                               load_state, matches, own_module, own_work, randn, seeded_state)
+from utils.gpt import GPTConfig, GPTModel
+from utils.multihead import merge_heads, split_heads
+
+_ATTENTION = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
+B, D_IN, CONTEXT = 2, 5, 9
+X = randn(B, 7, D_IN, seed=70)  # 3 prompt tokens, then 1, 1 and a chunk of 2
+
+
+def _guard(cls, name):
+    return own_work(cls, name, extra=_ATTENTION)
+
+
+# KVCache ----------------------------------------------------------------------------------
+def _snap(result):
+    """update returns views of the buffers, which later writes change: keep copies."""
+    if isinstance(result, tuple):
+        return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in result)
+    return result
+
+
+def check_KVCache(KVCache):
+    k1, v1 = randn(2, 3, 2, 4, seed=71), randn(2, 3, 2, 4, seed=72)
+    k2, v2 = randn(2, 3, 2, 4, seed=73), randn(2, 3, 2, 4, seed=74)
+    with own_work(KVCache, "KVCache"):
+        cache = call(KVCache, 2, 6, 3, 4, name="KVCache")
+        k, v = getattr(cache, "k", None), getattr(cache, "v", None)
+        expect(isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and tuple(k.shape) == tuple(v.shape) == (2, 3, 6, 4),
+               "KVCache must preallocate self.k and self.v of shape (batch_size, num_kv_heads, max_seq_len, head_dim) in __init__.",
+               "KVCache 必须在 __init__ 中预先分配形状为 (batch_size, num_kv_heads, max_seq_len, head_dim) 的 self.k 和 self.v。",
+               f"k: {getattr(k, 'shape', k)}")
+        expect(cache.seq_len == 0, "A new KVCache holds nothing: seq_len starts at 0.", "新的 KVCache 是空的：seq_len 从 0 开始。")
+        wide = call(KVCache, 1, 4, 2, 3, dtype=torch.float64, name="KVCache")
+        expect(wide.k.dtype == torch.float64, "KVCache must create its tensors with the dtype it is given.",
+               "KVCache 必须用传入的 dtype 创建张量。", f"dtype {wide.k.dtype}")
+        first = _snap(call(cache.update, k1, v1, name="KVCache.update"))
+        seq_after_first = cache.seq_len
+        second = _snap(call(cache.update, k2, v2, name="KVCache.update"))
+        seq_after_second = cache.seq_len
+        if isinstance(second, tuple) and getattr(second[0], "shape", None) == (2, 3, 4, 4):
+            call(cache.update, v1, k1, name="KVCache.update")  # fills the cache exactly: allowed
+            expect_raises(ValueError, cache.update, k1[:, :, :1], v1[:, :, :1], name="KVCache.update",
+                          en="Writing past max_seq_len must raise ValueError: all 6 positions are filled, and 1 more does not fit.",
+                          zh="写入超过 max_seq_len 的位置必须抛出 ValueError：6 个位置已全部填满，再放 1 个放不下。")
+        call(cache.reset, name="KVCache.reset")
+        seq_after_reset = cache.seq_len
+        try:
+            third = _snap(cache.update(k2, v2))
+        except ValueError:
+            third = None  # still full: reset() did not empty it
+        except Exception:
+            third = call(cache.update, k2, v2, name="KVCache.update")
+        expect(seq_after_reset == 0 and third is not None,
+               "reset() must empty the cache (seq_len = 0), or the next prompt attends to the previous prompt's keys: the cache was not reset.",
+               "reset() 必须清空缓存（seq_len = 0），否则下一个提示会关注上一个提示的键：缓存没有被重置。",
+               f"seq_len after reset {seq_after_reset}")
+    for got in (first, second, third):
+        expect(isinstance(got, tuple) and len(got) == 2, "update must return a tuple (keys, values).",
+               "update 必须返回一个元组 (keys, values)。", f"got {type(got).__name__}")
+    (fk, fv), (sk, sv), (tk, tv) = first, second, third
+    expect_tensor(fk, "The keys update returns", "update 返回的键")
+    if tuple(fk.shape) == (2, 3, 6, 4):
+        fail("update returns the whole preallocated buffer: return only the filled part, self.k[:, :, :seq_len] (the zeros after it would get attention weight).",
+             "update 返回了整个预分配的缓冲区：只返回已填的部分 self.k[:, :, :seq_len]（后面的零也会分到注意力权重）。")
+    expect(seq_after_first == 2 and seq_after_second == 4,
+           "seq_len must count the filled positions (2, then 4): the model reads it as the position of the next token, so otherwise positions restart at 0.",
+           "seq_len 必须等于已填的位置数（先 2，后 4）：模型把它当作下一个词元的位置，否则位置会从 0 重新开始。",
+           f"seq_len {seq_after_first}, then {seq_after_second}")
+    want_k, want_v = torch.cat((k1, k2), dim=2), torch.cat((v1, v2), dim=2)
+    if isinstance(sk, torch.Tensor) and tuple(sk.shape) != tuple(want_k.shape):
+        fail("The new keys were added along the wrong axis: tokens are axis 2 of (B, H_kv, T, hd), so write (or cat) along dim=2.",
+             "新的键沿错误的轴加入了：词元是 (B, H_kv, T, hd) 的第 2 轴，所以要沿 dim=2 写入（或拼接）。",
+             f"shape {tuple(sk.shape)}, expected {tuple(want_k.shape)}")
+    expect_close(fk, k1, "After the first update the cache must return exactly the keys written.",
+                 "第一次 update 之后，缓存必须恰好返回写入的键。")
+    expect_close(sk, want_k, "After two updates the keys must be the old ones followed by the new ones along the token axis (dim=2).",
+                 "两次 update 之后，键必须是旧键后面接着新键（沿词元轴 dim=2）。")
+    expect_close(sv, want_v, "The values must be cached like the keys: old values, then new ones along dim=2.",
+                 "值必须像键一样缓存：旧值之后接新值，沿 dim=2。")
+    expect(seq_after_reset == 0 and isinstance(tk, torch.Tensor) and tuple(tk.shape) == tuple(k2.shape),
+           "reset() must empty the cache (seq_len = 0), or the next prompt attends to the previous prompt's keys: the cache was not reset.",
+           "reset() 必须清空缓存（seq_len = 0），否则下一个提示会关注上一个提示的键：缓存没有被重置。",
+           f"seq_len after reset {seq_after_reset}, keys after reset {getattr(tk, 'shape', tk)}")
+    expect_close(tv, v2, "After reset() the cache must hold only what was written since.", "reset() 之后缓存只能包含此后写入的内容。")
+
+
+# Attention layers ----------------------------------------------------------------------
+def _attend(q, k, v, mask):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _steps(module, cache_heads, hd, name, record=None):
+    """Prefill 3 tokens, decode 1 and 1, then a chunk of 2: outputs and the cache."""
+    cache = ref.KVCache(B, CONTEXT, cache_heads, hd)
+    outs, rows = [], []
+    hook = module.W_key.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[-2]))
+    try:
+        for a, b in ((0, 3), (3, 4), (4, 5), (5, 7)):
+            outs.append(call(module, X[:, a:b], kv_cache=cache, name=f"{name}.forward"))
+    finally:
+        hook.remove()
+    expect(rows == [3, 1, 1, 2],
+           f"With a cache, {name} must project only the new tokens: it still projects the whole prefix at every step, the work the cache exists to save.",
+           f"有缓存时，{name} 只能投影新的词元：它在每一步仍然投影了整个前缀，而缓存正是为了省下这部分计算。",
+           f"rows given to W_key per call: {rows}, expected [3, 1, 1, 2]")
+    return outs, cache
+
+
+def _check_cached_layer(module, reference, name, num_heads, kv_heads):
+    hd = reference.head_dim
+    with torch.no_grad():
+        want_full = reference(X)
+        q, k, v = (split_heads(layer(X), n) for layer, n in
+                   ((reference.W_query, num_heads), (reference.W_key, kv_heads), (reference.W_value, kv_heads)))
+    full = call(module, X, name=f"{name}.forward")
+    outs, cache = _steps(module, kv_heads, hd, name)
+    expect_tensor(full, f"{name}'s output", f"{name} 的输出")
+    return full, want_full, outs, cache, (q, k, v)
+
+
+def _check_steps(outs, cache, want_full, kv, reference, name):
+    q, k, v = kv
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    for (a, b), out in zip(((0, 3), (3, 4), (4, 5), (5, 7)), outs):
+        top_left = torch.ones(b - a, b, dtype=torch.bool).triu(1)
+        with torch.no_grad():
+            mistake = reference.out_proj(merge_heads(_attend(q[:, :, a:b], k[:, :, :b], v[:, :, :b], top_left)))
+        expect_known(out, want_full[:, a:b], [(mistake if a else None,
+                     f"At decode time {name} uses a top-left aligned mask: the new token sees only the first keys. The new queries are the LAST positions, so the mask must be bottom-right aligned (causal_mask(T_new, T_total) of notebook 04).",
+                     f"解码时 {name} 使用了左上对齐的掩码：新词元只能看到最前面的键。新的查询是最后的几个位置，所以掩码必须右下对齐（笔记本 04 的 causal_mask(T_new, T_total)）。")],
+                     f"With a cache, the outputs for tokens {a}..{b - 1} must equal those of one pass over the whole sequence: the new queries attend to every cached key and to the new keys up to their own position.",
+                     f"有缓存时，词元 {a}..{b - 1} 的输出必须与对整个序列做一次计算的结果相同：新的查询关注所有缓存的键，以及新键中不超过自身位置的那些。")
+    expect(cache.seq_len == 7, f"After 7 tokens the cache given to {name} must hold 7 positions: call kv_cache.update(k, v) once per forward.",
+           f"7 个词元之后，传给 {name} 的缓存必须有 7 个位置：每次 forward 调用一次 kv_cache.update(k, v)。",
+           f"seq_len {cache.seq_len}")
+
+
+def check_CachedMultiHeadAttention(CachedMultiHeadAttention):
+    name, d_out, heads = "CachedMultiHeadAttention", 6, 2
+    for bias in (False, True):
+        reference = ref.CachedMultiHeadAttention(D_IN, d_out, CONTEXT, heads, bias).eval()
+        state = seeded_state(reference, 75 + bias)
+        reference.load_state_dict(state)
+        with _guard(CachedMultiHeadAttention, name):
+            module = own_module(CachedMultiHeadAttention, D_IN, d_out, CONTEXT, heads, qkv_bias=bias).eval()
+            load_state(module, state, name)
+            with torch.no_grad():
+                full, want_full, outs, cache, kv = _check_cached_layer(module, reference, name, heads, heads)
+        expect_close(full, want_full,
+                     f"Without a cache {name} must equal notebook 06's MultiHeadAttention (qkv_bias={bias}): project, split heads, causal softmax(Q K^T / sqrt(head_dim)) V, merge, out_proj.",
+                     f"没有缓存时 {name} 必须等于笔记本 06 的 MultiHeadAttention（qkv_bias={bias}）：投影，拆分头，因果 softmax(Q K^T / sqrt(head_dim)) V，合并，out_proj。")
+        _check_steps(outs, cache, want_full, kv, reference, name)
+
+
+def check_GroupedQueryAttention(GroupedQueryAttention):
+    name, d_out, heads = "GroupedQueryAttention", 8, 4
+    for groups, bias in ((2, False), (1, True), (4, False)):
+        reference = ref.GroupedQueryAttention(D_IN, d_out, CONTEXT, heads, groups, bias).eval()
+        state = seeded_state(reference, 80 + groups)
+        reference.load_state_dict(state)
+        with _guard(GroupedQueryAttention, name):
+            module = own_module(GroupedQueryAttention, D_IN, d_out, CONTEXT, heads, groups, qkv_bias=bias).eval()
+            load_state(module, state, name)
+            with torch.no_grad():
+                full = call(module, X, name=f"{name}.forward")
+        expect_tensor(full, f"{name}'s output", f"{name} 的输出")
+        with torch.no_grad():
+            want = reference(X)
+            q = split_heads(reference.W_query(X), heads)
+            k, v = (split_heads(layer(X), groups) for layer in (reference.W_key, reference.W_value))
+            tiled = reference.out_proj(merge_heads(_attend(q, k.repeat(1, heads // groups, 1, 1), v.repeat(1, heads // groups, 1, 1),
+                                                           torch.ones(7, 7, dtype=torch.bool).triu(1))))
+        expect_known(full, want, [(tiled if 1 < groups < heads else None,
+                     "Key/value heads are assigned with repeat where repeat_interleave is meant: query head h must use group h // (num_heads // num_kv_groups), so groups go (0, 0, 1, 1), not (0, 1, 0, 1).",
+                     "键/值头的分配用了 repeat，而这里应该用 repeat_interleave：查询头 h 必须使用第 h // (num_heads // num_kv_groups) 组，所以顺序是 (0, 0, 1, 1)，而不是 (0, 1, 0, 1)。")],
+                     f"{name} with {groups} group(s) is wrong: each query head attends with the keys and values of its group h // (num_heads // num_kv_groups).",
+                     f"{name}（{groups} 组）的输出不对：每个查询头使用它所在组 h // (num_heads // num_kv_groups) 的键和值。")
+
+    reference = ref.GroupedQueryAttention(D_IN, d_out, CONTEXT, heads, 2).eval()
+    state = seeded_state(reference, 85)
+    reference.load_state_dict(state)
+    with _guard(GroupedQueryAttention, name):
+        module = own_module(GroupedQueryAttention, D_IN, d_out, CONTEXT, heads, 2).eval()
+        load_state(module, state, name)
+        with torch.no_grad():
+            try:
+                _, want_full, outs, cache, kv = _check_cached_layer(module, reference, name, heads, 2)
+            except AssertionError as e:
+                if "crashed" in str(e) and "size" in str(e):
+                    fail("The cache must hold the num_kv_groups key/value heads, before they are repeated for the query heads: that is where GQA saves memory.",
+                         "缓存必须保存 num_kv_groups 个键/值头（在为查询头重复之前）：GQA 正是在这里节省内存。", str(e).split("[")[-1])
+                raise
+    _check_steps(outs, cache, want_full, kv, reference, name)
+
+
+# generate ------------------------------------------------------------------------------
+CFG = GPTConfig(vocab_size=23, context_length=40, emb_dim=8, n_heads=2, n_layers=2)
+
+
+class _RestartingPositions(GPTModel):
+    """What a model computes when every new token is placed at position 0."""
+
+    def forward(self, idx, caches=None):
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
+        for i, block in enumerate(self.trf_blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.out_head(self.final_norm(x))
+
+
+def _model(cls=GPTModel):
+    model = cls(CFG).eval()
+    model.load_state_dict(seeded_state(model, 90))
+    return model
+
+
+def _calls(model):
+    seen = []
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append((args[0].shape[1], (kwargs.get("caches") if len(args) < 2 else args[1]) is not None)),
+        with_kwargs=True)
+    return seen, hook
+
+
+def check_generate(generate):
+    model, prompts = _model(), [torch.tensor([[3, 17, 5], [8, 1, 20]]), torch.tensor([[11, 2, 9, 14], [0, 22, 6, 6]])]
+    wants = [ref.generate(model, p, 6, use_cache=True) for p in prompts]
+    restarting = ref.generate(_model(_RestartingPositions), prompts[0], 6)
+    outs, seen = {}, {}
+    with own_work(generate, "generate"):
+        for use_cache in (True, False):
+            for i, prompt in enumerate(prompts):
+                calls, hook = _calls(model)
+                try:
+                    torch.manual_seed(i)
+                    outs[use_cache, i] = call(generate, model, prompt, 6, use_cache=use_cache, name="generate")
+                finally:
+                    hook.remove()
+                seen[use_cache, i] = calls
+        torch.manual_seed(99)
+        again = call(generate, model, prompts[0], 6, use_cache=True, name="generate")
+    first = outs[True, 0]
+    expect_tensor(first, "generate's result", "generate 的结果")
+    expect(tuple(first.shape) == (2, 9) and torch.equal(first[:, :3], prompts[0]),
+           "generate must return the prompt followed by max_new_tokens new ids: shape (B, T + max_new_tokens).",
+           "generate 必须返回提示后面接 max_new_tokens 个新 id：形状为 (B, T + max_new_tokens)。", f"shape {tuple(first.shape)}")
+    if torch.equal(first, restarting) and not torch.equal(first, wants[0]):
+        fail("Positions restart at 0 for each new token: with a cache, the new token's position is the number of cached tokens (the model reads it from the caches' seq_len).",
+             "每个新词元的位置都从 0 重新开始：有缓存时，新词元的位置等于已缓存的词元数（模型从缓存的 seq_len 读取它）。")
+    if torch.equal(outs[True, 0], wants[0]) and not torch.equal(outs[True, 1], wants[1]):
+        fail("The second prompt gave wrong tokens after the first was right: the cache was not reset between two prompts (make new caches in every call).",
+             "第一个提示正确而第二个提示的词元错了：两个提示之间缓存没有被重置（每次调用都要新建缓存）。")
+    expect(torch.equal(first, again),
+           "generate gave different tokens on two runs: greedy decoding takes the argmax of the last position's logits, it does not sample.",
+           "generate 两次运行给出了不同的词元：贪心解码取最后一个位置 logits 的 argmax，而不是采样。")
+    for use_cache in (True, False):
+        for i, want in enumerate(wants):
+            expect(torch.equal(outs[use_cache, i], want),
+                   f"generate(use_cache={use_cache}) gave the wrong tokens: append the argmax of the logits at the LAST position, one token per step.",
+                   f"generate(use_cache={use_cache}) 给出的词元不对：每一步把最后一个位置 logits 的 argmax 接到序列后面。",
+                   f"got {outs[use_cache, i].tolist()}, expected {want.tolist()}")
+    cached = seen[True, 0]
+    expect(cached and cached[0] == (3, True) and all(c == (1, True) for c in cached[1:]),
+           "generate ignores use_cache=True: pass the caches (model.new_caches), feed the prompt once, then only the newest token at each step.",
+           "generate 忽略了 use_cache=True：传入缓存（model.new_caches），先送入一次提示，之后每一步只送入最新的词元。",
+           f"(tokens, caches given) per model call: {cached}")
+    plain = seen[False, 0]
+    expect(plain and all(not c for _, c in plain) and [t for t, _ in plain] == list(range(3, 3 + len(plain))),
+           "generate ignores use_cache=False: without a cache, run the whole sequence through the model at every step, and pass no caches.",
+           "generate 忽略了 use_cache=False：没有缓存时，每一步把整个序列送入模型，并且不传缓存。",
+           f"(tokens, caches given) per model call: {plain}")
+
+
+# kv_cache_bytes ------------------------------------------------------------------------
+def check_kv_cache_bytes(kv_cache_bytes):
+    cases = [(1, 1, 32, 8, 128, 2), (3, 10, 2, 4, 8, 4), (2, 1024, 12, 12, 64, 2), (1, 7, 1, 1, 2, 1)]
+    with own_work(kv_cache_bytes, "kv_cache_bytes"):
+        got = [call(kv_cache_bytes, *c, name="kv_cache_bytes") for c in cases]
+        default = call(kv_cache_bytes, 1, 1, 32, 8, 128, name="kv_cache_bytes")
+    real = ref.KVCache(3, 10, 4, 8)
+    real_bytes = 2 * 2 * real.k.numel() * real.k.element_size()  # 2 layers, keys and values
+    for c, g in zip(cases, got):
+        want = ref.kv_cache_bytes(*c)
+        if g == want // 2:
+            fail("kv_cache_bytes counts only one of keys and values: the cache keeps both, hence the factor 2.",
+                 "kv_cache_bytes 只算了键和值中的一个：缓存两者都保存，所以要乘以 2。")
+        if g == want * 8:
+            fail("kv_cache_bytes counts bits: multiply by bytes_per_element (2 for bf16), not by the bits per element.",
+                 "kv_cache_bytes 算成了比特数：要乘以 bytes_per_element（bf16 为 2），而不是每个元素的比特数。")
+        expect(g == want,
+               f"kv_cache_bytes{c} is wrong: 2 (keys and values) x batch x tokens x layers x KV heads x head_dim x bytes per element.",
+               f"kv_cache_bytes{c} 不对：2（键和值）x 批大小 x 词元数 x 层数 x KV 头数 x head_dim x 每个元素的字节数。",
+               f"got {g}, expected {want}")
+    expect(got[1] == real_bytes, "kv_cache_bytes must equal the bytes of the real cache tensors.",
+           "kv_cache_bytes 必须等于真实缓存张量的字节数。", f"got {got[1]}, real tensors {real_bytes}")
+    expect(default == 131072,
+           "bytes_per_element defaults to 2 (bf16): Llama-3-8B (32 layers, 8 KV heads of 128) caches 131,072 bytes per token.",
+           "bytes_per_element 默认为 2（bf16）：Llama-3-8B（32 层，8 个 128 维的 KV 头）每个词元缓存 131,072 字节。", f"got {default}")

@@ -1,0 +1,207 @@
+"""Solutions of notebook 07 that grading must reject (WRONG) or accept (RIGHT)."""
+import math
+
+import torch
+from torch import nn
+
+
+# KVCache ------------------------------------------------------------------------------------
+def cache_class(mistake=None, style="slice"):
+    class Cache:
+        def __init__(self, batch_size, max_seq_len, num_kv_heads, head_dim, dtype=torch.float32, device=None):
+            self.max_seq_len = max_seq_len
+            make = torch.empty if style == "empty" else torch.zeros
+            if mistake == "not preallocated":
+                self.k = self.v = None
+            else:
+                self.k = make(batch_size, num_kv_heads, max_seq_len, head_dim,
+                              dtype=torch.float32 if mistake == "ignores dtype" else dtype, device=device)
+                self.v = make(batch_size, num_kv_heads, max_seq_len, head_dim, dtype=self.k.dtype, device=device)
+            self.seq_len = 0
+            self._filled = None
+
+        def update(self, k_new, v_new):
+            start, end = self.seq_len, self.seq_len + k_new.shape[2]
+            if mistake == "wrong axis":
+                fk = k_new if self._filled is None else torch.cat((self._filled[0], k_new), dim=1)
+                fv = v_new if self._filled is None else torch.cat((self._filled[1], v_new), dim=1)
+                self._filled = (fk, fv)
+                self.seq_len = end
+                return fk, fv
+            if end > self.max_seq_len and mistake != "no overflow check":
+                raise ValueError("cache full")
+            if style == "narrow":
+                self.k.narrow(2, start, k_new.shape[2]).copy_(k_new)
+                self.v.narrow(2, start, v_new.shape[2]).copy_(v_new)
+            elif style == "index_copy":
+                idx = torch.arange(start, end)
+                self.k.index_copy_(2, idx, k_new)
+                self.v.index_copy_(2, idx, v_new)
+            else:
+                self.k[:, :, start:end] = k_new
+                self.v[:, :, start:end] = v_new
+            if mistake != "seq_len frozen":
+                self.seq_len = end
+            if mistake == "whole buffer":
+                return self.k, self.v
+            return self.k[:, :, :end], self.v[:, :, :end]
+
+        def reset(self):
+            if mistake == "no reset":
+                return
+            if mistake == "reset zeros only":
+                self.k.zero_(); self.v.zero_()
+                return
+            self.seq_len = 0
+    return Cache
+
+
+# Attention layers ---------------------------------------------------------------------------
+def gqa_class(mistake=None, style="repeat_interleave", mha=False):
+    class Layer(nn.Module):
+        def __init__(self, d_in, d_out, context_length, num_heads, num_kv_groups=None, qkv_bias=False):
+            super().__init__()
+            groups = num_heads if mha else num_kv_groups
+            self.h, self.g, self.hd = num_heads, groups, d_out // num_heads
+            kv_out = d_out if mistake == "full width kv" else groups * self.hd
+            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, kv_out, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, kv_out, bias=qkv_bias)
+            self.out_proj = nn.Linear(d_out, d_out)
+            self.history = None
+
+        def forward(self, x, kv_cache=None):
+            B, T, _ = x.shape
+            split = lambda t, n: t.view(B, t.shape[1], n, self.hd).transpose(1, 2)
+            q = split(self.W_query(x), self.h)
+            if mistake == "projects prefix" and kv_cache is not None:
+                if kv_cache.seq_len == 0:
+                    self.history = None
+                self.history = x if self.history is None else torch.cat((self.history, x), dim=1)
+                k_all, v_all = split(self.W_key(self.history), self.g), split(self.W_value(self.history), self.g)
+                kv_cache.update(k_all[:, :, -T:], v_all[:, :, -T:])
+                k, v = k_all, v_all
+            else:
+                k, v = split(self.W_key(x), self.g), split(self.W_value(x), self.g)
+                group = self.h // self.g
+                if mistake == "caches repeated heads":
+                    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+                if kv_cache is not None and mistake != "ignores cache":
+                    k, v = kv_cache.update(k, v)
+            group = self.h // k.shape[1]
+            if mistake == "repeat":
+                k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+            elif style == "expand":
+                S = k.shape[2]
+                k = k[:, :, None].expand(B, k.shape[1], group, S, self.hd).reshape(B, self.h, S, self.hd)
+                v = v[:, :, None].expand(B, v.shape[1], group, S, self.hd).reshape(B, self.h, S, self.hd)
+            else:
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            S = k.shape[2]
+            if style == "einsum":
+                scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.hd)
+            else:
+                scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
+            if mistake == "top-left mask":
+                blocked = torch.ones(T, S, dtype=torch.bool).triu(1)
+            elif mistake == "no mask":
+                blocked = torch.zeros(T, S, dtype=torch.bool)
+            else:
+                blocked = torch.arange(S)[None, :] > torch.arange(S - T, S)[:, None]
+            weights = torch.where(blocked, float("-inf"), scores).softmax(dim=-1)
+            ctx = weights @ v
+            return self.out_proj(ctx.transpose(1, 2).reshape(B, T, self.h * self.hd))
+    return Layer
+
+
+# generate -------------------------------------------------------------------------------------
+def generate_fn(mistake=None, style="plain"):
+    def generate(model, token_ids, max_new_tokens, use_cache=True):
+        B, T = token_ids.shape
+        cached = use_cache if mistake not in ("ignores use_cache", "always caches") else mistake == "always caches"
+        with torch.no_grad():
+            if mistake == "stale caches":
+                if not hasattr(model, "_zoo_caches"):
+                    model._zoo_caches = model.new_caches(B, model.cfg.context_length)
+                caches = model._zoo_caches
+            else:
+                caches = model.new_caches(B, T + max_new_tokens) if cached or mistake == "positions restart" else None
+            ids, fresh = token_ids, token_ids
+            while ids.shape[1] < T + max_new_tokens:
+                if mistake == "positions restart":
+                    x = model.tok_emb(fresh) + model.pos_emb(torch.arange(fresh.shape[1]))
+                    for block, cache in zip(model.trf_blocks, caches):
+                        x = block(x, cache)
+                    logits = model.out_head(model.final_norm(x))
+                elif cached:
+                    logits = model(fresh, caches=caches) if style == "kwarg" else model(fresh, caches)
+                else:
+                    logits = model(ids)
+                last = logits[:, 0] if mistake == "first position" else logits[:, -1]
+                if mistake == "samples":
+                    next_id = torch.multinomial(torch.softmax(last, dim=-1), 1)
+                else:
+                    next_id = torch.argmax(last, dim=-1).unsqueeze(-1)
+                ids = torch.cat([ids, next_id], dim=-1)
+                fresh = next_id
+        return ids
+    return generate
+
+
+# kv_cache_bytes -------------------------------------------------------------------------------
+def bytes_fn(mistake=None):
+    def kv_cache_bytes(batch_size, seq_len, n_layers, n_kv_heads, head_dim, bytes_per_element=4 if mistake == "default 4" else 2):
+        factor = 1 if mistake == "keys only" else 2
+        if mistake == "bits":
+            bytes_per_element *= 8
+        return math.prod((factor, batch_size, seq_len, n_layers, n_kv_heads, head_dim, bytes_per_element))
+    return kv_cache_bytes
+
+
+WRONG = {
+    "KVCache": {
+        "whole buffer": (cache_class("whole buffer"), "whole preallocated buffer"),
+        "no overflow check": (cache_class("no overflow check"), "max_seq_len"),
+        "wrong axis": (cache_class("wrong axis"), "wrong axis"),
+        "no reset": (cache_class("no reset"), "not reset"),
+        "reset zeros only": (cache_class("reset zeros only"), "not reset"),
+        "seq_len frozen": (cache_class("seq_len frozen"), "positions restart at 0"),
+        "not preallocated": (cache_class("not preallocated"), "preallocate"),
+        "ignores dtype": (cache_class("ignores dtype"), "dtype"),
+    },
+    "CachedMultiHeadAttention": {
+        "top-left mask": (gqa_class("top-left mask", mha=True), "top-left aligned mask"),
+        "projects prefix": (gqa_class("projects prefix", mha=True), "projects the whole prefix"),
+        "no mask": (gqa_class("no mask", mha=True), "must equal notebook 06"),
+        "ignores cache": (gqa_class("ignores cache", mha=True), "With a cache"),
+    },
+    "GroupedQueryAttention": {
+        "repeat": (gqa_class("repeat"), "repeat_interleave"),
+        "caches repeated heads": (gqa_class("caches repeated heads"), "before they are repeated"),
+        "full width kv": (gqa_class("full width kv"), "wrong shape"),
+        "top-left mask": (gqa_class("top-left mask"), "top-left aligned mask"),
+    },
+    "generate": {
+        "samples": (generate_fn("samples"), "does not sample"),
+        "ignores use_cache": (generate_fn("ignores use_cache"), "ignores use_cache=True"),
+        "always caches": (generate_fn("always caches"), "ignores use_cache=False"),
+        "first position": (generate_fn("first position"), "LAST position"),
+        "stale caches": (generate_fn("stale caches"), "not reset between two prompts"),
+        "positions restart": (generate_fn("positions restart"), "Positions restart at 0"),
+    },
+    "kv_cache_bytes": {
+        "keys only": (bytes_fn("keys only"), "only one of keys and values"),
+        "bits": (bytes_fn("bits"), "counts bits"),
+        "default 4": (bytes_fn("default 4"), "defaults to 2"),
+    },
+}
+
+RIGHT = {
+    "KVCache": {"slice": cache_class(), "empty + narrow": cache_class(style="narrow"),
+                "index_copy": cache_class(style="index_copy"), "torch.empty": cache_class(style="empty")},
+    "CachedMultiHeadAttention": {"where + arange mask": gqa_class(mha=True), "einsum": gqa_class(style="einsum", mha=True)},
+    "GroupedQueryAttention": {"repeat_interleave": gqa_class(), "expand + reshape": gqa_class(style="expand"),
+                              "einsum": gqa_class(style="einsum")},
+    "generate": {"while loop": generate_fn(), "caches as keyword": generate_fn(style="kwarg")},
+    "kv_cache_bytes": {"math.prod": bytes_fn()},
+}

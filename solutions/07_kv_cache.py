@@ -1,0 +1,690 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · The KV cache, MQA and GQA · KV 缓存、MQA 与 GQA
+#
+# A language model writes one token at a time: it reads the text so far, picks the next token, appends
+# it, and starts again. Done naively, every step runs the whole text through the model once more,
+# although only the last token is new. In this notebook you find out exactly which work repeats, keep
+# its result in a **KV cache**, and measure what that buys. Then you pay for it in memory, compute the
+# bill for real models, and shrink it the way Llama 3 does: several query heads sharing one key/value
+# head (**grouped-query attention**, and its extreme, **multi-query attention**).
+#
+# 语言模型一次写一个词元：读入目前为止的文本，选出下一个词元，把它接上，然后重新开始。如果天真地去做，每一步都要把整段文本重新送进模型一遍，尽管只有最后一个词元是新的。在本笔记本中，你将弄清楚到底哪些计算是重复的，把它们的结果保存在 **KV 缓存** 里，并测量这样做带来的收益。然后你要为它付出内存的代价：为真实的模型算出这笔账，再用 Llama 3 的办法把它缩小：让几个查询头共享一个键/值头（**分组查询注意力**，以及它的极端情形 **多查询注意力**）。
+#
+# Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, ch. 4 and the KV-cache bonus
+# material of its repository; N. Shazeer, *Fast Transformer Decoding: One Write-Head is All You Need*
+# (2019, MQA); J. Ainslie et al., *GQA* (2023); the DeepSeek-V2 report, table 1 (cache sizes).
+#
+# 参考资料：S. Raschka，《从零构建大语言模型》第 4 章及其代码仓库中关于 KV 缓存的附加材料；N. Shazeer，*Fast Transformer Decoding: One Write-Head is All You Need*（2019，MQA）；J. Ainslie 等，*GQA*（2023）；DeepSeek-V2 技术报告表 1（缓存大小）。
+
+# %%
+import inspect
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from utils.bench_generate import SMALL, format_rows, generation_benchmark
+from utils.causal import causal_mask
+from utils.gpt import GPTConfig, GPTModel, TransformerBlock, parameter_count
+from utils.kv_cache import ConcatKVCache
+from utils.multihead import MultiHeadAttention, merge_heads, split_heads
+
+# Small matrices: handing work to a second thread costs more than it saves, and one thread keeps
+# the timings below steady when the machine is busy.
+torch.set_num_threads(1)
+GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading runs the notebook with smaller timings
+cfg = SMALL
+print(cfg)
+
+# %% [markdown]
+# ## Where attention sits · 注意力在哪里
+#
+# Before speeding anything up, look at the model we will generate with: `utils.gpt.GPTModel`, GPT-2's
+# shape at a small size, with random weights (we measure speed and equality of outputs, not quality).
+# Tokens become vectors (token embedding plus a learned position embedding, notebook 08 has more), then
+# `n_layers` identical blocks, then a final norm and the output head that scores every vocabulary
+# entry. Inside a block, attention is the **only** place where tokens look at each other; the
+# feed-forward network works on each token alone.
+#
+# 在加速任何东西之前，先看看我们用来生成的模型：`utils.gpt.GPTModel`，一个小尺寸的 GPT-2 结构，权重是随机的（我们测量的是速度和输出是否一致，而不是质量）。词元先变成向量（词元嵌入加上可学习的位置嵌入，笔记本 08 会细讲），然后经过 `n_layers` 个相同的块，最后是最终的归一化层和输出头，输出头给词表中的每个词打分。在一个块里，注意力是词元之间互相查看的 **唯一** 地方；前馈网络只对每个词元单独计算。
+
+# %%
+print(inspect.getsource(TransformerBlock.forward))
+model = GPTModel(cfg).eval()
+block = model.trf_blocks[0]
+parts = {"token + position embeddings": parameter_count(model.tok_emb) + parameter_count(model.pos_emb),
+         "attention (all layers)": sum(parameter_count(b.att) for b in model.trf_blocks),
+         "feed-forward (all layers)": sum(parameter_count(b.ff) for b in model.trf_blocks),
+         "layer norms": sum(parameter_count(m) for m in model.modules() if isinstance(m, nn.LayerNorm)),
+         "output head": parameter_count(model.out_head)}
+for name, n in parts.items():
+    print(f"{name:28} {n:>9,}")
+print(f"{'total':28} {parameter_count(model):>9,}")
+print(block.att)
+
+# %% [markdown]
+# The block is `x + attention(norm(x))`, then `x + feed_forward(norm(x))`: pre-norm, with a residual
+# around each part. `block.att` is a plug: the model builds it with a function of the config, so the
+# attention layers you write below can be put into the same model unchanged, and every layer also
+# accepts a cache (`kv_cache=...`).
+#
+# 一个块先做 `x + attention(norm(x))`，再做 `x + feed_forward(norm(x))`：先归一化，每部分外面有一条残差连接。`block.att` 是一个插口：模型用一个以配置为参数的函数来构造它，所以你下面写的注意力层可以原样放进同一个模型，而且每一层都接受一个缓存（`kv_cache=...`）。
+
+# %% [markdown]
+# ## Generation without a cache repeats itself · 没有缓存的生成在重复劳动
+#
+# Greedy generation: run the model on the sequence, take the **argmax** of the logits at the **last**
+# position, append it, repeat. Let's count how many token rows the first layer's key projection
+# `W_key` processes at each step, with a forward hook.
+#
+# 贪心生成：把序列送进模型，取 **最后一个** 位置 logits 的 **argmax**，接到序列后面，重复。我们用一个前向钩子来数一数，每一步第一层的键投影 `W_key` 处理了多少行词元。
+
+# %%
+prompt = torch.randint(0, cfg.vocab_size, (1, 8), generator=torch.Generator().manual_seed(7))
+rows = []
+hook = block.att.W_key.register_forward_hook(lambda m, inputs, out: rows.append(inputs[0].shape[1]))
+ids = prompt
+with torch.no_grad():
+    for step in range(24):
+        next_id = model(ids)[:, -1].argmax(dim=-1, keepdim=True)
+        ids = torch.cat((ids, next_id), dim=1)
+hook.remove()
+print("rows projected by W_key, step by step:", rows)
+print("total rows:", sum(rows), "- of which new tokens:", len(rows) + prompt.shape[1] - 1)
+
+# %% [markdown]
+# At step $t$ the model projects all $T_0 + t$ tokens again, so the work per new token grows with the
+# prefix, and generating $N$ tokens costs about $N^2/2$ token-passes instead of $N$. But the keys and
+# values of the old tokens do not change: a token's key depends only on that token and the ones
+# before it (the mask of notebook 04), and those are fixed. Let's check it on the first layer.
+#
+# 在第 $t$ 步，模型要把全部 $T_0 + t$ 个词元重新投影一遍，所以每个新词元的计算量随前缀增长，生成 $N$ 个词元的代价大约是 $N^2/2$ 次词元计算，而不是 $N$ 次。但是旧词元的键和值并没有变化：一个词元的键只取决于它自己和它之前的词元（笔记本 04 的掩码），而它们是固定的。我们在第一层上验证这一点。
+
+# %%
+with torch.no_grad():
+    x_short = model.tok_emb(ids[:, :20]) + model.pos_emb(torch.arange(20))
+    x_long = model.tok_emb(ids) + model.pos_emb(torch.arange(ids.shape[1]))
+    k_short = block.att.W_key(block.norm1(x_short))
+    k_long = block.att.W_key(block.norm1(x_long))
+print("first layer, keys of tokens 0..19 computed from 20 tokens and from", ids.shape[1], "tokens:")
+print("largest difference:", (k_short - k_long[:, :20]).abs().max().item())
+
+# %% [markdown]
+# Identical. In every layer, the new token needs three things: its own query, and the keys and values
+# of **all** tokens so far. The old keys and values can be kept from earlier steps; that is the
+# **KV cache**. The old **queries** are never needed again: a query is only used to compute the output
+# at its own position, and the outputs at old positions were already produced (and used) when those
+# tokens were generated. So the cache keeps K and V, not Q.
+#
+# 完全相同。在每一层里，新词元需要三样东西：它自己的查询，以及目前 **所有** 词元的键和值。旧的键和值可以从之前的步骤保留下来；这就是 **KV 缓存**。旧的 **查询** 再也用不到了：一个查询只用于计算它自己位置上的输出，而旧位置的输出在生成那些词元时就已经算过（并用过）了。所以缓存保存 K 和 V，不保存 Q。
+#
+# Generation with a cache has two phases. **Prefill**: the prompt goes through the model once, all
+# its tokens at a time, filling the cache. **Decode**: from then on, one token per step; each layer
+# projects only that token, appends its key and value to the cache, and its query attends over
+# everything in the cache.
+#
+# 有缓存的生成分两个阶段。**预填充（prefill）**：提示一次性送进模型，所有词元同时计算，填满缓存。**解码（decode）**：此后每一步只送一个词元；每一层只投影这个词元，把它的键和值追加到缓存里，它的查询则关注缓存里的全部内容。
+
+# %% [markdown]
+# ### Exercise 1 · `KVCache` · 练习 1
+#
+# One layer's cache. In `__init__`, **preallocate** `self.k` and `self.v` as zeros of shape
+# `(batch_size, num_kv_heads, max_seq_len, head_dim)` with the given `dtype` and `device`, and set
+# `self.seq_len = 0` (positions filled so far). `update(k_new, v_new)` receives
+# `(B, H_kv, T_new, hd)` tensors: write them at positions `seq_len .. seq_len + T_new - 1` (tokens are
+# axis 2), advance `seq_len`, and return the **filled part** of the keys and values, `(B, H_kv, seq_len, hd)`.
+# Raise `ValueError` when the new tokens do not fit in `max_seq_len`. `reset()` empties the cache for a
+# new prompt.
+#
+# 一层的缓存。在 `__init__` 中 **预先分配** `self.k` 和 `self.v`：形状为 `(batch_size, num_kv_heads, max_seq_len, head_dim)` 的零张量，使用给定的 `dtype` 和 `device`，并设 `self.seq_len = 0`（目前已填的位置数）。`update(k_new, v_new)` 接收形状为 `(B, H_kv, T_new, hd)` 的张量：把它们写到位置 `seq_len .. seq_len + T_new - 1`（词元是第 2 轴），增加 `seq_len`，并返回键和值中 **已填的部分**，形状 `(B, H_kv, seq_len, hd)`。当新词元放不进 `max_seq_len` 时抛出 `ValueError`。`reset()` 为新的提示清空缓存。
+
+# %% nbgrader={"grade": false, "grade_id": "KVCache", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class KVCache:
+    """Preallocated keys and values of one layer; seq_len positions are filled."""
+
+    def __init__(self, batch_size, max_seq_len, num_kv_heads, head_dim, dtype=torch.float32, device=None):
+        ### BEGIN SOLUTION
+        self.max_seq_len = max_seq_len
+        self.k = torch.zeros(batch_size, num_kv_heads, max_seq_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.seq_len = 0
+        ### END SOLUTION
+
+    def update(self, k_new, v_new):
+        ### BEGIN SOLUTION
+        start, end = self.seq_len, self.seq_len + k_new.shape[2]
+        if end > self.max_seq_len:
+            raise ValueError(f"the cache holds {self.max_seq_len} positions, {end} requested")
+        self.k[:, :, start:end] = k_new
+        self.v[:, :, start:end] = v_new
+        self.seq_len = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+        ### END SOLUTION
+
+    def reset(self):
+        ### BEGIN SOLUTION
+        self.seq_len = 0
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_KVCache", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+
+cache = KVCache(1, 4, 2, 3)
+expect(tuple(cache.k.shape) == (1, 2, 4, 3) and cache.seq_len == 0,
+       "KVCache should preallocate k of shape (batch, kv_heads, max_seq_len, head_dim) and start with seq_len 0.",
+       "KVCache 应预先分配形状为 (batch, kv_heads, max_seq_len, head_dim) 的 k，并且 seq_len 从 0 开始。")
+k, v = cache.update(torch.ones(1, 2, 3, 3), 2 * torch.ones(1, 2, 3, 3))
+expect(tuple(k.shape) == (1, 2, 3, 3) and cache.seq_len == 3 and float(v.sum()) == 36.0,
+       "After writing 3 tokens, update should return the 3 filled positions of keys and values.",
+       "写入 3 个词元之后，update 应返回键和值中已填的 3 个位置。")
+print("✓ KVCache")
+
+# %% nbgrader={"grade": true, "grade_id": "test_KVCache_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb07
+nb07.check_KVCache(KVCache)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## A layer that reads the cache · 读取缓存的注意力层
+#
+# With a cache, a layer receives only the **new** tokens `x` of shape `(B, T_new, d_in)`. It projects
+# them, appends their keys and values to the cache, and lets their queries attend over all
+# `T_total = seq_len` cached positions. The queries are the **last** `T_new` positions of the text, so
+# the causal mask is notebook 04's bottom-right aligned `causal_mask(T_new, T_total)`: a single new
+# token may see every key. A top-left aligned mask (`torch.tril(ones(T_new, T_total))`, or
+# `is_causal=True` in `F.scaled_dot_product_attention`) would let the new token see only the
+# *first* key.
+#
+# 有缓存时，一层只接收 **新的** 词元 `x`，形状为 `(B, T_new, d_in)`。它投影这些词元，把它们的键和值追加到缓存里，然后让它们的查询关注全部 `T_total = seq_len` 个缓存位置。这些查询是文本的 **最后** `T_new` 个位置，所以因果掩码是笔记本 04 中右下对齐的 `causal_mask(T_new, T_total)`：单独一个新词元可以看到所有的键。左上对齐的掩码（`torch.tril(ones(T_new, T_total))`，或 `F.scaled_dot_product_attention` 中的 `is_causal=True`）会让新词元只看到 *第一个* 键。
+
+# %%
+for t_new, t_total in [(1, 6), (2, 6)]:
+    print(f"bottom-right causal_mask({t_new}, {t_total}), True = blocked:\n{causal_mask(t_new, t_total).int()}")
+    print(f"top-left (wrong at decode):\n{(~torch.ones(t_new, t_total, dtype=torch.bool).tril()).int()}\n")
+
+# %% [markdown]
+# ### Exercise 2 · `CachedMultiHeadAttention` · 练习 2
+#
+# Notebook 06's `MultiHeadAttention` without dropout, with the same layers (`W_query`, `W_key`,
+# `W_value` from `d_in` to `d_out` with `bias=qkv_bias`, and `out_proj` from `d_out` to `d_out` with a
+# bias). `forward(x, kv_cache=None)`: project `x`, split heads (`split_heads` and `merge_heads` from
+# `utils.multihead` are imported above); if a cache is given, `k, v = kv_cache.update(k, v)`; then
+# causal attention with the bottom-right mask `causal_mask(T_new, T_total)` (imported from
+# `utils.causal`), merge heads, `out_proj`. Without a cache it is plain causal multi-head attention.
+#
+# 笔记本 06 中去掉 dropout 的 `MultiHeadAttention`，层与之相同（`W_query`、`W_key`、`W_value` 从 `d_in` 映射到 `d_out`，`bias=qkv_bias`；`out_proj` 从 `d_out` 映射到 `d_out`，带偏置）。`forward(x, kv_cache=None)`：投影 `x`，拆分头（上面已导入 `utils.multihead` 的 `split_heads` 和 `merge_heads`）；如果给了缓存，就 `k, v = kv_cache.update(k, v)`；然后用右下对齐的掩码 `causal_mask(T_new, T_total)`（从 `utils.causal` 导入）做因果注意力，合并头，`out_proj`。没有缓存时，它就是普通的因果多头注意力。
+
+# %% nbgrader={"grade": false, "grade_id": "CachedMultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class CachedMultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, num_heads, qkv_bias=False):
+        super().__init__()
+        ### BEGIN SOLUTION
+        if d_out % num_heads:
+            raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        ### END SOLUTION
+
+    def forward(self, x, kv_cache=None):  # (B, T_new, d_in) -> (B, T_new, d_out)
+        ### BEGIN SOLUTION
+        T_new = x.shape[1]
+        q = split_heads(self.W_query(x), self.num_heads)  # (B, H, T_new, hd)
+        k = split_heads(self.W_key(x), self.num_heads)
+        v = split_heads(self.W_value(x), self.num_heads)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, H, T_total, hd)
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5  # (B, H, T_new, T_total)
+        scores = scores.masked_fill(causal_mask(T_new, k.shape[2]), float("-inf"))
+        return self.out_proj(merge_heads(torch.softmax(scores, dim=-1) @ v))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_CachedMultiHeadAttention", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+from utils.kv_cache import KVCache as ReferenceCache
+
+torch.manual_seed(0)
+layer = CachedMultiHeadAttention(4, 6, 8, 2).eval()
+x = torch.randn(1, 5, 4)
+with torch.no_grad():
+    full = layer(x)
+    cache = ReferenceCache(1, 8, 2, 3)
+    steps = torch.cat([layer(x[:, :3], kv_cache=cache), layer(x[:, 3:4], kv_cache=cache), layer(x[:, 4:], kv_cache=cache)], dim=1)
+expect_close(steps, full, "Prefill 3 tokens, then decode 1 and 1: the outputs should equal one pass over all 5 tokens.",
+             "先预填充 3 个词元，再逐个解码 2 个：输出应与对全部 5 个词元做一次计算的结果相同。")
+print("✓ CachedMultiHeadAttention")
+
+# %% nbgrader={"grade": true, "grade_id": "test_CachedMultiHeadAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb07
+nb07.check_CachedMultiHeadAttention(CachedMultiHeadAttention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Your layer has the same parameters as notebook 06's `MultiHeadAttention`, so we can copy weights
+# and compare. Then we put it into the GPT, with your `KVCache` in every layer, and check that prefill
+# plus one-token steps give the same logits as one pass over the whole sequence.
+#
+# 你的层和笔记本 06 的 `MultiHeadAttention` 参数相同，所以可以复制权重来比较。然后我们把它放进 GPT，每层用你的 `KVCache`，检查预填充加逐个词元的步骤与对整个序列做一次计算得到的 logits 是否相同。
+
+# %%
+torch.manual_seed(1)
+mha06 = MultiHeadAttention(16, 16, 10, 0.0, 4).eval()
+mine = CachedMultiHeadAttention(16, 16, 10, 4).eval()
+mine.load_state_dict(mha06.state_dict(), strict=False)  # 06 also stores its mask buffer
+x = torch.randn(2, 10, 16)
+with torch.no_grad():
+    print("equal to notebook 06's layer (atol 1e-6):", torch.allclose(mine(x), mha06(x), atol=1e-6))
+
+my_attention = lambda c: CachedMultiHeadAttention(c.emb_dim, c.emb_dim, c.context_length, c.n_heads, c.qkv_bias)
+torch.manual_seed(2)
+my_model = GPTModel(cfg, attention=my_attention).eval()
+seq = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3))
+with torch.no_grad():
+    full = my_model(seq)
+    caches = my_model.new_caches(2, cfg.context_length, KVCache)  # one of YOUR caches per layer
+    stepwise = [my_model(seq[:, :8], caches)] + [my_model(seq[:, t:t + 1], caches) for t in range(8, 12)]
+print("logits, prefill 8 + 4 single steps equal one pass (atol 1e-5):",
+      torch.allclose(torch.cat(stepwise, dim=1), full, atol=1e-5))
+print("cache lengths:", [c.seq_len for c in caches])
+
+# %% [markdown]
+# The model feeds the new tokens their true positions: it reads the number of cached tokens,
+# `caches[0].seq_len`, and looks up position embeddings from there. If positions restarted at 0 for
+# each new token, every step would look like the start of a text.
+#
+# 模型会给新词元它们真实的位置：它读取已缓存的词元数 `caches[0].seq_len`，并从那里开始查找位置嵌入。如果每个新词元的位置都从 0 重新开始，每一步看起来都会像是一段文本的开头。
+
+# %% [markdown]
+# ### Exercise 3 · `generate` · 练习 3
+#
+# Greedy decoding. `token_ids` is `(B, T)`; return `(B, T + max_new_tokens)`: the prompt followed by
+# the new tokens. Each new token is the **argmax** of the logits at the **last** position (no
+# sampling). With `use_cache=True`: make fresh caches with `model.new_caches(B, T + max_new_tokens)`
+# (one `utils.kv_cache.KVCache` per layer, so this exercise does not depend on yours), run the prompt
+# once (`model(token_ids, caches)`), then feed only the newest token at each step. With
+# `use_cache=False`: run the whole sequence, `model(ids)`, at every step. Wrap it in
+# `torch.no_grad()`.
+#
+# 贪心解码。`token_ids` 的形状为 `(B, T)`；返回 `(B, T + max_new_tokens)`：提示后面接新的词元。每个新词元是 **最后一个** 位置 logits 的 **argmax**（不采样）。当 `use_cache=True` 时：用 `model.new_caches(B, T + max_new_tokens)` 新建缓存（每层一个 `utils.kv_cache.KVCache`，这样本练习不依赖你的实现），把提示送入一次（`model(token_ids, caches)`），之后每一步只送入最新的词元。当 `use_cache=False` 时：每一步都把整个序列送入 `model(ids)`。用 `torch.no_grad()` 包起来。
+
+# %% nbgrader={"grade": false, "grade_id": "generate", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def generate(model, token_ids, max_new_tokens, use_cache=True):
+    """Greedy: (B, T) -> (B, T + max_new_tokens)."""
+    ### BEGIN SOLUTION
+    B, T = token_ids.shape
+    ids = token_ids
+    with torch.no_grad():
+        if use_cache:
+            caches = model.new_caches(B, T + max_new_tokens)
+            logits = model(token_ids, caches)  # prefill
+        for step in range(max_new_tokens):
+            if not use_cache:
+                logits = model(ids)  # the whole sequence, every step
+            next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+            ids = torch.cat((ids, next_id), dim=1)
+            if use_cache and step + 1 < max_new_tokens:
+                logits = model(next_id, caches)  # decode: one token
+    return ids
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_generate", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+from utils.gpt import GPTConfig, GPTModel
+
+torch.manual_seed(0)
+tiny = GPTModel(GPTConfig(vocab_size=30, context_length=16, emb_dim=8, n_heads=2, n_layers=2)).eval()
+start = torch.tensor([[1, 2, 3]])
+with_cache, without = generate(tiny, start, 5, use_cache=True), generate(tiny, start, 5, use_cache=False)
+expect(tuple(with_cache.shape) == (1, 8) and torch.equal(with_cache[:, :3], start),
+       "generate should return the prompt followed by max_new_tokens new tokens.", "generate 应返回提示后面接 max_new_tokens 个新词元。")
+expect(torch.equal(with_cache, without), "Greedy generation should give the same tokens with and without the cache.",
+       "贪心生成在有缓存和没有缓存时应给出相同的词元。")
+print("✓ generate")
+
+# %% nbgrader={"grade": true, "grade_id": "test_generate_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb07
+nb07.check_generate(generate)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## What the cache buys · 缓存带来了什么
+#
+# Same model, same prompt, with and without the cache: the tokens must be identical (the cache changes
+# how much is computed, not what), and we time both in the same run.
+#
+# 同一个模型、同一个提示，有缓存和没有缓存：词元必须完全相同（缓存改变的是计算量，而不是计算结果），我们在同一次运行中为两者计时。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+new_tokens = 24 if GRADING else 120
+timings = {}
+for use_cache in tqdm([True, False, True, False], desc="generating"):
+    t0 = time.perf_counter()
+    out = generate(model, prompt, new_tokens, use_cache=use_cache)
+    timings.setdefault(use_cache, []).append(time.perf_counter() - t0)
+    timings.setdefault(f"tokens {use_cache}", out)
+same = torch.equal(timings["tokens True"], timings["tokens False"])
+speed = {c: new_tokens / min(timings[c]) for c in (True, False)}
+print(f"{new_tokens} new tokens, identical with and without the cache: {same}")
+print(f"with the cache:    {speed[True]:7.1f} tokens/s")
+print(f"without the cache: {speed[False]:7.1f} tokens/s")
+print(f"speed-up on the machine that ran this: {speed[True] / speed[False]:.1f}x")
+
+# %% [markdown]
+# The speed-up printed above is what the machine that ran this notebook measured. It grows with the
+# length of the text (the uncached step does work proportional to the prefix, the cached one does
+# not) and with the size of the model: at this small size a good part of each step is Python
+# overhead that both paths pay. `python -m utils.bench_generate` runs the same comparison at GPT-2
+# small's full size (12 layers, width 768, 256 new tokens) in a few minutes.
+#
+# 上面打印的加速比是运行本笔记本的机器测得的。它随文本长度增长（不带缓存的一步所做的计算与前缀长度成正比，带缓存的则不然），也随模型规模增长：在这么小的规模下，每一步有相当一部分时间是两条路径都要付出的 Python 开销。`python -m utils.bench_generate` 在 GPT-2 small 的完整规模（12 层，宽度 768，生成 256 个新词元）下做同样的比较，几分钟即可复现。
+
+# %% [markdown]
+# ## Preallocated or `torch.cat` · 预先分配还是 `torch.cat`
+#
+# A cache can also grow with `torch.cat((old, new), dim=2)` at each step, as the first version in
+# Raschka's repository does. That is shorter to write, but `cat` allocates a new tensor and copies the
+# whole cache every step: appending the $t$-th token copies $t$ positions, so $N$ tokens copy about
+# $N^2/2$ positions in total, against $N$ for a preallocated buffer. `utils.kv_cache.ConcatKVCache`
+# has the same interface as your `KVCache`; time only the cache updates of one layer of GPT-2 small's
+# shape (12 heads of 64), one token at a time.
+#
+# 缓存也可以在每一步用 `torch.cat((old, new), dim=2)` 增长，Raschka 仓库里的第一个版本就是这样做的。这样写起来更短，但 `cat` 每一步都要分配一个新张量并复制整个缓存：追加第 $t$ 个词元要复制 $t$ 个位置，所以 $N$ 个词元总共大约复制 $N^2/2$ 个位置，而预先分配的缓冲区只需 $N$ 个。`utils.kv_cache.ConcatKVCache` 与你的 `KVCache` 接口相同；我们只为 GPT-2 small 形状的一层（12 个 64 维的头）的缓存更新计时，每次一个词元。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def time_updates(cache_cls, n_tokens, heads=12, hd=64):
+    cache = cache_cls(1, n_tokens, heads, hd)
+    k_new = torch.randn(1, heads, 1, hd)
+    t0 = time.perf_counter()
+    for _ in range(n_tokens):
+        cache.update(k_new, k_new)
+    return time.perf_counter() - t0
+
+
+n_tokens = 256 if GRADING else 1024
+update_s = {"KVCache (preallocated)": [], "ConcatKVCache (torch.cat)": []}
+for _ in tqdm(range(3), desc="timing rounds"):
+    update_s["KVCache (preallocated)"].append(time_updates(KVCache, n_tokens))
+    update_s["ConcatKVCache (torch.cat)"].append(time_updates(ConcatKVCache, n_tokens))
+best = {name: min(s) for name, s in update_s.items()}
+for name, s in best.items():
+    print(f"{name:27} {1e3 * s:8.1f} ms for {n_tokens} appends")
+print(f"torch.cat / preallocated on the machine that ran this: {best['ConcatKVCache (torch.cat)'] / best['KVCache (preallocated)']:.1f}x")
+
+# %% [markdown]
+# The updates alone differ a lot, and the gap widens with the length of the text. In a whole decoding
+# step the cache update is only one part of the work next to the weight matrices, so the difference
+# in tokens per second is smaller; the table at the end of this notebook, and the full-size benchmark,
+# show both side by side.
+#
+# 单看缓存更新，差别很大，而且文本越长差距越大。在完整的一步解码中，缓存更新只是权重矩阵计算之外的一小部分，所以每秒词元数上的差别要小一些；本笔记本末尾的表格以及完整规模的基准测试把两者并排列出。
+
+# %% [markdown]
+# ## What the cache costs · 缓存的代价
+#
+# Each layer keeps a key and a value vector per KV head, per token, per sequence in the batch:
+#
+# 每一层为批中每个序列的每个词元、每个 KV 头保存一个键向量和一个值向量：
+#
+# $$\text{bytes} = 2 \times \text{batch} \times \text{tokens} \times \text{layers} \times \text{KV heads} \times \text{head\_dim} \times \text{bytes per element}$$
+#
+# The 2 is keys and values. Unlike the weights, this grows with the length of the text and with the
+# number of texts served at once.
+#
+# 其中的 2 代表键和值。与权重不同，它随文本长度和同时服务的文本数量而增长。
+
+# %% [markdown]
+# ### Exercise 4 · `kv_cache_bytes` · 练习 4
+#
+# Return the number of bytes of the cache by the formula above, as an `int`; `bytes_per_element`
+# defaults to 2 (bf16 or fp16).
+#
+# 按上面的公式返回缓存的字节数（`int`）；`bytes_per_element` 默认为 2（bf16 或 fp16）。
+
+# %% nbgrader={"grade": false, "grade_id": "kv_cache_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def kv_cache_bytes(batch_size, seq_len, n_layers, n_kv_heads, head_dim, bytes_per_element=2):
+    ### BEGIN SOLUTION
+    return 2 * batch_size * seq_len * n_layers * n_kv_heads * head_dim * bytes_per_element
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
+expect(kv_cache_bytes(1, 1, 1, 1, 1) == 4, "One token, one layer, one head of width 1 in bf16: a key and a value of 2 bytes each, 4 bytes.",
+       "一个词元、一层、一个宽度为 1 的头，bf16：一个键和一个值，各 2 字节，共 4 字节。")
+expect(kv_cache_bytes(2, 3, 4, 5, 6, 4) == 2 * 2 * 3 * 4 * 5 * 6 * 4, "kv_cache_bytes should multiply all its factors and 2 (keys and values).",
+       "kv_cache_bytes 应把所有因子和 2（键和值）相乘。")
+print("✓ kv_cache_bytes")
+
+# %% nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb07
+nb07.check_kv_cache_bytes(kv_cache_bytes)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# First the formula against the real tensors: the caches of our small model, in float32 (4 bytes).
+#
+# 先用真实的张量检验公式：我们这个小模型的缓存，float32（4 字节）。
+
+# %%
+caches = model.new_caches(1, cfg.context_length)
+real = sum(c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size() for c in caches)
+head_dim = cfg.emb_dim // cfg.n_heads
+formula = kv_cache_bytes(1, cfg.context_length, cfg.n_layers, cfg.n_heads, head_dim, bytes_per_element=4)
+print(f"bytes of the real cache tensors: {real:,}; formula: {formula:,}; equal: {real == formula}")
+
+# %% [markdown]
+# Now real models, in bf16 (2 bytes). GPT-2 small: 12 layers, 12 heads of 64, context 1,024.
+# Llama-3-8B: 32 layers, 32 query heads but only **8 KV heads** of 128 (grouped-query attention,
+# below), context 8,192. DeepSeek-V3 (61 layers, 128 heads, context 128K = 131,072 with YaRN) if it
+# used plain multi-head attention: each head's key is 192 wide (128 + 64 for RoPE) and its value
+# 128, which the formula covers with `head_dim = (192 + 128) / 2 = 160`. That is 40,960 numbers per
+# token per layer: the cache of DeepSeek-V3's `naive` attention path. Notebook 09 shows how its
+# multi-head latent attention keeps 576 instead.
+#
+# 现在看真实的模型，bf16（2 字节）。GPT-2 small：12 层，12 个 64 维的头，上下文 1,024。Llama-3-8B：32 层，32 个查询头，但只有 **8 个 KV 头**，每个 128 维（分组查询注意力，见下文），上下文 8,192。DeepSeek-V3（61 层，128 个头，借助 YaRN 上下文为 128K = 131,072）如果使用普通多头注意力：每个头的键是 192 维（128 + 64 给 RoPE），值是 128 维，公式里用 `head_dim = (192 + 128) / 2 = 160` 来表示。这相当于每个词元每层 40,960 个数：正是 DeepSeek-V3 `naive` 注意力路径的缓存。笔记本 09 会展示它的多头潜在注意力如何只保存 576 个数。
+
+# %%
+models = {  # name: (layers, KV heads, head_dim, context length)
+    "GPT-2 small": (12, 12, 64, 1024),
+    "Llama-3-8B (8 KV heads)": (32, 8, 128, 8192),
+    "DeepSeek-V3 as plain MHA": (61, 128, 160, 131072),
+}
+def human(n_bytes):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n_bytes < 1024 or unit == "GiB":
+            return f"{n_bytes:,.0f} {unit}" if unit == "B" else f"{n_bytes:,.1f} {unit}"
+        n_bytes /= 1024
+
+
+print(f"{'model':26} {'per token':>12} {'context':>8} {'full context, batch 1':>22}")
+for name, (layers, kv_heads, hd, context) in models.items():
+    per_token = kv_cache_bytes(1, 1, layers, kv_heads, hd)
+    full_ctx = kv_cache_bytes(1, context, layers, kv_heads, hd)
+    print(f"{name:26} {human(per_token):>12} {context:>8,} {human(full_ctx):>22}")
+print("DeepSeek-V3, numbers per token per layer:", 2 * 128 * 160)
+
+# %% [markdown]
+# A 128K-token conversation with DeepSeek-V3's shape would need the cache printed above for one
+# sequence: more than the memory of several GPUs, before any batching. Llama-3-8B's cache is small
+# per token largely because it keeps 8 KV heads instead of 32. That is the next idea.
+#
+# 对 DeepSeek-V3 的结构来说，一段 128K 词元的对话仅一条序列就需要上面打印的那么多缓存：在还没有任何批处理之前，就超过了好几块 GPU 的显存。Llama-3-8B 每个词元的缓存之所以小，很大程度上是因为它只保存 8 个 KV 头而不是 32 个。这就是下一个思路。
+
+# %% [markdown]
+# ## Multi-query and grouped-query attention · 多查询注意力与分组查询注意力
+#
+# The cache holds keys and values; queries are never cached. So the number of **KV heads** sets the
+# cache size, and the number of query heads does not. Multi-query attention (MQA, Shazeer 2019) keeps
+# all query heads but gives them a **single** shared key/value head. Grouped-query attention (GQA,
+# Ainslie et al. 2023) sits in between: `num_heads` query heads in `num_kv_groups` groups, each group
+# sharing one key/value head. Query head `h` uses group `h // (num_heads // num_kv_groups)`: with 4
+# heads and 2 groups, heads 0 and 1 use group 0, heads 2 and 3 use group 1. `num_kv_groups = 1` is
+# MQA, `num_kv_groups = num_heads` is ordinary multi-head attention, and the cache shrinks by
+# `num_heads / num_kv_groups`.
+#
+# 缓存保存的是键和值；查询从不缓存。所以决定缓存大小的是 **KV 头** 的数量，而不是查询头的数量。多查询注意力（MQA，Shazeer 2019）保留所有查询头，但只给它们 **一个** 共享的键/值头。分组查询注意力（GQA，Ainslie 等 2023）介于两者之间：`num_heads` 个查询头分成 `num_kv_groups` 组，每组共享一个键/值头。查询头 `h` 使用第 `h // (num_heads // num_kv_groups)` 组：4 个头、2 组时，头 0 和 1 使用第 0 组，头 2 和 3 使用第 1 组。`num_kv_groups = 1` 就是 MQA，`num_kv_groups = num_heads` 就是普通的多头注意力，缓存缩小为原来的 `num_kv_groups / num_heads`。
+#
+# In code, `tensor.repeat_interleave(g, dim=1)` turns KV heads `(k0, k1)` into `(k0, k0, k1, k1)`,
+# which is this assignment; `tensor.repeat(1, g, 1, 1)` gives `(k0, k1, k0, k1)`, which is not.
+#
+# 在代码中，`tensor.repeat_interleave(g, dim=1)` 把 KV 头 `(k0, k1)` 变成 `(k0, k0, k1, k1)`，这正是上面的分配方式；`tensor.repeat(1, g, 1, 1)` 得到的是 `(k0, k1, k0, k1)`，不是。
+
+# %%
+kv = torch.tensor([0, 1]).view(1, 2, 1, 1)
+print("repeat_interleave:", kv.repeat_interleave(2, dim=1).flatten().tolist(), "  repeat:", kv.repeat(1, 2, 1, 1).flatten().tolist())
+print("group of each query head (4 heads, 2 groups):", [h // (4 // 2) for h in range(4)])
+
+# %% [markdown]
+# ### Exercise 5 · `GroupedQueryAttention` · 练习 5
+#
+# Like your `CachedMultiHeadAttention`, but `W_key` and `W_value` map `d_in` to
+# `num_kv_groups * head_dim` (with `head_dim = d_out // num_heads`). In `forward(x, kv_cache=None)`,
+# split the keys and values into `num_kv_groups` heads, update the cache **with those** (that is where
+# the memory is saved), and only then repeat each KV head for the query heads of its group.
+#
+# 与你的 `CachedMultiHeadAttention` 类似，但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。
+
+# %% nbgrader={"grade": false, "grade_id": "GroupedQueryAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, num_heads, num_kv_groups, qkv_bias=False):
+        super().__init__()
+        ### BEGIN SOLUTION
+        if d_out % num_heads or num_heads % num_kv_groups:
+            raise ValueError(f"need d_out={d_out} divisible by num_heads={num_heads}, divisible by num_kv_groups={num_kv_groups}")
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_groups, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, num_kv_groups * self.head_dim, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        ### END SOLUTION
+
+    def forward(self, x, kv_cache=None):  # (B, T_new, d_in) -> (B, T_new, d_out)
+        ### BEGIN SOLUTION
+        T_new = x.shape[1]
+        q = split_heads(self.W_query(x), self.num_heads)  # (B, H, T_new, hd)
+        k = split_heads(self.W_key(x), self.num_kv_heads)  # (B, G, T_new, hd)
+        v = split_heads(self.W_value(x), self.num_kv_heads)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # (B, G, T_total, hd): the cache holds G heads
+        group_size = self.num_heads // self.num_kv_heads
+        k = k.repeat_interleave(group_size, dim=1)  # (B, H, T_total, hd): head h reads group h // group_size
+        v = v.repeat_interleave(group_size, dim=1)
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5
+        scores = scores.masked_fill(causal_mask(T_new, k.shape[2]), float("-inf"))
+        return self.out_proj(merge_heads(torch.softmax(scores, dim=-1) @ v))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_GroupedQueryAttention", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+
+gqa = GroupedQueryAttention(8, 12, 6, 6, 2)
+expect(tuple(gqa.W_key.weight.shape) == (4, 8) and tuple(gqa.W_value.weight.shape) == (4, 8),
+       "With 6 heads of width 2 in 2 groups, W_key and W_value should map 8 inputs to 2 * 2 = 4 outputs.",
+       "6 个宽度为 2 的头分成 2 组时，W_key 和 W_value 应把 8 个输入映射到 2 * 2 = 4 个输出。")
+expect(tuple(gqa(torch.randn(2, 5, 8)).shape) == (2, 5, 12), "GroupedQueryAttention should map (B, T, d_in) to (B, T, d_out).",
+       "GroupedQueryAttention 应把 (B, T, d_in) 映射为 (B, T, d_out)。")
+print("✓ GroupedQueryAttention")
+
+# %% nbgrader={"grade": true, "grade_id": "test_GroupedQueryAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb07
+nb07.check_GroupedQueryAttention(GroupedQueryAttention)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Both extremes, shown by copying weights. With `num_kv_groups = num_heads` the layer has exactly
+# `CachedMultiHeadAttention`'s parameters and must compute the same thing. With one group (MQA) it
+# equals a multi-head layer whose key and value heads are all copies of the single shared one.
+#
+# 用复制权重来展示两个极端。当 `num_kv_groups = num_heads` 时，该层的参数与 `CachedMultiHeadAttention` 完全相同，计算结果也必须相同。只有一组（MQA）时，它等于一个多头层，其所有的键头和值头都是那个共享头的副本。
+
+# %%
+torch.manual_seed(4)
+x = torch.randn(2, 7, 16)
+mha = CachedMultiHeadAttention(16, 16, 7, 4).eval()
+as_mha = GroupedQueryAttention(16, 16, 7, 4, num_kv_groups=4).eval()
+as_mha.load_state_dict(mha.state_dict())
+mqa = GroupedQueryAttention(16, 16, 7, 4, num_kv_groups=1).eval()
+copied = {name: (w.repeat(4, *[1] * (w.dim() - 1)) if name.startswith(("W_key", "W_value")) else w)
+          for name, w in mqa.state_dict().items()}  # the one KV head copied for each of the 4 query heads
+mha_from_mqa = CachedMultiHeadAttention(16, 16, 7, 4).eval()
+mha_from_mqa.load_state_dict(copied)
+with torch.no_grad():
+    print("GQA with num_heads groups equals MHA:       ", torch.allclose(as_mha(x), mha(x), atol=1e-6))
+    print("MQA equals MHA with copied key/value heads: ", torch.allclose(mqa(x), mha_from_mqa(x), atol=1e-6))
+for groups in (4, 2, 1):
+    layer = GroupedQueryAttention(16, 16, 7, 4, groups)
+    print(f"{groups} KV group(s): W_key {tuple(layer.W_key.weight.shape)}, cache per token per layer "
+          f"{kv_cache_bytes(1, 1, 1, groups, 4, 4)} bytes")
+
+# %% [markdown]
+# ## One table · 一张表
+#
+# The same small GPT with multi-head attention, GQA with 4 groups (2 query heads per KV head), and MQA;
+# random weights, greedy generation from the same prompt, measured side by side in one run by
+# `utils.bench_generate.generation_benchmark` (it also checks that the cached and uncached MHA tokens
+# are identical). `vs no cache` is the speed relative to MHA without a cache; `cache MiB` is the
+# bytes of the real cache tensors.
+#
+# 同一个小 GPT，分别使用多头注意力、4 组的 GQA（每个 KV 头对应 2 个查询头）和 MQA；随机权重，从同一个提示做贪心生成，由 `utils.bench_generate.generation_benchmark` 在一次运行中并排测量（它还会检查 MHA 有缓存和无缓存时生成的词元是否完全相同）。`vs no cache` 是相对于无缓存 MHA 的速度；`cache MiB` 是真实缓存张量的字节数。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+rows = generation_benchmark(cfg, prompt_len=8, new_tokens=16 if GRADING else 120, repeats=1 if GRADING else 3)
+print(format_rows(rows))
+by = {r["variant"]: r for r in rows}
+mha_row = by["KV cache, preallocated"]
+print(f"cache: MHA / GQA-4 = {mha_row['cache_bytes'] / by['GQA 4 groups, preallocated']['cache_bytes']:.0f}x, "
+      f"MHA / MQA = {mha_row['cache_bytes'] / by['MQA 1 group, preallocated']['cache_bytes']:.0f}x")
+fig, ax = plt.subplots(figsize=(7, 2.6))
+ax.barh([r["variant"] for r in rows], [r["tokens_per_s"] for r in rows])
+ax.invert_yaxis(); ax.set_xlabel("tokens per second (higher is faster)")
+plt.show()
+
+# %% [markdown]
+# On the machine that ran this notebook: the cache ratios printed above are exact (`num_heads /
+# num_kv_groups`), while the speeds are measurements. At this size GQA and MQA are not faster than
+# MHA per token by much, if at all: the weights, not the cache, dominate what each step reads, and
+# repeating the KV heads costs a little. Their payoff
+# is memory, and with it longer texts and bigger batches on the same hardware, which is why Llama 3
+# uses GQA. DeepSeek went further and compressed the cache itself: notebook 09.
+#
+# 在运行本笔记本的机器上：上面打印的缓存比值是精确的（`num_heads / num_kv_groups`），而速度是测量值。在这个规模下，GQA 和 MQA 每个词元即使比 MHA 快，也快不了多少：每一步读取的主要是权重，而不是缓存，而且重复 KV 头还要付出一点代价。它们的收益在于内存，进而能在同样的硬件上处理更长的文本和更大的批，这正是 Llama 3 使用 GQA 的原因。DeepSeek 更进一步，压缩了缓存本身：见笔记本 09。
+#
+# Full size, a few minutes on 2 cores: `python -m utils.bench_generate` (12 layers, width 768, 12
+# heads, GPT-2's vocabulary, batch 1, 256 new tokens).
+#
+# 完整规模，在 2 个核上需要几分钟：`python -m utils.bench_generate`（12 层，宽度 768，12 个头，GPT-2 的词表，批大小 1，生成 256 个新词元）。
