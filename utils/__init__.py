@@ -20,6 +20,8 @@ learner's code with these kernels.
     utils.rmsnorm     RMSNorm, computed in float32 (09, 12)
     utils.mla         multi-head latent attention, naive and absorbed paths, cache sizes; `python -m utils.mla` (09)
     utils.moe         experts, routers, DeepSeek-V3's gate and bias balancing, MoE; `python -m utils.moe` (10)
+    utils.quantize    absmax int8, block-wise FP8, Int8WeightOnlyLinear, quantize_model_, Int8KVCache (11)
+    utils.bench_quantize  `python -m utils.bench_quantize`: decode speed and memory, fp32/bf16/int8 (11)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 

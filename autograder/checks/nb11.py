@@ -12,7 +12,8 @@ skip=())` leaves the nn.Linear layers whose name in model.named_modules() is in 
 The int8 linear may compute in bfloat16 (torch._weight_int8pack_mm does), so its outputs are
 compared per output channel within 2% of that channel's largest output; its speed is measured
 against the float32 layer, interleaved, taking the best of many rounds so that a busy machine
-slows both alike; a forward that first dequantizes the whole weight is several times slower.
+slows both alike, on one thread (a busy machine makes a two-thread kernel wait for its second thread
+at every call); a forward that first dequantizes the whole weight is several times slower.
 """
 import time
 
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 import utils.quantize as ref
-from autograder.checks import call, expect, expect_close, expect_known, expect_tensor, fail, generator, own_work, randn
+from autograder.checks import Shortcut, call, expect, expect_close, expect_known, expect_tensor, fail, generator, own_work, randn
 
 FP8 = torch.float8_e4m3fn
 
@@ -292,7 +293,17 @@ def _expect_like_linear(out, x, linear, who, slack=0.02):
 
 
 def _best_times(fast, slow, x, rounds):
-    best = [float("inf"), float("inf")]
+    """One thread: on a busy machine a multi-threaded kernel waits for its second thread at every call."""
+    best, threads = [float("inf"), float("inf")], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _time_rounds(fast, slow, x, rounds, best)
+    finally:
+        torch.set_num_threads(threads)
+    return best
+
+
+def _time_rounds(fast, slow, x, rounds, best):
     with torch.inference_mode():
         for fn in (fast, slow):
             fn(x)
@@ -301,12 +312,17 @@ def _best_times(fast, slow, x, rounds):
                 start = time.perf_counter()
                 fn(x); fn(x)
                 best[i] = min(best[i], time.perf_counter() - start)
-    return best
 
 
 def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
     who = "Int8WeightOnlyLinear"
     with own_work(Int8WeightOnlyLinear, who):
+        try:  # the notebook's constructor; another signature is fine, wrapping the course's class is not
+            Int8WeightOnlyLinear(64, 48)
+        except Shortcut:
+            raise
+        except Exception:
+            pass
         expect(isinstance(Int8WeightOnlyLinear, type) and issubclass(Int8WeightOnlyLinear, nn.Module) and hasattr(Int8WeightOnlyLinear, "from_linear"),
                f"{who} must be an nn.Module subclass with a classmethod from_linear(linear).", f"{who} 必须是 nn.Module 的子类，并带有类方法 from_linear(linear)。")
         for d_in, d_out, bias, seed in [(64, 48, True, 120), (32, 24, False, 121)]:

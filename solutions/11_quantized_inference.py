@@ -1,0 +1,733 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 11 · Quantized inference · 量化推理
+#
+# When a language model writes, it produces one token at a time, and for each token it runs the
+# whole network once. At batch size 1 almost nothing is reused between the weights: every weight
+# is fetched from memory, used for one multiply-add, and dropped. So the speed of decoding is set
+# less by how fast the processor multiplies than by how many **bytes** of weights it must read per
+# token. Store the weights in fewer bytes and decoding gets faster, and the model takes less memory.
+#
+# In this notebook you measure where decode time goes on your machine, build symmetric int8
+# quantization and see what one outlier weight does to it, meet the FP8 e4m3 number format, write
+# DeepSeek-V3's block-wise FP8 scaling (128 x 128 weight blocks with `weight_scale_inv`, 1 x 128
+# activation tiles), write an int8 linear layer that is really faster than float32 on a CPU, turn a
+# whole GPT into int8, and store the KV cache in int8.
+#
+# 语言模型写作时一次只产生一个词元，每产生一个词元就要把整个网络运行一遍。在批大小为 1 时，权重之间几乎没有复用：每个权重从内存中取出，只做一次乘加，然后就被丢掉。所以解码的速度与其说取决于处理器乘得多快，不如说取决于每个词元必须读取多少 **字节** 的权重。用更少的字节存储权重，解码就更快，模型占用的内存也更少。
+#
+# 在本笔记本中，你将在自己的机器上测量解码时间花在哪里，实现对称 int8 量化并看看一个离群权重会对它造成什么影响，认识 FP8 e4m3 数字格式，编写 DeepSeek-V3 的分块 FP8 缩放（128 x 128 的权重块配 `weight_scale_inv`，1 x 128 的激活分块），编写一个在 CPU 上确实比 float32 更快的 int8 线性层，把整个 GPT 变成 int8，并用 int8 存储 KV 缓存。
+
+# %%
+import copy
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.bench_quantize import copy_bandwidth, decode, decode_benchmark, format_rows
+from utils.gpt import GPTConfig, GPTModel, parameter_count
+from utils.kv_cache import KVCache, generate, kv_cache_bytes
+
+GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading runs the notebook with smaller sizes
+print(f"torch {torch.__version__}; this machine offers {torch.get_num_threads()} threads, this notebook uses 1")
+torch.set_num_threads(1)  # steady timings on a shared machine (see below)
+
+# %% [markdown]
+# ## Where decode time goes · 解码时间花在哪里
+#
+# Take notebook 07's GPT, at a small size so that this notebook stays quick. Generating one token
+# with a KV cache multiplies one vector by every weight matrix once: each float32 weight costs 4
+# bytes of memory traffic and 2 floating-point operations. A processor does far more than 2
+# operations in the time it takes to fetch 4 bytes from main memory, so the multiply units wait for
+# memory. The best possible speed is then
+#
+# $$\text{tokens/s} \le \frac{\text{memory bandwidth (bytes/s)}}{\text{bytes of weights read per token}}.$$
+#
+# We measure this machine's bandwidth with the simplest memory-bound operation there is, a large copy.
+# Everything in this notebook runs on **one thread** (`torch.set_num_threads(1)` above): on a
+# machine shared with other work, a multi-threaded kernel waits for its slowest thread at every
+# call, and that noise would swamp what we want to see.
+#
+# 取笔记本 07 的 GPT，用较小的尺寸，好让本笔记本运行得快。用 KV 缓存生成一个词元时，一个向量要和每个权重矩阵各乘一次：每个 float32 权重带来 4 字节的内存流量和 2 次浮点运算。从主存取 4 字节的时间里，处理器能做的运算远多于 2 次，所以乘法单元在等内存。于是最快的速度是
+#
+# $$\text{词元/秒} \le \frac{\text{内存带宽（字节/秒）}}{\text{每个词元读取的权重字节数}}。$$
+#
+# 我们用最简单的受内存限制的操作——一次大拷贝——来测量这台机器的带宽。本笔记本中的一切都在 **一个线程** 上运行（上面的 `torch.set_num_threads(1)`）：在与其他任务共享的机器上，多线程的内核每次调用都要等待它最慢的线程，这种噪声会淹没我们想看到的东西。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+cfg = GPTConfig(vocab_size=4096, context_length=64, emb_dim=384, n_heads=6, n_layers=4)
+torch.manual_seed(0)
+gpt = GPTModel(cfg).eval()
+weights_mb = sum(p.numel() * p.element_size() for p in gpt.parameters()) / 1e6
+prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
+bandwidth = copy_bandwidth(megabytes=64 if GRADING else 128)
+decode(gpt, prompt, 2)  # warm-up
+steps = 8 if GRADING else 24
+seconds, _ = decode(gpt, prompt, steps)
+measured = steps / seconds
+print(f"{parameter_count(gpt):,} parameters = {weights_mb:.1f} MB in float32")
+print(f"copy bandwidth of one thread on the machine that ran this: {bandwidth / 1e9:.1f} GB/s (read + write)")
+print(f"bound: {bandwidth / (weights_mb * 1e6):.0f} tokens/s; measured float32 decode: {measured:.0f} tokens/s "
+      f"({measured / (bandwidth / (weights_mb * 1e6)):.0%} of the bound)")
+
+# %% [markdown]
+# On the machine that ran this, the measured decode speed is printed next to the bound. It stays
+# below it: the token embedding table is counted but only one row of it is read per token, the
+# attention over the cache and the layer norms cost a little, and a copy streams memory more
+# smoothly than a matrix-vector product. What matters is the proportionality: **halve the bytes per
+# weight and the bound doubles**. That is what quantization buys at inference time.
+#
+# 在运行本笔记本的机器上，测得的解码速度打印在上限旁边。它低于上限：词元嵌入表被计入了，但每个词元只读取其中一行；在缓存上做注意力和层归一化也要花一点时间；而且拷贝对内存的流式访问比矩阵乘向量更顺畅。要紧的是比例关系：**每个权重的字节数减半，上限就翻倍**。这就是量化在推理时带来的收益。
+
+# %% [markdown]
+# ## Symmetric int8: the absmax scale · 对称 int8：absmax 缩放
+#
+# int8 holds the integers -128 to 127. Symmetric ("absmax") quantization maps the largest magnitude
+# of a tensor to 127 and everything else proportionally:
+#
+# $$s = \frac{\max |x|}{127}, \qquad q = \text{clamp}\big(\text{round}(x / s),\ -127,\ 127\big), \qquad \hat x = q \cdot s.$$
+#
+# We leave -128 unused so that the grid is symmetric around 0. Rounding to the nearest integer keeps
+# the error of every element within $s/2$; truncation toward zero would double it and bias every
+# value toward 0. The scale can be one number for the whole tensor, or one per slice: with `dim`,
+# take the max **along** `dim` and keep that dimension with size 1, so that `q * scale` broadcasts.
+# For a weight of shape `(out, in)`, `dim=-1` gives one scale per output channel (per row).
+#
+# int8 能表示 -128 到 127 的整数。对称（"absmax"）量化把张量中最大的绝对值映射到 127，其余按比例映射：
+#
+# $$s = \frac{\max |x|}{127}, \qquad q = \text{clamp}\big(\text{round}(x / s),\ -127,\ 127\big), \qquad \hat x = q \cdot s。$$
+#
+# 我们不使用 -128，让网格关于 0 对称。四舍五入到最近的整数让每个元素的误差不超过 $s/2$；向零截断会把误差加倍，并让每个值都偏向 0。scale 可以是整个张量一个数，也可以每个切片一个：给定 `dim` 时，**沿着** `dim` 取最大值，并保留这个大小为 1 的维度，让 `q * scale` 能够广播。对形状为 `(out, in)` 的权重，`dim=-1` 给每个输出通道（每一行）一个 scale。
+
+# %% [markdown]
+# ### Exercise 1 · `absmax_quantize` · 练习 1
+#
+# Return `(q, scale)`: `q` of dtype `torch.int8` with the shape of `x`, and `scale` (float) equal to
+# `max|x| / 127`, either one number (`dim=None`) or `x.abs().amax(dim=dim, keepdim=True) / 127`.
+# Compute in float32 (`x.float()`), round with `torch.round`, and clamp to [-127, 127] before
+# `.to(torch.int8)`: with a bfloat16 input, `x / scale` can round to 128, which int8 stores as -128.
+#
+# 返回 `(q, scale)`：`q` 的 dtype 为 `torch.int8`，形状与 `x` 相同；`scale`（浮点数）等于 `max|x| / 127`，要么是一个数（`dim=None`），要么是 `x.abs().amax(dim=dim, keepdim=True) / 127`。用 float32 计算（`x.float()`），用 `torch.round` 取整，并在 `.to(torch.int8)` 之前截断到 [-127, 127]：输入是 bfloat16 时，`x / scale` 可能取整为 128，而 int8 会把它存成 -128。
+
+# %% nbgrader={"grade": false, "grade_id": "absmax_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def absmax_quantize(x, dim=None):
+    """Symmetric int8: (q int8, scale) with x ~ q * scale; one scale, or one per slice along dim (kept)."""
+    ### BEGIN SOLUTION
+    x = x.float()
+    amax = x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)
+    scale = amax / 127
+    q = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
+    return q, scale
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_absmax_quantize", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+
+x = torch.tensor([[0.5, -2.54, 0.1], [1.3, 0.0, -0.314]])
+q, scale = absmax_quantize(x)
+expect(q.dtype == torch.int8, "q should be torch.int8.", "q 应为 torch.int8。")
+expect_close(scale.reshape(()), torch.tensor(0.02), "The scale should be max|x| / 127 = 2.54 / 127 = 0.02.",
+             "scale 应为 max|x| / 127 = 2.54 / 127 = 0.02。")
+expect(q.tolist() == [[25, -127, 5], [65, 0, -16]], "q should be round(x / scale): -0.314 / 0.02 = -15.7 rounds to -16 (truncation would give -15).",
+       "q 应为 round(x / scale)：-0.314 / 0.02 = -15.7 取整为 -16（截断会得到 -15）。", f"q = {q.tolist()}")
+q_rows, s_rows = absmax_quantize(x, dim=1)
+expect(s_rows.shape == (2, 1), "With dim=1 the scale should have shape (2, 1): one per row, kept for broadcasting.",
+       "dim=1 时 scale 的形状应为 (2, 1)：每行一个，保留维度以便广播。", f"shape {tuple(s_rows.shape)}")
+print("✓ absmax_quantize")
+
+# %% nbgrader={"grade": true, "grade_id": "test_absmax_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_absmax_quantize(absmax_quantize)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 2 · `dequantize` · 练习 2
+#
+# Return the float approximation `q * scale` (float32), with the scale broadcast over its slice.
+#
+# 返回浮点近似值 `q * scale`（float32），scale 广播到它的切片上。
+
+# %% nbgrader={"grade": false, "grade_id": "dequantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def dequantize(q, scale):
+    """int8 q and its scale -> float32 approximation of the original tensor."""
+    ### BEGIN SOLUTION
+    return q.float() * scale
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_dequantize", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+
+q = torch.tensor([[25, -127, 5], [65, 0, -16]], dtype=torch.int8)
+expect_close(dequantize(q, torch.tensor(0.02)), torch.tensor([[0.5, -2.54, 0.1], [1.3, 0.0, -0.32]]),
+             "dequantize should return q * scale as floats.", "dequantize 应返回浮点数 q * scale。")
+expect_close(dequantize(q, torch.tensor([[0.02], [0.01]])), torch.tensor([[0.5, -2.54, 0.1], [0.65, 0.0, -0.16]]),
+             "A (rows, 1) scale should multiply each row by its own scale.", "形状为 (rows, 1) 的 scale 应让每一行乘以它自己的 scale。")
+print("✓ dequantize")
+
+# %% nbgrader={"grade": true, "grade_id": "test_dequantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_dequantize(dequantize)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## One outlier weight · 一个离群权重
+#
+# Trained weights are mostly small, with a few large ones, and activations are worse: Dettmers et
+# al. (2022, *LLM.int8()*) found a few feature dimensions far larger than the rest in the hidden
+# states of transformers from about 6.7B parameters on. Take a 256 x 256 weight of small values and
+# set **one** of its 65,536 entries to 50 times the largest of the others. With one scale for the whole tensor, that
+# entry sets the scale for everyone: the step between int8 levels grows 50-fold and most weights
+# round to a handful of levels, many to 0. With one scale per output channel only the outlier's row
+# pays.
+#
+# 训练好的权重大多很小，只有少数很大；激活的情况更糟：Dettmers 等人（2022，*LLM.int8()*）发现，在约 67 亿参数及以上的 Transformer 的隐藏状态中，有少数特征维度远大于其余维度。取一个由小数值组成的 256 x 256 权重，把它 65,536 个元素中的 **一个** 设为其余元素中最大值的 50 倍。如果整个张量只用一个 scale，这个元素就替所有元素决定了 scale：int8 各级之间的步长增大 50 倍，大多数权重被舍入到寥寥几个级别上，很多变成 0。如果每个输出通道一个 scale，只有离群值所在的那一行受损。
+
+# %%
+w = torch.randn(256, 256, generator=torch.Generator().manual_seed(2)) * 0.02
+w_outlier = w.clone()
+w_outlier[3, 7] = 50 * w.abs().max()
+
+
+def relative_error(w, dim):
+    q, s = absmax_quantize(w, dim=dim)
+    return float((dequantize(q, s) - w).norm() / w.norm())
+
+
+rows = {}
+for name, weight in [("no outlier", w), ("one outlier", w_outlier)]:
+    rows[name] = [relative_error(weight, None), relative_error(weight, -1)]
+    q, _ = absmax_quantize(weight)
+    print(f"{name:12}  relative error: per tensor {rows[name][0]:.4f}, per output channel {rows[name][1]:.4f};  "
+          f"weights rounded to 0 per tensor: {(q == 0).float().mean():.1%}")
+fig, ax = plt.subplots(figsize=(6, 2.6))
+for i, (name, errs) in enumerate(rows.items()):
+    ax.bar([i - 0.2, i + 0.2], errs, width=0.4, color=["tab:red", "tab:blue"], label=["per tensor", "per output channel"] if i == 0 else None)
+ax.set_xticks([0, 1], list(rows)); ax.set_ylabel("relative error ||w_hat - w|| / ||w||"); ax.set_yscale("log"); ax.legend()
+plt.show()
+
+# %% [markdown]
+# The printed table shows it: without an outlier both scalings are good; with one outlier the
+# per-tensor error jumps by more than an order of magnitude and most weights collapse to 0, while
+# per output channel barely moves. Per-channel scales cost one float per row, nothing next to the
+# row itself. That is why int8 weight-only layers use them.
+#
+# 打印出的表格说明了一切：没有离群值时两种缩放都很好；有一个离群值时，按张量缩放的误差跃升了一个数量级以上，大多数权重坍缩为 0，而按输出通道缩放几乎不受影响。每个通道的 scale 只需每行一个浮点数，与行本身相比微不足道。这就是 int8 仅权重量化层采用它们的原因。
+
+# %% [markdown]
+# ## FP8 e4m3: a floating-point byte · FP8 e4m3：一个字节的浮点数
+#
+# int8's 255 levels are evenly spaced. FP8 spends its 8 bits differently: 1 sign bit, 4 exponent
+# bits, 3 mantissa bits (e4m3). Its values are spaced **evenly on a log scale**: between each power
+# of two and the next there are $2^3 = 8$ values, so the relative rounding error is at most $2^{-4}$
+# wherever the value lies, from the smallest subnormal $2^{-9}$ up to the largest finite value, 448.
+# PyTorch calls it `torch.float8_e4m3fn` ("fn": finite, no infinities, only NaN). DeepSeek-V3 trained
+# and serves its weights in this format. All 256 bit patterns can be listed and drawn.
+#
+# int8 的 255 个级别是均匀分布的。FP8 用另一种方式分配它的 8 个比特：1 个符号位、4 个指数位、3 个尾数位（e4m3）。它的值 **在对数尺度上均匀分布**：相邻两个 2 的幂之间有 $2^3 = 8$ 个值，所以无论数值在哪里，相对舍入误差都不超过 $2^{-4}$，从最小的次正规数 $2^{-9}$ 一直到最大的有限值 448。PyTorch 称它为 `torch.float8_e4m3fn`（"fn"：有限，没有无穷大，只有 NaN）。DeepSeek-V3 用这种格式训练并部署它的权重。全部 256 种比特模式都可以列出来并画出来。
+
+# %%
+codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+grid = torch.unique(codes[codes.isfinite()])
+positive = grid[grid > 0]
+print(f"finite values: {len(grid)}, NaN codes: {int(codes.isnan().sum())}, largest: {grid.max():.0f} "
+      f"(torch.finfo: {torch.finfo(torch.float8_e4m3fn).max:.0f}), smallest positive: {positive.min()} = 2^-9")
+print("values in [1, 2):", grid[(grid >= 1) & (grid < 2)].tolist())
+fig, axes = plt.subplots(1, 2, figsize=(11, 2.8))
+axes[0].plot(positive, torch.zeros_like(positive), "|", markersize=18)
+axes[0].set_xscale("log"); axes[0].set_yticks([]); axes[0].set_xlabel("value (log scale)")
+axes[0].set_title(f"the {len(positive)} positive e4m3 values: 8 per power of two")
+int8_levels = torch.arange(1, 128) / 127 * 448
+axes[1].plot(positive[1:], positive.diff() / positive[1:], ".", label="FP8 e4m3")
+axes[1].plot(int8_levels[1:], int8_levels.diff() / int8_levels[1:], ".", label="int8 scaled to 448")
+axes[1].set_xscale("log"); axes[1].set_yscale("log"); axes[1].set_xlabel("value"); axes[1].set_ylabel("gap to next / value")
+axes[1].set_title("relative spacing"); axes[1].legend()
+plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# Left: the grid is dense near 0 and sparse near 448, evenly on a log axis. Right: FP8's relative
+# spacing stays between $2^{-4}$ and $2^{-3}$ over its whole normal range, while int8's grows without
+# bound toward 0: small values keep more precision in FP8. But FP8 still needs a scale: a tensor
+# whose values are all around 0.001 would sit among the subnormals (or below $2^{-10}$, at 0), and
+# values above 448 do not fit at all. So FP8 also divides by a scale first, $s = \max|x| / 448$.
+#
+# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。但 FP8 仍然需要 scale：一个所有值都在 0.001 左右的张量会落在次正规数之中（低于 $2^{-10}$ 的就变成 0），而大于 448 的值根本放不下。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
+
+# %% [markdown]
+# ## DeepSeek-V3's block-wise FP8 · DeepSeek-V3 的分块 FP8
+#
+# DeepSeek-V3 (technical report, section 3.3, "fine-grained quantization") does not use one scale
+# per tensor or per channel, but one per **tile**: each weight matrix is cut into 128 x 128 blocks,
+# each with its own scale, and each token's activation vector into 1 x 128 tiles. Its released
+# checkpoint stores, next to every FP8 weight, a float32 tensor `weight_scale_inv` of shape
+# `(ceil(N/128), ceil(K/128))`, and its inference code (`inference/kernel.py`) dequantizes with
+# `block * weight_scale_inv`, where the scale is `amax / 448`. A side that is not a multiple of 128
+# gets a smaller last block; nothing is left out.
+#
+# Why blocks? An outlier only inflates the scale of its own 128 x 128 block (16,384 weights)
+# instead of a whole row or matrix, and a block is exactly the piece a matrix-multiply kernel works
+# on at once: DeepSeek's `fp8_gemm` multiplies each 128-long chunk of the dot product by
+# `a_scale * b_scale` as it accumulates, so the scales cost almost nothing. Activations are where
+# the big outliers live (a few channels carry values far larger than the rest), and they change
+# with every token, so their scales are computed on the fly, per token and per 128 channels
+# (`act_quant`).
+#
+# DeepSeek-V3（技术报告第 3.3 节，"细粒度量化"）既不是每个张量一个 scale，也不是每个通道一个，而是每个 **分块** 一个：每个权重矩阵被切成 128 x 128 的块，每块有自己的 scale；每个词元的激活向量被切成 1 x 128 的分块。它发布的检查点在每个 FP8 权重旁边存了一个形状为 `(ceil(N/128), ceil(K/128))` 的 float32 张量 `weight_scale_inv`，它的推理代码（`inference/kernel.py`）用 `block * weight_scale_inv` 反量化，其中 scale 是 `amax / 448`。不是 128 整数倍的边得到一个较小的最后一块；没有任何元素被遗漏。
+#
+# 为什么要分块？一个离群值只会抬高它所在的 128 x 128 块（16,384 个权重）的 scale，而不是整行或整个矩阵的；而且一个块恰好就是矩阵乘法内核一次处理的那一片：DeepSeek 的 `fp8_gemm` 在累加时把点积中每段长 128 的部分乘以 `a_scale * b_scale`，所以这些 scale 几乎不花代价。大的离群值主要出现在激活中（少数通道的值远大于其余通道），而且激活随每个词元变化，所以它们的 scale 是即时计算的，每个词元每 128 个通道一个（`act_quant`）。
+
+# %% [markdown]
+# ### Exercise 3 · `fp8_block_quantize` · 练习 3
+#
+# For `w` of shape `(N, K)`, return `(w_fp8, scale)`: `scale` of shape
+# `(ceil(N / block_size), ceil(K / block_size))` with each entry the max of `|w|` over its block
+# divided by 448, and `w_fp8 = (w / scale of its block).to(torch.float8_e4m3fn)`, shape `(N, K)`.
+# Cover the ragged edge. One way: pad `|w|` with zeros to whole blocks and
+# `reshape(nb, block_size, kb, block_size)`, then `amax(dim=(1, 3))`; spread the scales back to
+# `(N, K)` with `repeat_interleave` and slice.
+#
+# 对形状为 `(N, K)` 的 `w`，返回 `(w_fp8, scale)`：`scale` 的形状为 `(ceil(N / block_size), ceil(K / block_size))`，每个元素是其块内 `|w|` 的最大值除以 448；`w_fp8 = (w / 所在块的 scale).to(torch.float8_e4m3fn)`，形状为 `(N, K)`。要覆盖不整齐的边缘。一种做法：用 0 把 `|w|` 填充到整块，`reshape(nb, block_size, kb, block_size)`，再 `amax(dim=(1, 3))`；用 `repeat_interleave` 把 scale 铺回 `(N, K)` 并切片。
+
+# %% nbgrader={"grade": false, "grade_id": "fp8_block_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fp8_block_quantize(w, block_size=128):
+    """(N, K) -> (w_fp8 (N, K) float8_e4m3fn, scale (ceil(N/b), ceil(K/b))), w ~ w_fp8 * scale of its block."""
+    ### BEGIN SOLUTION
+    n, k = w.shape
+    nb, kb = -(-n // block_size), -(-k // block_size)
+    padded = F.pad(w.float().abs(), (0, kb * block_size - k, 0, nb * block_size - n))
+    scale = padded.reshape(nb, block_size, kb, block_size).amax(dim=(1, 3)) / 448
+    full = scale.repeat_interleave(block_size, 0)[:n].repeat_interleave(block_size, 1)[:, :k]
+    w_fp8 = (w.float() / full).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return w_fp8, scale
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp8_block_quantize", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+
+w = torch.ones(3, 5)
+w[2, 4] = -8.96
+w_fp8, scale = fp8_block_quantize(w, block_size=2)
+expect(w_fp8.dtype == torch.float8_e4m3fn and w_fp8.shape == (3, 5), "w_fp8 should be float8_e4m3fn with the shape of w.",
+       "w_fp8 应为 float8_e4m3fn，形状与 w 相同。")
+expect(scale.shape == (2, 3), "A 3 x 5 weight in 2 x 2 blocks has ceil(3/2) x ceil(5/2) = 2 x 3 blocks.",
+       "按 2 x 2 分块的 3 x 5 权重有 ceil(3/2) x ceil(5/2) = 2 x 3 个块。", f"shape {tuple(scale.shape)}")
+expect_close(scale, torch.tensor([[1, 1, 1], [1, 1, 8.96]]) / 448, "Each block's scale should be its max |w| / 448.",
+             "每个块的 scale 应为块内 max |w| / 448。")
+expect(float(w_fp8[2, 4].float()) == -448.0, "The largest |w| of a block should become ±448 in FP8.", "块内最大的 |w| 在 FP8 中应变为 ±448。")
+print("✓ fp8_block_quantize")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp8_block_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_fp8_block_quantize(fp8_block_quantize)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 4 · `fp8_block_dequantize` · 练习 4
+#
+# Return `w_fp8` as float32, each element multiplied by the scale of its block (what DeepSeek-V3's
+# `weight_dequant` computes), shape `(N, K)`, ragged edge included.
+#
+# 把 `w_fp8` 转成 float32 返回，每个元素乘以它所在块的 scale（即 DeepSeek-V3 的 `weight_dequant` 的计算），形状为 `(N, K)`，包括不整齐的边缘。
+
+# %% nbgrader={"grade": false, "grade_id": "fp8_block_dequantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fp8_block_dequantize(w_fp8, scale, block_size=128):
+    """w_fp8 (N, K) and scale (ceil(N/b), ceil(K/b)) -> float32 (N, K)."""
+    ### BEGIN SOLUTION
+    n, k = w_fp8.shape
+    full = scale.repeat_interleave(block_size, 0)[:n].repeat_interleave(block_size, 1)[:, :k]
+    return w_fp8.float() * full
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp8_block_dequantize", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+
+w_fp8 = torch.full((3, 5), 2.0).to(torch.float8_e4m3fn)
+scale = torch.tensor([[1.0, 10.0, 100.0], [0.5, 0.25, 0.125]])
+expected = torch.tensor([[2, 2, 20, 20, 200], [2, 2, 20, 20, 200], [1, 1, 0.5, 0.5, 0.25]])
+expect_close(fp8_block_dequantize(w_fp8, scale, block_size=2), expected,
+             "Each element should be multiplied by the scale of its 2 x 2 block, the ragged last row and column included.",
+             "每个元素应乘以它所在 2 x 2 块的 scale，包括不整齐的最后一行和最后一列。")
+print("✓ fp8_block_dequantize")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp8_block_dequantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_fp8_block_dequantize(fp8_block_dequantize)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 5 · `fp8_activation_quantize` · 练习 5
+#
+# For activations `x` of shape `(..., K)` (K a multiple of `block_size`), return `(x_fp8, scale)`:
+# one scale per token per `block_size` channels, shape `(..., K // block_size)`, equal to the max of
+# `|x|` over that tile / 448, and `x_fp8` of the shape of `x`. Hint: `x.unflatten(-1, (-1, block_size))`.
+#
+# 对形状为 `(..., K)` 的激活 `x`（K 是 `block_size` 的整数倍），返回 `(x_fp8, scale)`：每个词元每 `block_size` 个通道一个 scale，形状为 `(..., K // block_size)`，等于该分块内 `|x|` 的最大值除以 448；`x_fp8` 的形状与 `x` 相同。提示：`x.unflatten(-1, (-1, block_size))`。
+
+# %% nbgrader={"grade": false, "grade_id": "fp8_activation_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fp8_activation_quantize(x, block_size=128):
+    """(..., K) -> (x_fp8 (..., K), scale (..., K / b)): DeepSeek-V3's act_quant, 1 x block_size tiles."""
+    ### BEGIN SOLUTION
+    tiles = x.float().unflatten(-1, (-1, block_size))           # (..., K/b, b)
+    scale = tiles.abs().amax(dim=-1) / 448                      # (..., K/b)
+    x_fp8 = (tiles / scale.unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return x_fp8.flatten(-2), scale
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp8_activation_quantize", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+
+x = torch.tensor([[[1.0, -4.48, 0.5, 0.25], [44.8, 1.0, 2.0, -0.448]]])  # (1 batch, 2 tokens, 4 channels)
+x_fp8, scale = fp8_activation_quantize(x, block_size=2)
+expect(x_fp8.dtype == torch.float8_e4m3fn and x_fp8.shape == x.shape, "x_fp8 should be float8_e4m3fn with the shape of x.",
+       "x_fp8 应为 float8_e4m3fn，形状与 x 相同。")
+expect_close(scale, torch.tensor([[[0.01, 0.5 / 448], [0.1, 2 / 448]]]),
+             "There should be one scale per token per block of 2 channels: its max |x| / 448.",
+             "每个词元每 2 个通道应有一个 scale：该分块的 max |x| / 448。")
+print("✓ fp8_activation_quantize")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fp8_activation_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_fp8_activation_quantize(fp8_activation_quantize)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Now the experiment that justifies the tiles. Take activations of 64 tokens of width 1024 and make
+# channel 5 louder than the others by a growing factor (LLM.int8() reports such outlier channels,
+# up to about 100 times the rest and more). Quantize with one scale for the whole tensor, in int8
+# and in FP8, and with DeepSeek-V3's 1 x 128 FP8 tiles, and measure the error on the **other**
+# 1023 channels: what the outlier costs everyone else.
+#
+# 现在做一个说明分块合理性的实验。取 64 个词元、宽度 1024 的激活，让第 5 个通道比其余通道响亮若干倍，倍数逐渐增大（LLM.int8() 报告过这样的离群通道，可达其余通道的约 100 倍甚至更多）。分别用整个张量一个 scale 的 int8 和 FP8，以及 DeepSeek-V3 的 1 x 128 FP8 分块进行量化，测量 **其余** 1023 个通道上的误差：离群值让其他所有值付出的代价。
+
+# %%
+base = torch.randn(64, 1024, generator=torch.Generator().manual_seed(3))
+quiet = torch.ones(1024, dtype=torch.bool)
+quiet[5] = False
+
+
+def int8_one_scale(x):
+    q, s = absmax_quantize(x)
+    return dequantize(q, s)
+
+
+def fp8_one_scale(x):
+    s = x.abs().max() / 448
+    return (x / s).to(torch.float8_e4m3fn).float() * s
+
+
+def fp8_tiles(x):
+    x_fp8, s = fp8_activation_quantize(x)
+    return (x_fp8.float().unflatten(-1, (-1, 128)) * s.unsqueeze(-1)).flatten(-2)
+
+
+factors = [1, 10, 100, 1e3, 1e4, 1e5, 1e6]
+errors = {name: [] for name in ("int8, one scale", "FP8, one scale", "FP8, 1 x 128 tiles")}
+for f in factors:
+    acts = base.clone()
+    acts[:, 5] *= f
+    for name, quantize in zip(errors, (int8_one_scale, fp8_one_scale, fp8_tiles)):
+        errors[name].append(float((quantize(acts) - acts)[:, quiet].norm() / acts[:, quiet].norm()))
+print("outlier factor " + "".join(f"{f:>9.0e}" for f in factors))
+for name, errs in errors.items():
+    print(f"{name:19}" + "".join(f"{e:9.4f}" for e in errs))
+fig, ax = plt.subplots(figsize=(6.5, 3))
+for name, errs in errors.items():
+    ax.plot(factors, errs, "o-", label=name)
+ax.set_xscale("log"); ax.set_yscale("log"); ax.set_xlabel("channel 5 is this many times louder")
+ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
+
+# %% [markdown]
+# Read the printed table. int8 with one scale is ruined by an outlier of 100: the step grows with
+# the outlier until the quiet channels round to 0 (error 1). FP8 with one scale holds much longer,
+# because its grid is logarithmic: the quiet values only slide down the exponent range, until
+# they reach the subnormals and then 0. With tiles, only the tile that holds channel 5 (channels
+# 0 to 127) pays; the other 7 tiles of each token keep FP8's ordinary error, so the total error
+# of the quiet channels stays far lower. Weights are handled the same way with 128 x 128 blocks.
+#
+# 读一读打印出的表格。整体一个 scale 的 int8 被 100 倍的离群值毁掉了：步长随离群值增大，直到安静的通道被舍入为 0（误差为 1）。整体一个 scale 的 FP8 坚持得久得多，因为它的网格是对数的：安静的值只是沿指数范围往下滑，直到落入次正规数，然后变成 0。使用分块时，只有包含第 5 个通道的那个分块（通道 0 到 127）付出代价；每个词元的其余 7 个分块保持 FP8 通常的误差，所以安静通道的总误差要低得多。权重也用同样的方式处理，只是分块为 128 x 128。
+
+# %% [markdown]
+# ## An int8 linear layer that is faster on a CPU · 在 CPU 上更快的 int8 线性层
+#
+# Storing int8 saves memory, but is it faster? Only if the matrix multiply reads the int8 weight
+# directly. The obvious forward, `F.linear(x, q.float() * scale)`, first writes a whole float32
+# copy of the weight (reading 1 byte and writing 4 per weight) and then reads it again: more memory
+# traffic than the float32 layer, so it is **slower**. PyTorch has an int8 weight-only matmul
+# kernel, `torch._weight_int8pack_mm(x, w_int8, scales)` : `x` is `(M, K)`, `w_int8` is `(N, K)` int8, `scales` is `(N,)` in the
+# dtype of `x`, and it returns `x @ (w_int8 * scales[:, None]).T` without ever building that float
+# weight. Two practical facts, measured on this course's machine: it is fast with **bfloat16**
+# activations (in float32 it runs a slower path), and it needs `K % 8 == 0` (other sizes crash the
+# kernel, so every test here uses multiples of 8).
+#
+# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以它 **更慢**。PyTorch 有一个 int8 仅权重的矩阵乘法内核 `torch._weight_int8pack_mm(x, w_int8, scales)`：`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；它要求 `K % 8 == 0`（其他尺寸会让内核崩溃，所以这里的每个测试都用 8 的倍数）。
+
+# %% [markdown]
+# ### Exercise 6 · `Int8WeightOnlyLinear` · 练习 6
+#
+# Write the module. `from_linear(linear)` (a classmethod) quantizes `linear.weight` `(out, in)`
+# with one scale per output channel (your `absmax_quantize` with `dim=-1`), keeps the int8 weight
+# and the scales as buffers (`self.register_buffer`), and copies the bias (or keeps `None`). Keep
+# no float copy of the weight. `forward(x)` takes `(..., in)`, flattens it to `(M, in)`, calls
+# `torch._weight_int8pack_mm` on `x` in bfloat16 with bfloat16 scales, converts back to the dtype of
+# `x`, adds the bias and restores the shape `(..., out)`. It must be faster than the float32
+# `nn.Linear`: the hidden test times both.
+#
+# 编写这个模块。`from_linear(linear)`（类方法）对 `linear.weight` `(out, in)` 按每个输出通道一个 scale 进行量化（用你的 `absmax_quantize`，`dim=-1`），把 int8 权重和 scale 存为缓冲区（`self.register_buffer`），并复制偏置（或保持 `None`）。不要保留权重的浮点副本。`forward(x)` 接收 `(..., in)`，展平为 `(M, in)`，对转成 bfloat16 的 `x` 和 bfloat16 的 scale 调用 `torch._weight_int8pack_mm`，再转回 `x` 的 dtype，加上偏置并恢复形状 `(..., out)`。它必须比 float32 的 `nn.Linear` 快：隐藏测试会给两者计时。
+
+# %% nbgrader={"grade": false, "grade_id": "Int8WeightOnlyLinear", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class Int8WeightOnlyLinear(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        ### BEGIN SOLUTION
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scale", torch.ones(out_features))
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        ### END SOLUTION
+
+    @classmethod
+    def from_linear(cls, linear):
+        ### BEGIN SOLUTION
+        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        q, scale = absmax_quantize(linear.weight.detach(), dim=-1)   # (out, in), (out, 1)
+        layer.weight.copy_(q)
+        layer.scale.copy_(scale.squeeze(-1))
+        if linear.bias is not None:
+            layer.bias.copy_(linear.bias.detach())
+        return layer
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()          # (M, in)
+        y = torch._weight_int8pack_mm(x2, self.weight, self.scale.to(torch.bfloat16)).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_Int8WeightOnlyLinear", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from torch import nn
+from autograder.checks import expect, expect_close
+
+expect(hasattr(Int8WeightOnlyLinear, "from_linear"), "Int8WeightOnlyLinear should have a classmethod from_linear(linear).",
+       "Int8WeightOnlyLinear 应有类方法 from_linear(linear)。")
+torch.manual_seed(0)
+linear = nn.Linear(16, 8)
+layer = Int8WeightOnlyLinear.from_linear(linear)
+int8_tensors = [t for t in [*layer.buffers(), *layer.parameters()] if t.dtype == torch.int8]
+expect(len(int8_tensors) == 1 and int8_tensors[0].shape == (8, 16),
+       "The layer should keep its weight as one int8 buffer of shape (out_features, in_features).",
+       "该层应把权重存为一个形状为 (out_features, in_features) 的 int8 缓冲区。")
+x = torch.randn(2, 3, 16)
+with torch.no_grad():
+    expect_close(layer(x), linear(x), "The int8 layer should give nearly the outputs of the float layer.",
+                 "int8 层的输出应与浮点层几乎相同。", atol=0.03, rtol=0.02)
+print("✓ Int8WeightOnlyLinear")
+
+# %% nbgrader={"grade": true, "grade_id": "test_Int8WeightOnlyLinear_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_Int8WeightOnlyLinear(Int8WeightOnlyLinear)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# One GPT-sized layer (the feed-forward's first matrix at width 768, 3072 x 768), one token, three
+# ways: float32 `nn.Linear`, the "dequantize then multiply" forward, and yours. Times are the best
+# of interleaved rounds, as ratios to float32.
+#
+# 一个 GPT 尺寸的层（宽度 768 时前馈网络的第一个矩阵，3072 x 768），一个词元，三种做法：float32 的 `nn.Linear`、"先反量化再相乘" 的 forward，以及你的实现。时间取交替进行的多轮中最好的一轮，以相对 float32 的比值给出。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+big = nn.Linear(768, 3072)
+mine = Int8WeightOnlyLinear.from_linear(big)
+dequantize_first = lambda x: F.linear(x, mine.weight.float() * mine.scale[:, None], mine.bias)
+variants = {"float32 nn.Linear": big, "dequantize, then F.linear": dequantize_first, "Int8WeightOnlyLinear": mine}
+best = {name: float("inf") for name in variants}
+x1 = torch.randn(1, 768)
+with torch.inference_mode():
+    for _ in range(10 if GRADING else 30):
+        for name, fn in variants.items():
+            start = time.perf_counter(); fn(x1); best[name] = min(best[name], time.perf_counter() - start)
+for name, t in best.items():
+    print(f"{name:27} {1e6 * t:8.0f} us   {t / best['float32 nn.Linear']:.2f}x the float32 time")
+
+# %% [markdown]
+# Compare the printed ratios of the machine that ran this. The dequantize-first forward is always
+# far behind: it moves more bytes than float32. How far the int8 kernel gets ahead depends on the
+# processor: it reads 4 times fewer bytes, but on a CPU without int8 dot-product instructions
+# (AVX-512 VNNI) it spends time converting int8 to floats, so it falls well short of 4x, and on a
+# busy machine single timings are noisy. The hidden test compares it with float32 at 2048 x 2048,
+# over many interleaved rounds.
+#
+# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 总是远远落后：它搬运的字节比 float32 还多。int8 内核能领先多少取决于处理器：它读取的字节少 4 倍，但在没有 int8 点积指令（AVX-512 VNNI）的 CPU 上，它要花时间把 int8 转换为浮点数，所以远达不到 4 倍；而且在繁忙的机器上单次计时噪声很大。隐藏测试在 2048 x 2048 的尺寸上，用多轮交替计时把它与 float32 比较。
+
+# %% [markdown]
+# ### Exercise 7 · `quantize_model_` · 练习 7
+#
+# Replace, in place, every `nn.Linear` of `model`, however deeply nested (inside `nn.Sequential`,
+# `nn.ModuleList`, `nn.ModuleDict` or any custom module), by `Int8WeightOnlyLinear.from_linear(...)`,
+# except those whose name in `model.named_modules()` is in `skip` (for example `skip=("out_head",)`
+# keeps GPT's output head in float). Return `model`. Hint: for each module of
+# `list(model.named_modules())`, look at its `named_children()` and `setattr(parent, child_name, new)`.
+# The trailing underscore is PyTorch's convention for "changes its argument in place" (`add_`, `quantize_`).
+#
+# 原地替换 `model` 中的每个 `nn.Linear`，无论嵌套多深（在 `nn.Sequential`、`nn.ModuleList`、`nn.ModuleDict` 或任何自定义模块之中），换成 `Int8WeightOnlyLinear.from_linear(...)`；但在 `model.named_modules()` 中名字属于 `skip` 的除外（例如 `skip=("out_head",)` 让 GPT 的输出头保持浮点）。返回 `model`。提示：对 `list(model.named_modules())` 中的每个模块，查看它的 `named_children()`，并用 `setattr(parent, child_name, new)` 替换。末尾的下划线是 PyTorch 表示 "原地修改参数" 的惯例（`add_`、`quantize_`）。
+
+# %% nbgrader={"grade": false, "grade_id": "quantize_model_", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def quantize_model_(model, skip=()):
+    """Every nn.Linear (at any depth) -> Int8WeightOnlyLinear, in place, except the names in skip."""
+    ### BEGIN SOLUTION
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full_name = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and full_name not in skip:
+                setattr(module, child_name, Int8WeightOnlyLinear.from_linear(child))
+    return model
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_quantize_model_", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from torch import nn
+from autograder.checks import expect
+
+net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Sequential(nn.Linear(16, 16)), nn.Linear(16, 8))
+expect(quantize_model_(net, skip=("3",)) is net, "quantize_model_ should return the same model, changed in place.",
+       "quantize_model_ 应返回同一个模型（已原地修改）。")
+expect(not isinstance(net[0], nn.Linear) and not isinstance(net[2][0], nn.Linear),
+       "Every nn.Linear, nested ones included, should be replaced.", "每个 nn.Linear（包括嵌套的）都应被替换。")
+expect(type(net[3]) is nn.Linear, "The linear named '3' is in skip and should stay an nn.Linear.", "名为 '3' 的线性层在 skip 中，应保持为 nn.Linear。")
+print("✓ quantize_model_")
+
+# %% nbgrader={"grade": true, "grade_id": "test_quantize_model__hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb11
+nb11.check_quantize_model_(quantize_model_)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The whole GPT in int8 · 整个 GPT 换成 int8
+#
+# Now the measurement this notebook is about: the same GPT as at the top, the same prompt, decoded
+# in float32, in bfloat16 (`model.to(torch.bfloat16)`, 2 bytes per weight) and with your int8
+# weight-only layers everywhere (1 byte per weight plus a scale per row; the embeddings stay
+# float32). Each variant decodes several times, interleaved, and the table gives medians, the weight
+# memory and how many of the generated tokens agree with float32. The full-size comparison (12
+# layers, width 768, GPT-2's vocabulary) is a command, because it takes minutes:
+# `.venv/bin/python -m utils.bench_quantize`.
+#
+# 现在进行本笔记本真正关心的测量：与开头相同的 GPT、相同的提示，分别以 float32、bfloat16（`model.to(torch.bfloat16)`，每个权重 2 字节）以及处处换成你的 int8 仅权重层（每个权重 1 字节，外加每行一个 scale；嵌入保持 float32）来解码。每种做法交替解码多次，表中给出中位数、权重内存，以及生成的词元中与 float32 一致的比例。完整尺寸的比较（12 层、宽度 768、GPT-2 词表）是一条命令，因为它要运行好几分钟：`.venv/bin/python -m utils.bench_quantize`。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+variants = {"float32": gpt, "bfloat16": copy.deepcopy(gpt).to(torch.bfloat16),
+            "int8 weight-only": quantize_model_(copy.deepcopy(gpt))}
+rows = decode_benchmark(variants, prompt, new_tokens=8 if GRADING else 16, repeats=1 if GRADING else 3)
+print(format_rows(rows, bandwidth))
+fig, axes = plt.subplots(1, 2, figsize=(10, 2.6))
+axes[0].barh([r["variant"] for r in rows], [r["speed / float32"] for r in rows]); axes[0].set_xlabel("decode speed / float32 (higher is faster)")
+axes[1].barh([r["variant"] for r in rows], [r["weight MB"] for r in rows]); axes[1].set_xlabel("weight memory (MB)")
+for ax in axes:
+    ax.invert_yaxis()
+plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# Read the table of the machine that ran this: the int8 model needs well under half the memory of
+# float32 (the embedding tables stay float32), and its tokens/s column compared with float32's is
+# the speed-up of your kernel on this processor. Compare it also with its bandwidth bound: where
+# the measured speed is far below the bound, the kernel is limited by arithmetic (converting int8
+# to floats), not by memory. bfloat16 halves the memory too, but on a CPU
+# without native bfloat16 arithmetic its matrix multiplies can be slower than float32's, so
+# fewer bytes do not help there. On random weights the bfloat16 model may also pick different
+# tokens than float32: logits that are nearly tied flip under rounding. What a trained model loses
+# is measured on notebook 12's checkpoint below.
+#
+# 读一读运行本笔记本的机器给出的表格：int8 模型所需的内存远少于 float32 的一半（嵌入表仍是 float32），它的 tokens/s 一列与 float32 的相比，就是你的内核在这个处理器上的加速比。也把它与它的带宽上限比较一下：测得的速度远低于上限时，内核受限于算术（把 int8 转换为浮点数），而不是内存。bfloat16 同样把内存减半，但在没有原生 bfloat16 运算的 CPU 上，它的矩阵乘法可能比 float32 还慢，所以更少的字节在那里帮不上忙。在随机权重上，bfloat16 模型挑出的词元也可能与 float32 不同：几乎打平的 logits 在舍入后会翻转。训练过的模型会损失多少，在下面用笔记本 12 的检查点来测量。
+
+# %% [markdown]
+# ## The KV cache in int8 · 用 int8 存储 KV 缓存
+#
+# At long contexts the cache, not the weights, dominates the bytes read per token (notebook 07).
+# The same absmax idea applies: each new key or value vector of one head gets one scale (per token,
+# per head) and is stored as int8. DeepSeek-V2 reports storing its cache at about 6 bits per element
+# on average. `utils.quantize.Int8KVCache` has `KVCache`'s interface, so `generate` takes it as
+# `cache_cls`.
+#
+# 在长上下文时，每个词元读取的字节主要来自缓存而不是权重（笔记本 07）。同样的 absmax 思想也适用：某个头的每个新键或值向量得到一个 scale（每个词元、每个头一个），以 int8 存储。DeepSeek-V2 报告其缓存平均每个元素约 6 比特。`utils.quantize.Int8KVCache` 的接口与 `KVCache` 相同，所以 `generate` 可以把它作为 `cache_cls` 使用。
+
+# %%
+from utils.quantize import Int8KVCache
+
+steps = 8 if GRADING else 16
+plain = generate(gpt, prompt, steps)
+int8_cache = generate(gpt, prompt, steps, cache_cls=Int8KVCache)
+head_dim = cfg.emb_dim // cfg.n_heads
+f32_bytes = kv_cache_bytes(1, cfg.context_length, cfg.n_layers, cfg.n_heads, head_dim, bytes_per_element=4)
+int8_bytes = sum(Int8KVCache(1, cfg.context_length, cfg.n_heads, head_dim).nbytes() for _ in range(cfg.n_layers))
+print(f"cache for {cfg.context_length} tokens: float32 {f32_bytes / 1e6:.2f} MB, int8 with scales {int8_bytes / 1e6:.2f} MB "
+      f"({int8_bytes / f32_bytes:.2f}x)")
+print(f"generated tokens equal to the float32 cache's: {(int8_cache[:, 16:] == plain[:, 16:]).float().mean():.0%} of {steps}")
+
+# %% [markdown]
+# The int8 cache takes about a quarter of the float32 bytes plus one scale per head vector. The
+# share of generated tokens that stayed the same is printed above; with random weights many next
+# tokens are near-ties that any rounding can flip, and once one token differs, the rest of the
+# text follows a different path.
+#
+# int8 缓存大约占 float32 字节数的四分之一，外加每个头向量一个 scale。上面打印出了生成词元中保持不变的比例；在随机权重下，很多下一个词元都处于几乎打平的状态，任何舍入都可能让它翻转，而一旦有一个词元不同，后面的文本就走上了另一条路。
+
+# %% [markdown]
+# ## Summary · 小结
+#
+# - Decoding at batch 1 reads every weight once per token: bytes per token over memory bandwidth
+#   bounds the speed, so fewer bytes per weight means more tokens per second.
+# - Absmax int8: scale = max|x| / 127, round, clamp to [-127, 127]. One outlier ruins a per-tensor
+#   scale; one scale per output channel contains it.
+# - FP8 e4m3: 8 values per power of two, largest 448; it still needs a scale, amax / 448.
+# - DeepSeek-V3 scales FP8 weights per 128 x 128 block (`weight_scale_inv`, multiplied to
+#   dequantize) and activations per token per 128 channels, so outliers stay in their tile.
+# - Int8 weight-only layers are faster only if the kernel reads int8 directly
+#   (`torch._weight_int8pack_mm`); dequantizing first is slower than float32.
+#
+# - 批大小为 1 的解码对每个词元把每个权重读一遍：每个词元的字节数除以内存带宽限定了速度，所以每个权重的字节越少，每秒的词元越多。
+# - Absmax int8：scale = max|x| / 127，四舍五入，截断到 [-127, 127]。一个离群值就能毁掉按张量的 scale；每个输出通道一个 scale 能把它限制住。
+# - FP8 e4m3：每个 2 的幂之间 8 个值，最大 448；它仍然需要 scale，即 amax / 448。
+# - DeepSeek-V3 对 FP8 权重按 128 x 128 的块缩放（`weight_scale_inv`，反量化时相乘），对激活按每个词元每 128 个通道缩放，让离群值留在自己的分块内。
+# - int8 仅权重层只有在内核直接读取 int8 时才更快（`torch._weight_int8pack_mm`）；先反量化比 float32 还慢。
