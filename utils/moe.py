@@ -155,7 +155,7 @@ def dispatch(x, weights, indices, experts) -> torch.Tensor:
 
 def moe_forward_per_token(moe: MoE, x: torch.Tensor) -> torch.Tensor:
     """The slow way, for comparison only: every token visits its k experts one at a time."""
-    x = x.reshape(-1, moe.dim)
+    x = x.reshape(-1, x.shape[-1])
     weights, indices = moe.gate(x)
     y = torch.zeros_like(x)
     for t in range(x.shape[0]):
@@ -179,11 +179,17 @@ def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_exper
 
 
 def dispatch_benchmark(tokens=2048, dim=64, moe_inter_dim=32, n_routed_experts=64, n_activated_experts=6,
-                       repeats=3, seed=0) -> dict:
-    """Median seconds of the per-token loop and of the vectorised dispatch, same layer, same input."""
+                       repeats=3, seed=0, moe=None) -> dict:
+    """Median seconds of the per-token loop and of the vectorised dispatch, same layer, same input.
+
+    `moe`: any module with `gate`, `experts`, `shared_experts` and a forward (a learner's MoE);
+    by default this file's MoE with the sizes given and one shared expert.
+    """
     torch.manual_seed(seed)
-    moe = MoE(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=1).eval()
-    x = torch.randn(tokens, dim)
+    if moe is None:
+        moe = MoE(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=1)
+    moe = moe.eval()
+    x = torch.randn(tokens, moe.gate.weight.shape[1])
     times = {"per-token loop": [], "vectorised": []}
     with torch.no_grad(), one_thread():
         torch.testing.assert_close(moe_forward_per_token(moe, x), moe(x), atol=1e-5, rtol=1e-4)

@@ -1,0 +1,301 @@
+"""Solutions of notebook 10 that grading must reject (WRONG) or accept (RIGHT)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import utils.moe
+
+
+# Expert ------------------------------------------------------------------------------------------
+def expert_class(mistake=None, style="layers"):
+    class Expert(nn.Module):
+        def __init__(self, dim, inter_dim):
+            super().__init__()
+            bias = mistake == "bias"
+            self.w1 = nn.Linear(dim, inter_dim, bias=bias)
+            self.w2 = nn.Linear(inter_dim, dim, bias=bias)
+            self.w3 = nn.Linear(dim, inter_dim, bias=bias)
+
+        def forward(self, x):
+            if style == "einsum":
+                gate = torch.einsum("...d,hd->...h", x, self.w1.weight)
+                up = torch.einsum("...d,hd->...h", x, self.w3.weight)
+                return torch.einsum("...h,dh->...d", gate * torch.sigmoid(gate) * up, self.w2.weight)
+            a, b = (self.w3(x), self.w1(x)) if mistake == "w1 and w3 swapped" else (self.w1(x), self.w3(x))
+            if mistake == "relu":
+                return self.w2(F.relu(a) * b)
+            if mistake == "no gating product":
+                return self.w2(F.silu(a))
+            if mistake == "silu after the product":
+                return self.w2(F.silu(a * b))
+            return self.w2(F.silu(a) * b)
+    return Expert
+
+
+class BorrowedExpert(utils.moe.Expert):
+    pass
+
+
+# topk_router -------------------------------------------------------------------------------------
+def router_no_renorm(logits, k):
+    return torch.softmax(logits, -1).topk(k, -1)
+
+
+def router_logits_as_weights(logits, k):
+    top = logits.topk(k, -1)
+    return top.values, top.indices
+
+
+def router_softmax_of_top_logits(logits, k):
+    top = logits.topk(k, -1)
+    return torch.softmax(top.values, -1), top.indices
+
+
+def router_sorted_by_index(logits, k):
+    probs = torch.exp(torch.log_softmax(logits, -1))
+    indices = probs.topk(k, -1).indices.sort(-1).values
+    kept = probs.gather(1, indices)
+    return kept / kept.sum(-1, keepdim=True), indices
+
+
+# load_balancing_loss -----------------------------------------------------------------------------
+def lb_no_factor(router_probs, expert_indices, num_experts):
+    f = torch.bincount(expert_indices.flatten(), minlength=num_experts).float() / expert_indices.numel()
+    return (f * router_probs.mean(0)).sum()
+
+
+def lb_per_token(router_probs, expert_indices, num_experts):
+    f = torch.bincount(expert_indices.flatten(), minlength=num_experts).float() / expert_indices.shape[0]
+    return num_experts * (f * router_probs.mean(0)).sum()
+
+
+def lb_sum_of_probs(router_probs, expert_indices, num_experts):
+    f = torch.bincount(expert_indices.flatten(), minlength=num_experts).float() / expert_indices.numel()
+    return num_experts * (f * router_probs.sum(0)).sum()
+
+
+def lb_swapped(router_probs, expert_indices, num_experts):
+    f = router_probs.mean(0).detach()  # the probabilities treated as the constant share...
+    P = torch.bincount(expert_indices.flatten(), minlength=num_experts).float() / expert_indices.numel()
+    return num_experts * (f * P).sum()  # ...so the gradient is lost
+
+
+def lb_one_hot(router_probs, expert_indices, num_experts):
+    f = F.one_hot(expert_indices, num_experts).float().sum(1).mean(0) / expert_indices.shape[1]
+    return num_experts * torch.dot(f, router_probs.mean(0))
+
+
+# Gate --------------------------------------------------------------------------------------------
+def gate_class(mistake=None, style="masked_fill"):
+    class Gate(nn.Module):
+        def __init__(self, dim, n_routed_experts, n_activated_experts, n_expert_groups=1, n_limited_groups=1,
+                     score_func="sigmoid", route_scale=1.0):
+            super().__init__()
+            self.k, self.groups, self.limited = n_activated_experts, n_expert_groups, n_limited_groups
+            self.func, self.scale = score_func, route_scale
+            self.weight = nn.Parameter(torch.randn(n_routed_experts, dim) / dim ** 0.5)
+            self.bias = nn.Parameter(torch.zeros(n_routed_experts))
+
+        def forward(self, x):
+            logits = F.linear(x, self.weight)
+            softmax = (self.func == "softmax") != (mistake == "softmax")
+            scores = torch.softmax(logits, -1) if softmax else torch.sigmoid(logits)
+            choice = scores if mistake == "bias ignored" else scores + self.bias
+            if self.groups > 1 and mistake != "groups ignored":
+                N = x.shape[0]
+                grouped = choice.view(N, self.groups, -1)
+                if self.func == "softmax" or mistake == "group max":
+                    group_scores = grouped.max(-1).values
+                else:
+                    group_scores = grouped.topk(2, -1).values.sum(-1)
+                kept = group_scores.topk(self.limited, -1).indices
+                if style == "where":
+                    allowed = torch.zeros(N, self.groups, dtype=torch.bool).scatter(1, kept, True)
+                    choice = torch.where(allowed.unsqueeze(-1), grouped, torch.full_like(grouped, float("-inf"))).reshape(N, -1)
+                else:
+                    dropped = torch.ones(N, self.groups, dtype=torch.bool).scatter(1, kept, False)
+                    choice = grouped.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(1)
+            indices = choice.topk(self.k, -1).indices
+            if style == "where":
+                indices = indices.sort(-1).values  # any order of a token's experts is fine
+            weights = (choice if mistake == "bias in weights" else scores).gather(1, indices)
+            if self.func == "sigmoid" and mistake != "no renormalisation":
+                weights = weights / weights.sum(-1, keepdim=True)
+            if mistake != "no route_scale":
+                weights = weights * self.scale
+            return weights.type_as(x), indices
+    return Gate
+
+
+class BorrowedGate(utils.moe.Gate):
+    pass
+
+
+# update_expert_bias --------------------------------------------------------------------------------
+def bias_wrong_sign(bias, tokens_per_expert, gamma=0.001):
+    load = tokens_per_expert.float()
+    return bias + gamma * torch.sign(load - load.mean())
+
+
+def bias_proportional(bias, tokens_per_expert, gamma=0.001):
+    load = tokens_per_expert.float()
+    return bias - gamma * (load - load.mean())
+
+
+def bias_fresh(bias, tokens_per_expert, gamma=0.001):
+    load = tokens_per_expert.float()
+    return -gamma * torch.sign(load - load.mean())
+
+
+def bias_where(bias, tokens_per_expert, gamma=0.001):
+    load = tokens_per_expert.double()
+    step = torch.where(load > load.mean(), -gamma, torch.where(load < load.mean(), gamma, 0.0))
+    return bias + step.to(bias.dtype)
+
+
+def bias_in_place(bias, tokens_per_expert, gamma=0.001):
+    load = tokens_per_expert.float()
+    bias -= gamma * torch.sign(load - load.mean())
+    return bias
+
+
+# MoE -------------------------------------------------------------------------------------------------
+RightGate, RightExpert = gate_class(), expert_class()
+
+
+def moe_class(mistake=None, style="sort"):
+    class MoE(nn.Module):
+        def __init__(self, dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=0,
+                     n_expert_groups=1, n_limited_groups=1, score_func="sigmoid", route_scale=1.0):
+            super().__init__()
+            self.gate = RightGate(dim, n_routed_experts, n_activated_experts, n_expert_groups, n_limited_groups,
+                                  score_func, route_scale)
+            self.experts = nn.ModuleList(RightExpert(dim, moe_inter_dim) for _ in range(n_routed_experts))
+            self.shared_experts = RightExpert(dim, n_shared_experts * moe_inter_dim) if n_shared_experts > 0 else None
+            self.capacity = None
+
+        def forward(self, x):
+            shape = x.shape
+            x = x.reshape(-1, shape[-1])
+            weights, indices = self.gate(x)
+            y = torch.zeros_like(x)
+            if mistake == "per-token loop":
+                for t in range(x.shape[0]):
+                    for w, e in zip(weights[t], indices[t].tolist()):
+                        y[t] = y[t] + w * self.experts[e](x[t])
+            else:
+                capacity = 2 * indices.numel() // len(self.experts)
+                for e, expert in enumerate(self.experts):  # DeepSeek-V3's way: a loop over experts, torch.where
+                    rows, slot = torch.where(indices == e)
+                    if mistake == "drops tokens over capacity":
+                        rows, slot = rows[:capacity], slot[:capacity]
+                    if len(rows) == 0:
+                        continue
+                    out = expert(x[rows]) * weights[rows, slot, None]
+                    if mistake == "assigns instead of adding":
+                        y[rows] = out
+                    elif style == "scatter_add":
+                        y.scatter_add_(0, rows.unsqueeze(-1).expand_as(out), out)
+                    else:
+                        y.index_add_(0, rows, out)
+            if self.shared_experts is not None and mistake != "shared experts left out":
+                y = y + self.shared_experts(x)
+            return y.view(shape)
+    return MoE
+
+
+class BorrowedMoE(utils.moe.MoE):
+    pass
+
+
+# moe_parameter_counts ----------------------------------------------------------------------------------
+def counts_factory(mistake=None):
+    def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts):
+        expert = (2 if mistake == "two matrices" else 3) * dim * moe_inter_dim
+        gate = n_routed_experts * dim + (0 if mistake == "gate bias left out" else n_routed_experts)
+        if mistake == "gate left out":
+            gate = 0
+        shared = 0 if mistake == "shared left out" else n_shared_experts
+        total = (n_routed_experts + shared) * expert + gate
+        active = (n_activated_experts + shared) * expert + (0 if mistake == "gate not active" else gate)
+        if mistake == "active is total":
+            active = total
+        return total, active
+    return moe_parameter_counts
+
+
+def counts_per_matrix(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts):
+    matrices = {"w1": dim * moe_inter_dim, "w2": moe_inter_dim * dim, "w3": dim * moe_inter_dim}
+    one = sum(matrices.values())
+    gate = {"weight": n_routed_experts * dim, "bias": n_routed_experts}
+    held = [one] * (n_routed_experts + n_shared_experts)
+    used = [one] * (n_activated_experts + n_shared_experts)
+    return sum(held) + sum(gate.values()), sum(used) + sum(gate.values())
+
+
+WRONG = {
+    "Expert": {
+        "w1 and w3 swapped": (expert_class("w1 and w3 swapped"), "SiLU goes on w1"),
+        "relu": (expert_class("relu"), "not ReLU"),
+        "no gating product": (expert_class("no gating product"), "gated product is missing"),
+        "silu after the product": (expert_class("silu after the product"), "before the product"),
+        "layers with bias": (expert_class("bias"), "without bias"),
+        "subclasses utils": (BorrowedExpert, "yourself"),
+    },
+    "topk_router": {
+        "no renormalisation": (router_no_renorm, "renormalised"),
+        "logits as weights": (router_logits_as_weights, "weights are probabilities"),
+        "calls utils": (utils.moe.topk_router, "yourself"),
+    },
+    "load_balancing_loss": {
+        "no factor E": (lb_no_factor, "factor E"),
+        "f over tokens, not assignments": (lb_per_token, "N*k assignments"),
+        "sum of probabilities": (lb_sum_of_probs, "MEAN router probability"),
+        "f and P swapped": (lb_swapped, "f and P are swapped"),
+        "calls utils": (utils.moe.load_balancing_loss, "yourself"),
+    },
+    "Gate": {
+        "softmax where sigmoid": (gate_class("softmax"), "not a softmax"),
+        "bias in the weights": (gate_class("bias in weights"), "WITHOUT the bias"),
+        "no renormalisation": (gate_class("no renormalisation"), "renormalised to sum 1"),
+        "route_scale missing": (gate_class("no route_scale"), "route_scale"),
+        "group score as max": (gate_class("group max"), "not the max"),
+        "groups not limited": (gate_class("groups ignored"), "groups that were not chosen"),
+        "bias ignored": (gate_class("bias ignored"), "scores + bias"),
+        "subclasses utils": (BorrowedGate, "yourself"),
+    },
+    "update_expert_bias": {
+        "wrong sign": (bias_wrong_sign, "sign is reversed"),
+        "proportional step": (bias_proportional, "exactly gamma"),
+        "fresh bias": (bias_fresh, "current bias"),
+        "calls utils": (utils.moe.update_expert_bias, "yourself"),
+    },
+    "MoE": {
+        "shared experts left out": (moe_class("shared experts left out"), "shared experts are left out"),
+        "per-token loop": (moe_class("per-token loop"), "without a Python loop over tokens"),
+        "drops tokens over capacity": (moe_class("drops tokens over capacity"), "drops or overwrites"),
+        "assigns instead of adding": (moe_class("assigns instead of adding"), "drops or overwrites"),
+        "subclasses utils": (BorrowedMoE, "yourself"),
+    },
+    "moe_parameter_counts": {
+        "gate left out": (counts_factory("gate left out"), "gate is part of the layer"),
+        "gate bias left out": (counts_factory("gate bias left out"), "bias (n_routed_experts numbers)"),
+        "gate not active": (counts_factory("gate not active"), "whole gate as active"),
+        "shared experts left out": (counts_factory("shared left out"), "Shared experts count"),
+        "active equals total": (counts_factory("active is total"), "only the experts a token uses"),
+        "two matrices per expert": (counts_factory("two matrices"), "three matrices"),
+        "calls utils": (utils.moe.moe_parameter_counts, "yourself"),
+    },
+}
+
+RIGHT = {
+    "Expert": {"einsum with x * sigmoid(x)": expert_class(style="einsum")},
+    "topk_router": {"softmax of the top-k logits": router_softmax_of_top_logits,
+                    "log-softmax, indices sorted": router_sorted_by_index},
+    "load_balancing_loss": {"one-hot counts": lb_one_hot},
+    "Gate": {"torch.where, indices sorted": gate_class(style="where")},
+    "update_expert_bias": {"torch.where": bias_where, "in place": bias_in_place},
+    "MoE": {"DeepSeek-V3's torch.where loop over experts": moe_class(style="index_add"),
+            "scatter_add": moe_class(style="scatter_add")},
+    "moe_parameter_counts": {"counted per matrix": counts_per_matrix},
+}

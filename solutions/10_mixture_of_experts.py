@@ -1,0 +1,622 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 · Mixture of experts (DeepSeek) · 混合专家（DeepSeek）
+#
+# After attention, every transformer block runs a feed-forward network on each token, and in large
+# models that is where most parameters live. A **mixture of experts (MoE)** replaces the one network
+# with many smaller ones, the *experts*, and a *router* that sends each token to a few of them. The
+# model holds the parameters of all experts but each token uses only a few. This notebook builds the
+# pieces, watches a router collapse onto a few experts and the two cures (the Switch Transformer's
+# auxiliary loss and DeepSeek-V3's bias), and ends with DeepSeek-V3's 671B parameters, 37B of them
+# active per token, recomputed from its config. Names and layouts follow DeepSeek-V3's inference code.
+#
+# 在注意力之后，每个 Transformer 块都对每个词元运行一个前馈网络，而大模型的大部分参数就在这里。**混合专家（MoE）** 把这一个网络换成许多较小的网络，即 *专家*，再加上一个 *路由器*，把每个词元送到其中少数几个专家。模型持有所有专家的参数，但每个词元只用到其中几个。本笔记本构建这些部件，观察路由器如何坍缩到少数专家上，以及两种解决办法（Switch Transformer 的辅助损失和 DeepSeek-V3 的偏置），最后根据 DeepSeek-V3 的配置重新算出它的 6710 亿参数，以及每个词元激活的 370 亿参数。名称和布局遵循 DeepSeek-V3 的推理代码。
+
+# %%
+import os
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+torch.set_num_threads(1)  # every tensor here is small: one thread beats waiting for a second, busy core
+
+# DeepSeek-V3, inference/configs/config_671B.json
+V3 = dict(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_layers=61, n_dense_layers=3,
+          n_heads=128, n_routed_experts=256, n_shared_experts=1, n_activated_experts=8, n_expert_groups=8,
+          n_limited_groups=4, route_scale=2.5, score_func="sigmoid", q_lora_rank=1536, kv_lora_rank=512,
+          qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+
+# %% [markdown]
+# ## The expert: a SwiGLU feed-forward network · 专家：SwiGLU 前馈网络
+#
+# DeepSeek's feed-forward networks, dense or expert, are SwiGLU: a *gate* projection `w1` passed
+# through SiLU ($x \cdot \sigma(x)$) multiplies an *up* projection `w3` element by element, and a
+# *down* projection `w2` maps the product back: $w_2(\mathrm{silu}(w_1 x) \odot w_3 x)$. Three matrices
+# of `dim x inter_dim`, no biases.
+#
+# DeepSeek 的前馈网络，无论是稠密的还是专家，都是 SwiGLU：*门控* 投影 `w1` 经过 SiLU（$x \cdot \sigma(x)$）后，与 *上* 投影 `w3` 逐元素相乘，再由 *下* 投影 `w2` 把乘积映射回来：$w_2(\mathrm{silu}(w_1 x) \odot w_3 x)$。三个 `dim x inter_dim` 矩阵，没有偏置。
+
+# %% [markdown]
+# ### Exercise 1 · `Expert` · 练习 1
+#
+# `nn.Linear` layers `w1` (`dim -> inter_dim`), `w2` (`inter_dim -> dim`), `w3` (`dim -> inter_dim`),
+# all without bias; `forward` for any leading dimensions.
+#
+# `nn.Linear` 层 `w1`（`dim -> inter_dim`）、`w2`（`inter_dim -> dim`）、`w3`（`dim -> inter_dim`），都不带偏置；`forward` 适用于任意前导维度。
+
+# %% nbgrader={"grade": false, "grade_id": "Expert", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class Expert(nn.Module):
+    def __init__(self, dim, inter_dim):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.w1 = nn.Linear(dim, inter_dim, bias=False)
+        self.w2 = nn.Linear(inter_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, inter_dim, bias=False)
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_Expert", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+
+expert = Expert(6, 10)
+out = expert(torch.randn(2, 3, 6))
+expect(out.shape == (2, 3, 6), "An expert maps (..., dim) back to (..., dim).", "专家把 (..., dim) 映射回 (..., dim)。",
+       f"shape {tuple(out.shape)}")
+expect(sum(p.numel() for p in expert.parameters()) == 3 * 6 * 10, "Three dim x inter_dim matrices and no biases.",
+       "三个 dim x inter_dim 矩阵，没有偏置。")
+print("✓ Expert")
+
+# %% nbgrader={"grade": true, "grade_id": "test_Expert_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_Expert(Expert)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Held and used: dense against sparse · 持有与使用：稠密与稀疏
+#
+# One dense network of width `inter_dim` against 16 experts of a quarter of that width, each token
+# sent to 2 of them. The experts together hold four times the parameters of the dense network, but a
+# token passes through only two of them: half the dense network's parameters are used per token.
+#
+# 一个宽度为 `inter_dim` 的稠密网络，对比 16 个宽度为其四分之一的专家，每个词元送到其中 2 个。这些专家合起来持有稠密网络四倍的参数，但一个词元只经过其中两个：每个词元只用到稠密网络一半的参数。
+
+# %%
+dim, inter_dim, n_experts, k = 64, 256, 16, 2
+dense = Expert(dim, inter_dim)
+experts = nn.ModuleList(Expert(dim, inter_dim // 4) for _ in range(n_experts))
+held_dense = sum(p.numel() for p in dense.parameters())
+held_moe = sum(p.numel() for p in experts.parameters())
+used_moe = k * sum(p.numel() for p in experts[0].parameters())
+print(f"dense: holds {held_dense:,}, uses {held_dense:,} per token")
+print(f"MoE:   holds {held_moe:,} ({held_moe / held_dense:.0f}x), uses {used_moe:,} per token ({used_moe / held_dense:.2f}x)")
+
+# %% [markdown]
+# ## The classic router: softmax, top-k, renormalise · 经典路由器：softmax、top-k、再归一化
+#
+# A linear layer scores every expert for every token (`logits`, shape `(N, E)`). The classic router
+# (Shazeer et al. 2017, Switch Transformer, Mixtral) takes a softmax over **all** experts, keeps the
+# `k` largest probabilities and renormalises them to sum 1; the token's output is the weighted sum of
+# its `k` experts' outputs.
+#
+# 一个线性层为每个词元给每个专家打分（`logits`，形状 `(N, E)`）。经典路由器（Shazeer 等 2017、Switch Transformer、Mixtral）对 **所有** 专家做 softmax，保留最大的 `k` 个概率，并把它们重新归一化使其和为 1；词元的输出是它的 `k` 个专家输出的加权和。
+
+# %% [markdown]
+# ### Exercise 2 · `topk_router` · 练习 2
+#
+# `(N, E)` logits to `weights` `(N, k)` (each row sums to 1) and `indices` `(N, k)` (the experts chosen).
+#
+# 把 `(N, E)` 的 logits 变成 `weights` `(N, k)`（每行和为 1）和 `indices` `(N, k)`（被选中的专家）。
+
+# %% nbgrader={"grade": false, "grade_id": "topk_router", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def topk_router(logits, k):
+    ### BEGIN SOLUTION
+    probs = torch.softmax(logits, dim=-1)
+    top, indices = probs.topk(k, dim=-1)
+    return top / top.sum(dim=-1, keepdim=True), indices
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_topk_router", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+
+weights, indices = topk_router(torch.tensor([[1.0, 3.0, 2.0, 0.0]]), 2)
+expect(indices.tolist()[0] in ([1, 2], [2, 1]), "Experts 1 and 2 have the two largest logits.", "专家 1 和 2 的 logits 最大。",
+       f"indices {indices.tolist()}")
+expect_close(weights.sum(-1), torch.ones(1), "The kept weights should sum to 1.", "保留下来的权重之和应为 1。")
+print("✓ topk_router")
+
+# %% nbgrader={"grade": true, "grade_id": "test_topk_router_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_topk_router(topk_router)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Load collapse and the Switch loss · 负载坍缩与 Switch 损失
+#
+# Trained on its own, a router tends to feed the experts that already work best, which then get
+# better still: a few experts take most tokens while others starve and never learn. The Switch
+# Transformer (Fedus et al. 2021) adds an auxiliary loss
+#
+# $$\mathcal{L}_{\text{aux}} = E \sum_{i=1}^{E} f_i \, P_i ,$$
+#
+# where $f_i$ is the share of the $N k$ assignments that went to expert $i$ (counted, so it carries no
+# gradient) and $P_i$ is the mean router probability of expert $i$ (differentiable). It is smallest
+# when both are uniform, where it equals 1; the gradient flows through $P$, pushing probability away
+# from the busiest experts.
+#
+# 单独训练时，路由器倾向于把词元送给当前表现最好的专家，而这些专家因此变得更好：少数专家接收了大部分词元，其他专家则被饿着，永远学不会。Switch Transformer（Fedus 等 2021）加入一个辅助损失
+#
+# $$\mathcal{L}_{\text{aux}} = E \sum_{i=1}^{E} f_i \, P_i ,$$
+#
+# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。当二者都均匀时它最小，等于 1；梯度通过 $P$ 传播，把概率从最忙的专家那里推开。
+
+# %% [markdown]
+# ### Exercise 3 · `load_balancing_loss` · 练习 3
+#
+# `router_probs` `(N, E)` (the softmax over all experts), `expert_indices` `(N, k)`, `num_experts` E:
+# return the scalar loss.
+#
+# `router_probs` `(N, E)`（对所有专家的 softmax），`expert_indices` `(N, k)`，`num_experts` 为 E：返回标量损失。
+
+# %% nbgrader={"grade": false, "grade_id": "load_balancing_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def load_balancing_loss(router_probs, expert_indices, num_experts):
+    ### BEGIN SOLUTION
+    counts = torch.bincount(expert_indices.flatten(), minlength=num_experts).to(router_probs.dtype)
+    f = counts / expert_indices.numel()
+    P = router_probs.mean(dim=0)
+    return num_experts * (f * P).sum()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_load_balancing_loss", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+
+probs = torch.full((4, 4), 0.25)
+indices = torch.tensor([[0], [1], [2], [3]])
+expect_close(load_balancing_loss(probs, indices, 4), torch.tensor(1.0), "A perfectly balanced router gives a loss of 1.",
+             "完全均衡的路由器给出的损失为 1。")
+print("✓ load_balancing_loss")
+
+# %% nbgrader={"grade": true, "grade_id": "test_load_balancing_loss_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_load_balancing_loss(load_balancing_loss)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The experiment: 16 small experts, top-2, learn to imitate a fixed random network on random inputs.
+# To keep it quick, every expert runs on every token and only the chosen weights are kept (the
+# output is the same as dispatching; the work is not). Two runs from the same start: without the
+# auxiliary loss, and with it at weight 0.1. The plot shows each expert's share of the assignments
+# after training, busiest first.
+#
+# 实验：16 个小专家，top-2，学习在随机输入上模仿一个固定的随机网络。为了快速，每个专家都在每个词元上运行，只保留被选中的权重（输出与真正分派相同，计算量则不同）。两次运行从同一起点开始：不加辅助损失，以及以 0.1 的权重加上它。图中按从忙到闲的顺序显示训练后每个专家所占的分配比例。
+
+# %%
+def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, tokens=128, seed=0):
+    """Train a tiny top-k MoE to imitate a random network; return each expert's share of assignments."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    teacher = nn.Sequential(nn.Linear(dim, 64), nn.Tanh(), nn.Linear(64, dim))
+    router = nn.Linear(dim, n_experts, bias=False)
+    w1, w3 = (nn.Parameter(torch.randn(n_experts, dim, hidden) / dim ** 0.5) for _ in range(2))
+    w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) / hidden ** 0.5)
+    opt = torch.optim.Adam([*router.parameters(), w1, w2, w3], lr=3e-2)
+    for _ in range(steps):
+        x = torch.randn(tokens, dim, generator=g)
+        logits = router(x)
+        weights, indices = topk_router(logits, k)
+        gates = torch.zeros(tokens, n_experts).scatter(1, indices, weights)  # (N, E), k non-zeros per row
+        h = F.silu(torch.einsum("nd,edh->neh", x, w1)) * torch.einsum("nd,edh->neh", x, w3)
+        y = torch.einsum("neh,ehd,ne->nd", h, w2, gates)
+        loss = F.mse_loss(y, teacher(x).detach())
+        loss = loss + aux_weight * load_balancing_loss(logits.softmax(-1), indices, n_experts)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        _, indices = topk_router(router(torch.randn(4096, dim, generator=g)), k)
+    return torch.bincount(indices.flatten(), minlength=n_experts).float() / indices.numel()
+
+
+loads = {name: train_router(w) for name, w in tqdm([("no balancing", 0.0), ("Switch loss x 0.1", 0.1)])}
+fig, ax = plt.subplots(figsize=(7, 3))
+for offset, (name, load) in zip((-0.2, 0.2), loads.items()):
+    ax.bar(torch.arange(16) + offset, load.sort(descending=True).values, width=0.4, label=name)
+ax.axhline(1 / 16, color="gray", ls="--", label="even share")
+ax.set_xlabel("expert (busiest first)"); ax.set_ylabel("share of assignments"); ax.legend(); plt.show()
+for name, load in loads.items():
+    top4 = load.sort(descending=True).values[:4].sum()
+    print(f"{name:18}: busiest 4 of 16 experts take {top4:.0%}, quietest gets {load.min():.1%}, busiest {load.max():.1%}")
+
+# %% [markdown]
+# ## DeepSeek-V3's gate · DeepSeek-V3 的门控
+#
+# DeepSeek-V3 (technical report, section 2.1.2; `Gate` in its inference code) routes differently:
+#
+# 1. **Sigmoid affinities**: $s_{i} = \sigma(x \cdot w_i)$ for each expert, independent of the others
+#    (V2 used a softmax; with `score_func="softmax"` the gate does that instead).
+# 2. **A bias that only chooses**: experts are ranked by $s_i + b_i$, but the weights are made from
+#    $s_i$ alone. The bias steers load without distorting what the experts' outputs are worth.
+# 3. **Group-limited routing**: the experts are split into `n_expert_groups` groups (in V3, 8 groups
+#    of 32, one per node); a group's score is the sum of its two highest biased scores (for softmax,
+#    its maximum); only the `n_limited_groups` best groups stay (4 in V3), and the top-`k` experts
+#    are chosen among them. This bounds how many nodes a token's data must travel to.
+# 4. **Weights**: the chosen $s_i$, renormalised to sum 1 (sigmoid only; softmax weights are used as
+#    they are), then multiplied by `route_scale` (2.5 in V3).
+#
+# DeepSeek-V3（技术报告第 2.1.2 节；推理代码中的 `Gate`）的路由方式不同：
+#
+# 1. **Sigmoid 亲和度**：每个专家 $s_{i} = \sigma(x \cdot w_i)$，彼此独立（V2 用的是 softmax；当 `score_func="softmax"` 时门控改用 softmax）。
+# 2. **只用于选择的偏置**：专家按 $s_i + b_i$ 排序，但权重只由 $s_i$ 构成。偏置用来调节负载，而不会扭曲专家输出的价值。
+# 3. **分组限制路由**：专家被分成 `n_expert_groups` 个组（V3 中为 8 组，每组 32 个，每组对应一个节点）；一个组的分数是它最高的两个带偏置分数之和（softmax 时取最大值）；只保留最好的 `n_limited_groups` 个组（V3 中为 4 个），并在其中选出前 `k` 个专家。这限制了一个词元的数据需要传送到的节点数。
+# 4. **权重**：被选中的 $s_i$，重新归一化使其和为 1（仅 sigmoid；softmax 的权重直接使用），再乘以 `route_scale`（V3 中为 2.5）。
+
+# %% [markdown]
+# ### Exercise 4 · `Gate` · 练习 4
+#
+# Parameters `weight` `(n_routed_experts, dim)` (initialise it like `nn.Linear`, for example
+# `nn.init.kaiming_uniform_(w, a=5 ** 0.5)`, or with a small normal) and `bias` `(n_routed_experts,)`,
+# zeros (it moves by the rule of exercise 5, not by gradients: `requires_grad=False` is fine).
+# `forward(x)` for `x` `(N, dim)` returns `(weights, indices)`, both `(N, n_activated_experts)`, with
+# the weights in `x`'s dtype. Mask the groups that were not kept with `-inf` before the final top-k.
+#
+# 参数 `weight` `(n_routed_experts, dim)`（像 `nn.Linear` 那样初始化，例如 `nn.init.kaiming_uniform_(w, a=5 ** 0.5)`，或用较小的正态分布）和 `bias` `(n_routed_experts,)`，初始为零（它按练习 5 的规则变化，而不是靠梯度：可以设 `requires_grad=False`）。`forward(x)` 接收 `(N, dim)` 的 `x`，返回 `(weights, indices)`，二者形状都是 `(N, n_activated_experts)`，权重的 dtype 与 `x` 相同。在最后的 top-k 之前，用 `-inf` 屏蔽未被保留的组。
+
+# %% nbgrader={"grade": false, "grade_id": "Gate", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class Gate(nn.Module):
+    def __init__(self, dim, n_routed_experts, n_activated_experts, n_expert_groups=1, n_limited_groups=1,
+                 score_func="sigmoid", route_scale=1.0):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.topk, self.n_groups, self.topk_groups = n_activated_experts, n_expert_groups, n_limited_groups
+        self.score_func, self.route_scale = score_func, route_scale
+        self.weight = nn.Parameter(torch.empty(n_routed_experts, dim))
+        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
+        self.bias = nn.Parameter(torch.zeros(n_routed_experts), requires_grad=False)
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        logits = x @ self.weight.T  # (N, E)
+        scores = logits.softmax(dim=-1) if self.score_func == "softmax" else logits.sigmoid()
+        choice = scores + self.bias
+        if self.n_groups > 1:
+            grouped = choice.view(x.shape[0], self.n_groups, -1)  # (N, G, E / G)
+            if self.score_func == "softmax":
+                group_scores = grouped.amax(dim=-1)
+            else:
+                group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)
+            kept = group_scores.topk(self.topk_groups, dim=-1).indices
+            dropped = torch.ones_like(group_scores, dtype=torch.bool).scatter(1, kept, False)
+            choice = grouped.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(1)
+        indices = choice.topk(self.topk, dim=-1).indices
+        weights = scores.gather(1, indices)
+        if self.score_func == "sigmoid":
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return (weights * self.route_scale).to(x.dtype), indices
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_Gate", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+
+gate = Gate(8, 6, 2, route_scale=2.5)
+weights, indices = gate(torch.randn(5, 8))
+expect(weights.shape == (5, 2) and indices.shape == (5, 2), "Weights and indices should both be (N, k).",
+       "权重和索引的形状都应为 (N, k)。", f"{tuple(weights.shape)}, {tuple(indices.shape)}")
+expect_close(weights.sum(-1), torch.full((5,), 2.5), "Sigmoid weights sum to 1 after renormalising, then to route_scale.",
+             "sigmoid 权重重新归一化后和为 1，乘以 route_scale 后和为 route_scale。")
+print("✓ Gate")
+
+# %% nbgrader={"grade": true, "grade_id": "test_Gate_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_Gate(Gate)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Balancing without an auxiliary loss · 无辅助损失的负载均衡
+#
+# An auxiliary loss balances the load but also pulls on the model's main objective. DeepSeek-V3
+# balances with the bias instead (report, section 2.1.2): after each training step, every expert
+# that received more than the mean load has its bias lowered by $\gamma$, every expert below the mean
+# has it raised by $\gamma$ (V3 used $\gamma = 0.001$ for most of training). Only the choice changes,
+# so the weights, and the gradients, stay those of the task. (V3 keeps a very small sequence-wise
+# auxiliary loss as a safeguard; it is left out here.)
+#
+# 辅助损失能均衡负载，但也会牵扯模型的主要目标。DeepSeek-V3 改用偏置来均衡（报告第 2.1.2 节）：每个训练步骤之后，负载高于平均值的专家把偏置降低 $\gamma$，低于平均值的专家把偏置提高 $\gamma$（V3 在大部分训练中使用 $\gamma = 0.001$）。只有选择发生变化，因此权重和梯度仍然是任务本身的。（V3 还保留了一个非常小的序列级辅助损失作为保险；这里略去。）
+
+# %% [markdown]
+# ### Exercise 5 · `update_expert_bias` · 练习 5
+#
+# Return the new bias: `bias` minus `gamma` where `tokens_per_expert` is above its mean, plus `gamma`
+# where it is below. `tokens_per_expert` may be an integer tensor (counts).
+#
+# 返回新的偏置：`tokens_per_expert` 高于其平均值处，`bias` 减去 `gamma`；低于平均值处，加上 `gamma`。`tokens_per_expert` 可能是整数张量（计数）。
+
+# %% nbgrader={"grade": false, "grade_id": "update_expert_bias", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def update_expert_bias(bias, tokens_per_expert, gamma=0.001):
+    ### BEGIN SOLUTION
+    load = tokens_per_expert.to(bias.dtype)
+    return bias - gamma * torch.sign(load - load.mean())
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_update_expert_bias", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect_close
+
+new = update_expert_bias(torch.zeros(3), torch.tensor([9, 1, 2]), gamma=0.5)
+expect_close(new, torch.tensor([-0.5, 0.5, 0.5]), "The busiest expert loses gamma, the others (below the mean of 4) gain it.",
+             "最忙的专家减去 gamma，其他专家（低于平均值 4）加上 gamma。")
+print("✓ update_expert_bias")
+
+# %% nbgrader={"grade": true, "grade_id": "test_update_expert_bias_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_update_expert_bias(update_expert_bias)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# A simulation with your `Gate` (16 experts in 4 groups, 2 groups kept, top-2) on a stream of inputs
+# that all lean in one direction, so a few experts are favoured from the start. Each step routes a
+# batch of 512 tokens, counts the load and updates the bias; $\gamma$ is 0.01 rather than V3's 0.001
+# so that it settles within the notebook's time. The left plot tracks the busiest and quietest
+# expert's share; the right one shows every expert's share at the first and the last step.
+#
+# 用你的 `Gate`（16 个专家分成 4 组，保留 2 组，top-2）在一串都偏向同一方向的输入上模拟，因此一开始就有少数专家受到偏爱。每一步把 512 个词元的一批数据路由出去，统计负载并更新偏置；$\gamma$ 取 0.01 而不是 V3 的 0.001，以便在本笔记本的时间内稳定下来。左图追踪最忙和最闲专家的份额；右图显示第一步和最后一步时每个专家的份额。
+
+# %%
+torch.manual_seed(0)
+gate = Gate(16, 16, 2, n_expert_groups=4, n_limited_groups=2)
+lean = torch.randn(16)
+busiest, quietest, shares = [], [], []
+for step in range(300):
+    x = torch.randn(512, 16) + lean  # every token leans the same way
+    with torch.no_grad():
+        _, indices = gate(x)
+        load = torch.bincount(indices.flatten(), minlength=16)
+        gate.bias.copy_(update_expert_bias(gate.bias, load, gamma=0.01))
+    share = load.float() / load.sum()
+    busiest.append(share.max().item()); quietest.append(share.min().item()); shares.append(share)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3))
+ax1.plot(busiest, label="busiest expert"); ax1.plot(quietest, label="quietest expert")
+ax1.axhline(1 / 16, color="gray", ls="--", label="even share")
+ax1.set_xlabel("step"); ax1.set_ylabel("share of assignments"); ax1.legend()
+ax2.bar(torch.arange(16) - 0.2, shares[0], width=0.4, label="step 0")
+ax2.bar(torch.arange(16) + 0.2, shares[-1], width=0.4, label="step 299")
+ax2.set_xlabel("expert"); ax2.set_ylabel("share of assignments"); ax2.legend(); plt.show()
+print(f"busiest / quietest share: step 0 {busiest[0]:.1%} / {quietest[0]:.1%}, "
+      f"step 299 {busiest[-1]:.1%} / {quietest[-1]:.1%} (even: {1 / 16:.1%})")
+
+# %% [markdown]
+# ## Shared experts and the whole layer · 共享专家与完整的层
+#
+# DeepSeek's MoE also has **shared experts** that every token goes through, added to the routed
+# output: they learn what all tokens need, so the routed experts can specialise (DeepSeekMoE, Dai et
+# al. 2024). V3's code builds them as one SwiGLU network of width `n_shared_experts * moe_inter_dim`.
+# The layer's output is $\text{shared}(x) + \sum_{i \in \text{top-}k} g_i \, \text{expert}_i(x)$.
+#
+# Dispatching one token at a time would call the experts $N k$ times. Instead, group the $N k$
+# (token, expert) assignments by expert (sort them, or take `torch.where(indices == e)` per expert):
+# each expert runs once on all its tokens, and `index_add_` adds the weighted results back to their
+# rows. A loop over the experts is fine; a loop over the tokens is what this avoids. Every token gets
+# all its `k` experts, however many tokens an expert receives: nothing is dropped.
+#
+# DeepSeek 的 MoE 还有每个词元都会经过的 **共享专家**，其输出加到路由输出上：它们学习所有词元都需要的东西，让路由专家可以专门化（DeepSeekMoE，Dai 等 2024）。V3 的代码把它们构建成一个宽度为 `n_shared_experts * moe_inter_dim` 的 SwiGLU 网络。该层的输出为 $\text{shared}(x) + \sum_{i \in \text{top-}k} g_i \, \text{expert}_i(x)$。
+#
+# 一次分派一个词元会调用专家 $N k$ 次。更好的做法是把 $N k$ 个（词元，专家）分配按专家分组（对它们排序，或对每个专家取 `torch.where(indices == e)`）：每个专家在它的所有词元上只运行一次，再用 `index_add_` 把加权结果加回对应的行。对专家循环没有问题；要避免的是对词元循环。无论一个专家接收多少词元，每个词元都得到它全部的 `k` 个专家：不丢弃任何东西。
+
+# %% [markdown]
+# ### Exercise 6 · `MoE` · 练习 6
+#
+# `gate` (your `Gate`), `experts` (an `nn.ModuleList` of `n_routed_experts` of your `Expert(dim,
+# moe_inter_dim)`), `shared_experts` (one `Expert(dim, n_shared_experts * moe_inter_dim)` when
+# `n_shared_experts > 0`, else `None`). `forward(x)` for `x` `(..., dim)` returns the same shape.
+#
+# `gate`（你的 `Gate`），`experts`（由 `n_routed_experts` 个你的 `Expert(dim, moe_inter_dim)` 组成的 `nn.ModuleList`），`shared_experts`（当 `n_shared_experts > 0` 时为一个 `Expert(dim, n_shared_experts * moe_inter_dim)`，否则为 `None`）。`forward(x)` 接收 `(..., dim)` 的 `x`，返回相同形状。
+
+# %% nbgrader={"grade": false, "grade_id": "MoE", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class MoE(nn.Module):
+    def __init__(self, dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=0,
+                 n_expert_groups=1, n_limited_groups=1, score_func="sigmoid", route_scale=1.0):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.gate = Gate(dim, n_routed_experts, n_activated_experts, n_expert_groups, n_limited_groups,
+                         score_func, route_scale)
+        self.experts = nn.ModuleList(Expert(dim, moe_inter_dim) for _ in range(n_routed_experts))
+        self.shared_experts = Expert(dim, n_shared_experts * moe_inter_dim) if n_shared_experts > 0 else None
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])  # (N, dim)
+        weights, indices = self.gate(x)  # (N, k)
+        k = indices.shape[1]
+        order = indices.flatten().argsort()  # assignments sorted by expert
+        counts = torch.bincount(indices.flatten(), minlength=len(self.experts)).tolist()
+        rows, w = order // k, weights.flatten()[order].unsqueeze(-1)
+        y = torch.zeros_like(x)
+        start = 0
+        for e, count in enumerate(counts):
+            if count:
+                mine = rows[start:start + count]
+                y.index_add_(0, mine, self.experts[e](x[mine]) * w[start:start + count])
+            start += count
+        if self.shared_experts is not None:
+            y = y + self.shared_experts(x)
+        return y.view(shape)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_MoE", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+
+moe = MoE(8, 4, n_routed_experts=6, n_activated_experts=2, n_shared_experts=1)
+out = moe(torch.randn(2, 5, 8))
+expect(out.shape == (2, 5, 8), "The MoE keeps the input's shape.", "MoE 保持输入的形状。", f"shape {tuple(out.shape)}")
+expect(len(moe.experts) == 6 and moe.shared_experts is not None, "6 routed experts and a shared expert.",
+       "6 个路由专家和一个共享专家。")
+print("✓ MoE")
+
+# %% nbgrader={"grade": true, "grade_id": "test_MoE_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_MoE(MoE)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Measured: a loop over tokens against your dispatch · 实测：按词元循环与你的分派
+#
+# The same layer (your `MoE`, 64 experts, 6 active, one shared expert), the same tokens, two ways:
+# every token visiting its experts one at a time (`utils.moe.moe_forward_per_token`), and your
+# vectorised `forward`; outputs checked equal, one thread, interleaved rounds, median. The notebook
+# uses 256 tokens to stay quick; `python -m utils.moe` runs 2048. The sentence under the table says
+# what the machine that ran this measured.
+#
+# 同一个层（你的 `MoE`，64 个专家，激活 6 个，一个共享专家），同样的词元，两种方式：每个词元逐个访问它的专家（`utils.moe.moe_forward_per_token`），以及你的向量化 `forward`；检查输出相同，单线程，交替轮次，取中位数。本笔记本用 256 个词元以保持快速；`python -m utils.moe` 运行 2048 个。表格下方的句子说明运行本笔记本的机器测得的结果。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.moe import dispatch_benchmark
+
+tokens = 64 if os.getenv("NBGRADER_EXECUTION") else 256
+torch.manual_seed(0)
+layer = MoE(64, 32, n_routed_experts=64, n_activated_experts=6, n_shared_experts=1)
+r = dispatch_benchmark(tokens=tokens, moe=layer, repeats=3)
+print(f"{'per-token loop':>16} {r['per-token loop'] * 1e3:8.1f} ms")
+print(f"{'vectorised':>16} {r['vectorised'] * 1e3:8.1f} ms")
+print(f"On this machine, with {tokens} tokens, your dispatch was {r['speedup']:.0f}x faster than the per-token loop.")
+
+# %% [markdown]
+# ## Counting DeepSeek-V3's parameters · 计算 DeepSeek-V3 的参数量
+#
+# DeepSeek-V3 has 61 layers; the first 3 use a dense SwiGLU of width `inter_dim`, the other 58 an MoE
+# of 256 routed experts and 1 shared expert of width `moe_inter_dim`, 8 routed experts active per
+# token. The published figures are 671B parameters in total and 37B activated per token.
+#
+# DeepSeek-V3 有 61 层；前 3 层使用宽度为 `inter_dim` 的稠密 SwiGLU，其余 58 层使用 MoE：256 个路由专家和 1 个宽度为 `moe_inter_dim` 的共享专家，每个词元激活 8 个路由专家。公开的数字是总共 6710 亿参数，每个词元激活 370 亿参数。
+
+# %% [markdown]
+# ### Exercise 7 · `moe_parameter_counts` · 练习 7
+#
+# Return `(total, active)` for one MoE layer: the routed and shared experts (3 matrices of
+# `dim x moe_inter_dim` each) and the gate (`weight` and `bias`). Active counts the experts a token
+# uses (its `n_activated_experts` routed ones and the shared ones) and the whole gate, which scores
+# every expert for every token.
+#
+# 返回一个 MoE 层的 `(total, active)`：路由专家和共享专家（每个 3 个 `dim x moe_inter_dim` 矩阵）以及门控（`weight` 和 `bias`）。激活参数包括一个词元用到的专家（它的 `n_activated_experts` 个路由专家和共享专家）以及整个门控，因为门控要为每个词元给每个专家打分。
+
+# %% nbgrader={"grade": false, "grade_id": "moe_parameter_counts", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts):
+    ### BEGIN SOLUTION
+    expert = 3 * dim * moe_inter_dim
+    gate = n_routed_experts * dim + n_routed_experts
+    return ((n_routed_experts + n_shared_experts) * expert + gate,
+            (n_activated_experts + n_shared_experts) * expert + gate)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_moe_parameter_counts", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
+got = moe_parameter_counts(8, 4, 6, 2, 1)
+expect(tuple(got) == (7 * 96 + 54, 3 * 96 + 54),
+       "dim 8, width 4: each expert has 96 parameters, the gate 54; 6 routed + 1 shared held, 2 + 1 used.",
+       "dim 8、宽度 4：每个专家 96 个参数，门控 54 个；持有 6 个路由专家 + 1 个共享专家，使用 2 + 1 个。", f"got {got}")
+print("✓ moe_parameter_counts")
+
+# %% nbgrader={"grade": true, "grade_id": "test_moe_parameter_counts_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb10
+nb10.check_moe_parameter_counts(moe_parameter_counts)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The rest of the model: MLA in every layer (the layers of notebook 09), two RMSNorm weights per
+# layer and a final one, the dense layers, the token embedding and the output head (`vocab_size x
+# dim` each, not tied).
+#
+# 模型的其余部分：每层的 MLA（笔记本 09 的那些层）、每层两个 RMSNorm 权重和最后一个 RMSNorm、稠密层、词元嵌入和输出头（各为 `vocab_size x dim`，不共享）。
+
+# %%
+c = V3
+attention = (c["dim"] * c["q_lora_rank"] + c["q_lora_rank"]  # wq_a, q_norm
+             + c["q_lora_rank"] * c["n_heads"] * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"])  # wq_b
+             + c["dim"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) + c["kv_lora_rank"]  # wkv_a, kv_norm
+             + c["kv_lora_rank"] * c["n_heads"] * (c["qk_nope_head_dim"] + c["v_head_dim"])  # wkv_b
+             + c["n_heads"] * c["v_head_dim"] * c["dim"])  # wo
+moe_total, moe_active = moe_parameter_counts(c["dim"], c["moe_inter_dim"], c["n_routed_experts"],
+                                             c["n_activated_experts"], c["n_shared_experts"])
+dense_ffn = 3 * c["dim"] * c["inter_dim"]
+n_moe = c["n_layers"] - c["n_dense_layers"]
+embedding = c["vocab_size"] * c["dim"]
+body = c["n_layers"] * (attention + 2 * c["dim"]) + c["n_dense_layers"] * dense_ffn + c["dim"]
+total = body + n_moe * moe_total + 2 * embedding
+active = body + n_moe * moe_active + 2 * embedding
+print(f"one MLA layer {attention / 1e6:.1f}M, one MoE layer {moe_total / 1e9:.2f}B ({moe_active / 1e6:.1f}M active)")
+print(f"total:  {total / 1e9:.2f}B   (published: 671B)")
+print(f"active: {active / 1e9:.2f}B   (published: 37B); without the embedding table: {(active - embedding) / 1e9:.2f}B")
+mtp = attention + 2 * c["dim"] + moe_total + 2 * c["dim"] * c["dim"] + 2 * c["dim"] + c["dim"]
+print(f"MTP module: {mtp / 1e9:.2f}B, {(mtp + 2 * embedding) / 1e9:.2f}B with its stored copies of embedding and head; "
+      f"main model + that: {(total + mtp + 2 * embedding) / 1e9:.1f}B")
+
+# %% [markdown]
+# The total lands on the published 671B. The active count lands near 37B, within the uncertainty
+# of what is counted: a token reads one row of the embedding table, and counting the whole table or
+# not moves the figure by the amount printed above. The 685B of the released checkpoint adds the
+# multi-token-prediction (MTP) module of notebook 12: one more MLA + MoE block, the projection
+# `eh_proj` (`2 * dim -> dim`) and its norms, and the checkpoint stores its own copies of the
+# embedding and the head, which brings it to about the 14B that the DeepSeek-V3 README gives.
+#
+# 总数正好落在公开的 6710 亿上。激活参数量落在 370 亿附近，差别在于统计口径：一个词元只读取嵌入表的一行，是否计入整张表会让数字变化上面打印的那么多。发布的检查点的 6850 亿还包括笔记本 12 中的多词元预测（MTP）模块：再一个 MLA + MoE 块、投影 `eh_proj`（`2 * dim -> dim`）及其归一化，并且检查点为它单独存储了嵌入和输出头的副本，合起来约为 DeepSeek-V3 README 给出的 140 亿。
+
+# %% [markdown]
+# ## What comes next · 接下来
+#
+# Notebook 11 makes these weights small enough to serve: int8 and DeepSeek-V3's FP8 block
+# quantization. Notebook 12 assembles a mini DeepSeek from your MLA, `Gate`, `Expert` and `MoE`.
+#
+# 笔记本 11 让这些权重小到足以部署：int8 以及 DeepSeek-V3 的 FP8 分块量化。笔记本 12 用你的 MLA、`Gate`、`Expert` 和 `MoE` 组装一个迷你 DeepSeek。
+#
+# Sources: N. Shazeer et al., *Outrageously Large Neural Networks: The Sparsely-Gated
+# Mixture-of-Experts Layer* (2017); W. Fedus, B. Zoph, N. Shazeer, *Switch Transformers* (2021),
+# section 2.2 (the auxiliary loss); N. Shazeer, *GLU Variants Improve Transformer* (2020, SwiGLU);
+# D. Dai et al., *DeepSeekMoE* (2024, shared experts); DeepSeek-AI, *DeepSeek-V3 Technical Report*
+# (2024), section 2.1.2 (sigmoid gate, auxiliary-loss-free balancing, node-limited routing) and its
+# README (671B total, 37B activated, 685B with the MTP module); DeepSeek-V3's public inference code,
+# `inference/model.py` (`Gate`, `Expert`, `MoE`) and `inference/configs/config_671B.json`;
+# R. Dandekar, *Build DeepSeek from Scratch* lectures on MoE.
+#
+# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 门控、无辅助损失的负载均衡、节点限制路由）及其 README（总计 6710 亿、激活 370 亿、含 MTP 模块 6850 亿）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；R. Dandekar，《Build DeepSeek from Scratch》中关于 MoE 的讲座。
