@@ -1,0 +1,181 @@
+"""Solutions of notebook 08 that grading must reject (WRONG) or accept (RIGHT)."""
+import math
+
+import torch
+from torch import nn
+
+
+# sinusoidal_positions ------------------------------------------------------------------------
+def sinusoidal_fn(mistake=None, style="slices"):
+    def sinusoidal_positions(num_positions, d_model, base=10000.0):
+        if mistake == "ignores base":
+            base = 10000.0
+        if style == "loops":
+            pe = torch.zeros(num_positions, d_model)
+            for t in range(num_positions):
+                for i in range(d_model // 2):
+                    a = t / base ** (2 * i / d_model)
+                    pe[t, 2 * i], pe[t, 2 * i + 1] = math.sin(a), math.cos(a)
+            return pe
+        step = torch.arange(d_model // 2, dtype=torch.float32) * (1 if mistake == "i over d" else 2)
+        w = torch.exp(-step / d_model * math.log(base))
+        angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * w
+        if mistake == "halves":
+            return torch.cat((angles.sin(), angles.cos()), dim=-1)
+        first, second = (angles.cos(), angles.sin()) if mistake == "swapped" else (angles.sin(), angles.cos())
+        return torch.stack((first, second), dim=-1).reshape(num_positions, d_model)
+    return sinusoidal_positions
+
+
+# rope_inverse_frequencies -------------------------------------------------------------------
+def frequencies_fn(mistake=None, style="power"):
+    def rope_inverse_frequencies(head_dim, theta=10000.0):
+        if mistake == "ignores theta":
+            theta = 10000.0
+        i = torch.arange(head_dim // 2, dtype=torch.float32)
+        exponent = {"i over d": i / head_dim, "over half": 2 * i / (head_dim // 2),
+                    "positive": -2 * i / head_dim}.get(mistake, 2 * i / head_dim)
+        if style == "exp":
+            return torch.exp(-exponent * math.log(theta))
+        return 1.0 / theta ** exponent
+    return rope_inverse_frequencies
+
+
+# apply_rope ----------------------------------------------------------------------------------
+def rope_fn(mistake=None, style="split"):
+    def apply_rope(x, positions, theta=10000.0, interleaved=False):
+        hd = x.shape[-1]
+        if mistake == "ignores positions":
+            positions = torch.arange(x.shape[-2])
+        i = torch.arange(hd // 2, dtype=torch.float32)
+        exponent = {"i over d": i / hd, "over half": 2 * i / (hd // 2)}.get(mistake, 2 * i / hd)
+        angles = positions.float()[:, None] * theta ** -exponent  # (T, hd/2)
+        if mistake == "reverse":
+            angles = -angles
+        if mistake == "always interleaved":
+            interleaved = True
+        elif mistake == "always half-split":
+            interleaved = False
+        elif mistake == "layouts swapped":
+            interleaved = not interleaved
+        if interleaved:
+            if style == "complex":
+                z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], hd // 2, 2).contiguous())
+                return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).reshape(x.shape)
+            x1, x2 = x[..., 0::2], x[..., 1::2]
+            return torch.stack((x1 * angles.cos() - x2 * angles.sin(), x1 * angles.sin() + x2 * angles.cos()), -1).flatten(-2)
+        cos, sin = torch.cat((angles.cos(),) * 2, -1), torch.cat((angles.sin(),) * 2, -1)
+        if mistake == "swapped":
+            cos, sin = sin, cos
+        rotated = torch.cat((-x[..., hd // 2:], x[..., : hd // 2]), dim=-1)
+        return x * cos + rotated * sin
+    return apply_rope
+
+
+# interleaved_to_half_split --------------------------------------------------------------------
+def permute_fn(mistake=None):
+    def interleaved_to_half_split(weight, num_heads):
+        d_out = weight.shape[0]
+        hd = d_out // num_heads
+        if mistake == "global":
+            return torch.cat((weight[0::2], weight[1::2]))
+        if mistake == "columns":
+            return torch.cat((weight[:, 0::2], weight[:, 1::2]), dim=1)
+        if mistake == "identity":
+            return weight.clone()
+        rows = []
+        for h in range(num_heads):
+            if mistake == "inverse":
+                rows += [h * hd + (r // 2 if r % 2 == 0 else hd // 2 + r // 2) for r in range(hd)]
+            else:
+                rows += [h * hd + r for r in range(0, hd, 2)] + [h * hd + r for r in range(1, hd, 2)]
+        return weight[torch.tensor(rows)]
+    return interleaved_to_half_split
+
+
+# RoPEMultiHeadAttention ----------------------------------------------------------------------
+_rope = rope_fn()
+
+
+def rope_mha_class(mistake=None, style="matmul"):
+    class Layer(nn.Module):
+        def __init__(self, d_in, d_out, context_length, num_heads, theta=10000.0, interleaved=False, qkv_bias=False):
+            super().__init__()
+            self.h, self.hd, self.theta, self.interleaved = num_heads, d_out // num_heads, theta, interleaved
+            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.out_proj = nn.Linear(d_out, d_out)
+
+        def forward(self, x, kv_cache=None):
+            B, T, _ = x.shape
+            start = 0 if kv_cache is None or mistake == "restart" else kv_cache.seq_len
+            pos = torch.arange(start, start + T)
+            interleaved = (not self.interleaved) if mistake == "layout ignored" else self.interleaved
+            rot = (lambda t: t) if mistake == "no rope" else (lambda t: _rope(t, pos, self.theta, interleaved))
+            heads = lambda t: t.reshape(B, T, self.h, self.hd).permute(0, 2, 1, 3)
+            if mistake == "before split":
+                q, k = heads(rot(self.W_query(x))), heads(rot(self.W_key(x)))
+            else:
+                q, k = rot(heads(self.W_query(x))), rot(heads(self.W_key(x)))
+            v = heads(self.W_value(x))
+            if mistake == "values":
+                v = rot(v)
+            if kv_cache is not None:
+                k, v = kv_cache.update(k, v)
+            S = k.shape[2]
+            if style == "einsum":
+                scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(self.hd)
+            else:
+                scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
+            allowed = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            return self.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, T, self.h * self.hd))
+    return Layer
+
+
+WRONG = {
+    "sinusoidal_positions": {
+        "sin and cos swapped": (sinusoidal_fn("swapped"), "sin and cos are swapped"),
+        "halves": (sinusoidal_fn("halves"), "first half"),
+        "i over d": (sinusoidal_fn("i over d"), "base^(-i/d)"),
+        "ignores base": (sinusoidal_fn("ignores base"), "base it is given"),
+    },
+    "rope_inverse_frequencies": {
+        "theta^(-i/d)": (frequencies_fn("i over d"), "theta^(-i/d)"),
+        "over head_dim // 2": (frequencies_fn("over half"), "head_dim // 2"),
+        "positive exponent": (frequencies_fn("positive"), "wrong sign"),
+        "ignores theta": (frequencies_fn("ignores theta"), "theta it is given"),
+    },
+    "apply_rope": {
+        "always half-split": (rope_fn("always half-split"), "pairs are wrong"),
+        "always interleaved": (rope_fn("always interleaved"), "pairs are wrong"),
+        "layouts swapped": (rope_fn("layouts swapped"), "pairs are wrong"),
+        "theta^(-i/d)": (rope_fn("i over d"), "theta^(-i/d)"),
+        "over head_dim // 2": (rope_fn("over half"), "head_dim // 2"),
+        "rotates backwards": (rope_fn("reverse"), "wrong way"),
+        "sin and cos swapped": (rope_fn("swapped"), "sin and cos are swapped"),
+        "ignores positions": (rope_fn("ignores positions"), "ignores the positions"),
+    },
+    "interleaved_to_half_split": {
+        "across all rows": (permute_fn("global"), "across the whole matrix"),
+        "inverse": (permute_fn("inverse"), "inverse permutation"),
+        "columns": (permute_fn("columns"), "columns were permuted"),
+        "identity": (permute_fn("identity"), "Within each head"),
+    },
+    "RoPEMultiHeadAttention": {
+        "rotates values": (rope_mha_class("values"), "values are rotated"),
+        "RoPE over d_out": (rope_mha_class("before split"), "wrong head width"),
+        "layout ignored": (rope_mha_class("layout ignored"), "layout is wrong"),
+        "no rope": (rope_mha_class("no rope"), "No RoPE"),
+        "positions restart with a cache": (rope_mha_class("restart"), "Positions restart at 0"),
+    },
+}
+
+RIGHT = {
+    "sinusoidal_positions": {"exp-log, stack": sinusoidal_fn(), "loops": sinusoidal_fn(style="loops")},
+    "rope_inverse_frequencies": {"1 / theta^e": frequencies_fn(), "exp-log": frequencies_fn(style="exp")},
+    "apply_rope": {"rotate_half / stack": rope_fn(), "complex for interleaved": rope_fn(style="complex")},
+    "interleaved_to_half_split": {"index list": permute_fn()},
+    "RoPEMultiHeadAttention": {"permute + tril": rope_mha_class(), "einsum": rope_mha_class(style="einsum")},
+}
