@@ -144,9 +144,10 @@ def quantize_model_(model: nn.Module, skip: tuple[str, ...] = ()) -> nn.Module:
 
 # sizes and the int8 KV cache ------------------------------------------------------------
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of every parameter and buffer (int8 weights count 1 byte each); shared tensors once."""
+    """Bytes of the model's state_dict (int8 weights count 1 byte each, caches registered as
+    non-persistent buffers do not count); shared tensors once."""
     seen, total = set(), 0
-    for t in [*model.parameters(), *model.buffers()]:
+    for t in model.state_dict().values():
         if t.data_ptr() not in seen:
             seen.add(t.data_ptr())
             total += t.numel() * t.element_size()

@@ -16,11 +16,13 @@ def absmax(mistake=None):
             amax = a.amax() if dim is None else a.amax(dim=dim, keepdim=True)
         if mistake == "wrong axis" and dim is not None:
             amax = a.amax(dim=1 - dim if dim >= 0 else 0, keepdim=True)
-        scale = amax / 127
+        scale = amax / (128 if mistake == "128" else 127)
         r = (x / scale) if mistake == "no clamp" else (x.float() / scale.float())
         r = r.trunc() if mistake == "trunc" else r.round()
         if mistake != "no clamp":
             r = r.clamp(-127, 127)
+        if mistake == "inverse":
+            scale = 1 / scale
         return r.to(torch.int8), (scale.squeeze(dim) if mistake == "no keepdim" and dim is not None else scale)
     return absmax_quantize
 
@@ -253,6 +255,8 @@ WRONG = {
         "no clamp": (absmax("no clamp"), "clamp"),
         "wrong axis": (absmax("wrong axis"), "wrong axis"),
         "no keepdim": (absmax("no keepdim"), "broadcasting"),
+        "divide by 128": (absmax("128"), "not / 128"),
+        "inverse scale": (absmax("inverse"), "inverted"),
     },
     "dequantize": {
         "divide": (deq_divide, "multiply"),
