@@ -1,0 +1,460 @@
+"""Solutions of notebook 12 that grading must reject (WRONG) or accept (RIGHT).
+
+The classes here build on a correct RMSNorm and Block of this file (named so that the notebook's
+names resolve to them), as a learner's later exercises build on their earlier ones.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.mini_deepseek import hidden_states
+from utils.mla import MultiHeadLatentAttention
+from utils.moe import MoE, Expert
+
+
+# RMSNorm ---------------------------------------------------------------------------------
+class RMSNorm(nn.Module):  # right, and the base of the classes below
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+class NormLayerNorm(RMSNorm):
+    def forward(self, x):
+        c = x - x.mean(-1, keepdim=True)
+        return c * torch.rsqrt(c.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class NormEpsOutside(RMSNorm):
+    def forward(self, x):
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight
+
+
+class NormNoWeight(RMSNorm):
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class NormL2(RMSNorm):
+    def forward(self, x):
+        return x / x.norm(dim=-1, keepdim=True) * self.weight
+
+
+class NormIgnoresEps(RMSNorm):
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class NormDefaultEps5(RMSNorm):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__(dim, eps)
+
+
+class NormHalfPrecision(RMSNorm):
+    def forward(self, x):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).float()
+
+
+class NormTorch(nn.RMSNorm):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps=eps)
+
+
+class NormFunctional(RMSNorm):
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class NormWithBias(RMSNorm):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__(dim, eps)
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return super().forward(x) + self.bias
+
+
+class NormDivideSqrt(nn.Module):  # right: sqrt and division, float32 by hand
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x):
+        x32 = x.to(torch.float32)
+        rms = torch.sqrt((x32 * x32).sum(-1, keepdim=True) / x.shape[-1] + self.eps)
+        return (self.weight * (x32 / rms)).type_as(x)
+
+
+# Block -----------------------------------------------------------------------------------
+def _ffn(cfg, layer_id):
+    if layer_id < cfg.n_dense_layers:
+        return Expert(cfg.dim, cfg.inter_dim)
+    return MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts, cfg.n_shared_experts,
+               cfg.n_expert_groups, cfg.n_limited_groups, cfg.score_func, cfg.route_scale)
+
+
+class Block(nn.Module):  # right
+    def __init__(self, cfg, layer_id):
+        super().__init__()
+        self.attn_norm, self.attn = RMSNorm(cfg.dim), MultiHeadLatentAttention(cfg.mla())
+        self.ffn_norm, self.ffn = RMSNorm(cfg.dim), _ffn(cfg, layer_id)
+
+    def forward(self, x, start_pos=0):
+        x = x + self.attn(self.attn_norm(x), start_pos)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class BlockPostNorm(Block):
+    def forward(self, x, start_pos=0):
+        x = self.attn_norm(x + self.attn(x, start_pos))
+        return self.ffn_norm(x + self.ffn(x))
+
+
+class BlockSharedNorm(Block):
+    def forward(self, x, start_pos=0):
+        x = x + self.attn(self.attn_norm(x), start_pos)
+        return x + self.ffn(self.attn_norm(x))
+
+
+class BlockNoResidual(Block):
+    def forward(self, x, start_pos=0):
+        x = self.attn(self.attn_norm(x), start_pos)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class BlockParallel(Block):
+    def forward(self, x, start_pos=0):
+        return x + self.attn(self.attn_norm(x), start_pos) + self.ffn(self.ffn_norm(x))
+
+
+class BlockNoStartPos(Block):
+    def forward(self, x, start_pos=0):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class BlockAllMoE(Block):
+    def __init__(self, cfg, layer_id):
+        super().__init__(cfg, layer_id)
+        self.ffn = _ffn(cfg, cfg.n_dense_layers)
+
+
+class BlockAbsorbed(Block):  # right: the absorbed MLA path gives the same outputs
+    def forward(self, x, start_pos=0):
+        h = x + self.attn(self.attn_norm(x), start_pos, absorb=True)
+        return h + self.ffn(self.ffn_norm(h))
+
+
+# MiniDeepSeek ----------------------------------------------------------------------------
+class MiniDeepSeek(nn.Module):  # right
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+    def forward(self, tokens, start_pos=0):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, start_pos)
+        return self.head(self.norm(x))
+
+
+class ModelNoFinalNorm(MiniDeepSeek):
+    def forward(self, tokens, start_pos=0):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, start_pos)
+        return self.head(x)
+
+
+class ModelSoftmax(MiniDeepSeek):
+    def forward(self, tokens, start_pos=0):
+        return super().forward(tokens, start_pos).softmax(-1)
+
+
+class ModelLayerIdZero(MiniDeepSeek):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.layers = nn.ModuleList(Block(cfg, 0) for _ in range(cfg.n_layers))
+
+
+class ModelHeadBias(MiniDeepSeek):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size)
+
+
+class ModelNoStartPos(MiniDeepSeek):
+    def forward(self, tokens, start_pos=0):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))
+
+
+class ModelSequential(nn.Module):  # right: the blocks called through a loop over named children
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList()
+        for i in range(cfg.n_layers):
+            self.layers.append(Block(cfg, layer_id=i))
+        self.norm = RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+    def forward(self, tokens, start_pos=0):
+        h = self.embed(tokens)
+        for i in range(len(self.layers)):
+            h = self.layers[i](h, start_pos=start_pos)
+        return self.head(self.norm(h))
+
+
+# next_token_loss -------------------------------------------------------------------------
+def loss_unshifted(logits, tokens):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+
+
+def loss_backwards(logits, tokens):
+    return F.cross_entropy(logits[:, 1:].reshape(-1, logits.shape[-1]), tokens[:, :-1].reshape(-1))
+
+
+def loss_sum(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="sum")
+
+
+def loss_shift_two(logits, tokens):
+    return F.cross_entropy(logits[:, :-2].reshape(-1, logits.shape[-1]), tokens[:, 2:].reshape(-1))
+
+
+def loss_transpose(logits, tokens):  # right: (B, V, T) layout
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])
+
+
+def loss_by_hand(logits, tokens):  # right: log-softmax and gather
+    logp = logits[:, :-1].log_softmax(-1)
+    return -logp.gather(-1, tokens[:, 1:, None]).mean()
+
+
+# MTPModule -------------------------------------------------------------------------------
+class MTPModule(nn.Module):  # right
+    def __init__(self, cfg, layer_id):
+        super().__init__()
+        self.enorm, self.hnorm = RMSNorm(cfg.dim), RMSNorm(cfg.dim)
+        self.eh_proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)
+        self.block = Block(cfg, layer_id)
+
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return self.block(self.eh_proj(torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], -1)), start_pos)
+
+
+class MTPPaperOrder(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return self.block(self.eh_proj(torch.cat([self.hnorm(h_prev), self.enorm(next_embeddings)], -1)), start_pos)
+
+
+class MTPNoNorms(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return self.block(self.eh_proj(torch.cat([next_embeddings, h_prev], -1)), start_pos)
+
+
+class MTPNoEnorm(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return self.block(self.eh_proj(torch.cat([next_embeddings, self.hnorm(h_prev)], -1)), start_pos)
+
+
+class MTPNoHnorm(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return self.block(self.eh_proj(torch.cat([self.enorm(next_embeddings), h_prev], -1)), start_pos)
+
+
+class MTPSwappedNorms(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return self.block(self.eh_proj(torch.cat([self.hnorm(next_embeddings), self.enorm(h_prev)], -1)), start_pos)
+
+
+class MTPOwnHead(MTPModule):
+    def __init__(self, cfg, layer_id):
+        super().__init__(cfg, layer_id)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+
+class MTPResidual(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return h_prev + super().forward(h_prev, next_embeddings, start_pos)
+
+
+class MTPNoStartPos(MTPModule):
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        return super().forward(h_prev, next_embeddings)
+
+
+class MTPProjBias(MTPModule):
+    def __init__(self, cfg, layer_id):
+        super().__init__(cfg, layer_id)
+        self.eh_proj = nn.Linear(2 * cfg.dim, cfg.dim)
+
+
+class MTPSplitProjection(MTPModule):  # right: the projection of a concatenation is a sum of two products
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        d = next_embeddings.shape[-1]
+        w_e, w_h = self.eh_proj.weight[:, :d], self.eh_proj.weight[:, d:]
+        return self.block(self.enorm(next_embeddings) @ w_e.T + self.hnorm(h_prev) @ w_h.T, start_pos)
+
+
+# mtp_forward -----------------------------------------------------------------------------
+def _chain(model, mtp_modules, tokens, first=None, emb=lambda k: slice(k, None), chained=True, norm=True):
+    h0 = h = hidden_states(model, tokens)
+    logits = model.head(model.norm(h))
+    out = []
+    for k, module in enumerate(mtp_modules, start=1):
+        src = h if chained else h0[:, :h.shape[1]]
+        e = model.embed(tokens[:, emb(k)])
+        h = module(src[:, :e.shape[1]], e)
+        out.append(model.head(model.norm(h) if norm else h))
+    return logits, out
+
+
+def chain_embedding_behind(model, mtp_modules, tokens):
+    return _chain(model, mtp_modules, tokens, emb=lambda k: slice(k - 1, -1))
+
+
+def chain_embedding_ahead(model, mtp_modules, tokens):
+    return _chain(model, mtp_modules, tokens, emb=lambda k: slice(k + 1, None))
+
+
+def chain_not_sequential(model, mtp_modules, tokens):
+    return _chain(model, mtp_modules, tokens, chained=False)
+
+
+def chain_no_norm(model, mtp_modules, tokens):
+    return _chain(model, mtp_modules, tokens, norm=False)
+
+
+def chain_right(model, mtp_modules, tokens):  # right: same chain, written with explicit lengths
+    T = tokens.shape[1]
+    x = model.embed(tokens)
+    for layer in model.layers:
+        x = layer(x, 0)
+    outs = []
+    h = x
+    for k in range(1, len(mtp_modules) + 1):
+        h = mtp_modules[k - 1](h[:, :T - k], model.embed(tokens[:, k:T]), start_pos=0)
+        outs.append(model.head(model.norm(h)))
+    return model.head(model.norm(x)), outs
+
+
+# mtp_loss --------------------------------------------------------------------------------
+def _loss(mtp_logits, tokens, lam, shift=0, divide=True):
+    total = 0.0
+    for k, lg in enumerate(mtp_logits, start=1):
+        V = lg.shape[-1]
+        logits = lg if shift < 0 else lg[:, :lg.shape[1] - 1 - shift]
+        total = total + F.cross_entropy(logits.reshape(-1, V), tokens[:, k + 1 + shift:].reshape(-1))
+    return lam / len(mtp_logits) * total if divide else lam * total
+
+
+def mtp_loss_too_few(mtp_logits, tokens, lam=0.3):
+    return _loss(mtp_logits, tokens, lam, shift=-1)
+
+
+def mtp_loss_too_many(mtp_logits, tokens, lam=0.3):
+    return _loss(mtp_logits, tokens, lam, shift=1)
+
+
+def mtp_loss_not_divided(mtp_logits, tokens, lam=0.3):
+    return _loss(mtp_logits, tokens, lam, divide=False)
+
+
+def mtp_loss_no_lam(mtp_logits, tokens, lam=0.3):
+    return _loss(mtp_logits, tokens, 1.0)
+
+
+def mtp_loss_default_lam(mtp_logits, tokens, lam=0.1):
+    return _loss(mtp_logits, tokens, lam)
+
+
+def mtp_loss_stacked(mtp_logits, tokens, lam=0.3):  # right: a mean over depths of per-depth means
+    losses = torch.stack([F.cross_entropy(lg[:, :-1].transpose(1, 2), tokens[:, k + 1:])
+                          for k, lg in enumerate(mtp_logits, start=1)])
+    return lam * losses.mean()
+
+
+WRONG = {
+    "RMSNorm": {
+        "layer-norm": (NormLayerNorm, "subtracts the mean"),
+        "eps-outside-root": (NormEpsOutside, "eps is outside the square root"),
+        "no-weight": (NormNoWeight, "not multiplied by self.weight"),
+        "l2-norm": (NormL2, "vector's length"),
+        "ignores-eps": (NormIgnoresEps, "ignores the eps"),
+        "default-eps-1e-5": (NormDefaultEps5, "default eps"),
+        "returns-float32": (NormHalfPrecision, "x's dtype"),
+        "nn-rmsnorm": (NormTorch, "nn.RMSNorm"),
+        "f-rms-norm": (NormFunctional, "write RMSNorm yourself"),
+        "has-bias": (NormWithBias, "exactly one parameter"),
+    },
+    "Block": {
+        "post-norm": (BlockPostNorm, "post-norm"),
+        "shared-norm": (BlockSharedNorm, "ffn_norm(x), not attn_norm(x)"),
+        "no-residual": (BlockNoResidual, "residual is missing"),
+        "parallel": (BlockParallel, "one after the other"),
+        "no-start-pos": (BlockNoStartPos, "pass start_pos to self.attn"),
+        "all-moe": (BlockAllMoE, "dense feed-forward"),
+    },
+    "MiniDeepSeek": {
+        "no-final-norm": (ModelNoFinalNorm, "final norm is missing"),
+        "softmax": (ModelSoftmax, "not probabilities"),
+        "layer-id-zero": (ModelLayerIdZero, "Block(cfg, i)"),
+        "head-bias": (ModelHeadBias, "no bias"),
+        "no-start-pos": (ModelNoStartPos, "pass start_pos to every block"),
+    },
+    "next_token_loss": {
+        "unshifted": (loss_unshifted, "not shifted"),
+        "backwards": (loss_backwards, "wrong way"),
+        "sum": (loss_sum, "is a sum"),
+        "shift-two": (loss_shift_two, "shifted by two"),
+    },
+    "MTPModule": {
+        "paper-order": (MTPPaperOrder, "paper's order"),
+        "no-norms": (MTPNoNorms, "Both norms are missing"),
+        "no-enorm": (MTPNoEnorm, "enorm is missing"),
+        "no-hnorm": (MTPNoHnorm, "hnorm is missing"),
+        "swapped-norms": (MTPSwappedNorms, "swapped"),
+        "own-head": (MTPOwnHead, "of its own"),
+        "residual": (MTPResidual, "no extra residual"),
+        "no-start-pos": (MTPNoStartPos, "pass start_pos to self.block"),
+        "proj-bias": (MTPProjBias, "eh_proj has no bias"),
+    },
+    "mtp_forward": {
+        "embedding-i+k-1": (chain_embedding_behind, "token i + k - 1"),
+        "embedding-i+k+1": (chain_embedding_ahead, "T - k positions"),
+        "not-chained": (chain_not_sequential, "sequential"),
+        "no-norm": (chain_no_norm, "final norm"),
+    },
+    "mtp_loss": {
+        "targets-one-too-few": (mtp_loss_too_few, "one too few"),
+        "targets-one-too-many": (mtp_loss_too_many, "one too many"),
+        "not-divided-by-D": (mtp_loss_not_divided, "not divided by D"),
+        "lam-ignored": (mtp_loss_no_lam, "lam is ignored"),
+        "default-lam-0.1": (mtp_loss_default_lam, "default lam"),
+    },
+}
+
+RIGHT = {
+    "RMSNorm": {"reference-style": RMSNorm, "sqrt-and-divide": NormDivideSqrt},
+    "Block": {"reference-style": Block, "absorbed-mla": BlockAbsorbed},
+    "MiniDeepSeek": {"reference-style": MiniDeepSeek, "indexed-loop": ModelSequential},
+    "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand},
+    "MTPModule": {"reference-style": MTPModule, "split-projection": MTPSplitProjection},
+    "mtp_forward": {"explicit-lengths": chain_right},
+    "mtp_loss": {"stacked-mean": mtp_loss_stacked},
+}

@@ -1,0 +1,183 @@
+"""A mini DeepSeek-V3: the parts of notebooks 08-10 assembled into a language model (12).
+
+    tokens (B, T) -> embed -> n_layers x Block -> norm -> head -> logits (B, T, vocab_size)
+    Block: x = x + attn(attn_norm(x), start_pos)      multi-head latent attention, decoupled RoPE
+           x = x + ffn(ffn_norm(x))                   dense Expert in the first n_dense_layers, MoE after
+
+Pre-norm residual blocks (each sublayer reads a normalised copy of the residual stream and adds
+its output back), RMSNorm everywhere, SwiGLU experts, a shared expert next to the routed ones and
+the gate bias of auxiliary-loss-free balancing, as in DeepSeek-V3's `inference/model.py`, whose
+parameter names this model keeps (`embed`, `layers.{i}.attn.wkv_a`, `layers.{i}.ffn.gate.bias`,
+`norm`, `head`). Generation uses MLA's cache: a call with start_pos writes the keys of its tokens
+at positions start_pos.. and attends to every earlier position.
+
+`load_checkpoint(path=None) -> (model, cfg)` loads the model trained by `python -m utils.train_mini`
+(`checkpoints/mini_deepseek.pt`, in eval mode); its multi-token-prediction module is loaded by
+`utils.mtp.load_mtp_modules`. Tests: `.venv/bin/pytest utils/tests/test_mini_deepseek.py`.
+"""
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.mla import MLAConfig, MultiHeadLatentAttention
+from utils.moe import MoE, Expert
+from utils.rmsnorm import RMSNorm
+from utils.rope import apply_rope
+
+CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "mini_deepseek.pt"
+
+
+@dataclass
+class MiniDeepSeekConfig:
+    """Sizes, named as in DeepSeek-V3's ModelArgs; the defaults are the checkpoint's model."""
+    vocab_size: int = 64
+    dim: int = 64
+    n_layers: int = 2
+    n_dense_layers: int = 1
+    inter_dim: int = 128
+    # multi-head latent attention (notebook 09)
+    n_heads: int = 4
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 32
+    qk_nope_head_dim: int = 16
+    qk_rope_head_dim: int = 16
+    v_head_dim: int = 16
+    # mixture of experts (notebook 10)
+    moe_inter_dim: int = 32
+    n_routed_experts: int = 8
+    n_activated_experts: int = 2
+    n_shared_experts: int = 1
+    n_expert_groups: int = 2
+    n_limited_groups: int = 1
+    score_func: str = "sigmoid"
+    route_scale: float = 1.0
+    # positions
+    max_seq_len: int = 128
+    rope_theta: float = 10000.0
+
+    def mla(self) -> MLAConfig:
+        return MLAConfig(**{f.name: getattr(self, f.name) for f in fields(MLAConfig)})
+
+
+class Block(nn.Module):
+    """One pre-norm layer: attention sublayer, then feed-forward sublayer, each with a residual."""
+
+    def __init__(self, cfg: MiniDeepSeekConfig, layer_id: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim)
+        self.attn = MultiHeadLatentAttention(cfg.mla())
+        self.ffn_norm = RMSNorm(cfg.dim)
+        if layer_id < cfg.n_dense_layers:
+            self.ffn = Expert(cfg.dim, cfg.inter_dim)
+        else:
+            self.ffn = MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts,
+                           cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups,
+                           cfg.score_func, cfg.route_scale)
+
+    def forward(self, x: torch.Tensor, start_pos: int = 0) -> torch.Tensor:  # (B, T, dim) -> (B, T, dim)
+        x = x + self.attn(self.attn_norm(x), start_pos)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class MiniDeepSeek(nn.Module):
+    def __init__(self, cfg: MiniDeepSeekConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor, start_pos: int = 0) -> torch.Tensor:  # (B, T) -> (B, T, V)
+        return self.head(self.norm(hidden_states(self, tokens, start_pos)))
+
+
+def hidden_states(model: nn.Module, tokens: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+    """The residual stream after the last block, before the final norm: (B, T) -> (B, T, dim).
+
+    Written against the contract's names (embed, layers), so it runs any MiniDeepSeek,
+    the learner's too. Multi-token prediction starts from it.
+    """
+    x = model.embed(tokens)
+    for layer in model.layers:
+        x = layer(x, start_pos)
+    return x
+
+
+def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of predicting tokens[:, 1:] from logits[:, :-1]: position i predicts i + 1."""
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+
+
+@torch.no_grad()
+def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True) -> torch.Tensor:
+    """Greedy decoding, (B, T) -> (B, T + max_new_tokens). With the cache, the prompt is read once
+    (prefill) and every later call feeds one token at start_pos; without it, each step re-reads
+    everything from position 0. Both give the same tokens."""
+    tokens = prompt
+    logits = model(prompt, 0)
+    for step in range(max_new_tokens):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(nxt, tokens.shape[1] - 1) if use_cache else model(tokens, 0)
+    return tokens
+
+
+@torch.no_grad()
+def mla_attention_weights(attn: MultiHeadLatentAttention, x: torch.Tensor) -> torch.Tensor:
+    """The causal attention weights of one MLA layer on x (B, T, dim), from position 0: (B, H, T, T).
+
+    The same scores as MultiHeadLatentAttention's naive path (nope part + shared rope key),
+    recomputed here because the layer returns only its output.
+    """
+    cfg = attn.cfg
+    B, T, _ = x.shape
+    H, nope, rope = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
+    positions = torch.arange(T, device=x.device)
+    q = attn.wq(x) if cfg.q_lora_rank == 0 else attn.wq_b(attn.q_norm(attn.wq_a(x)))
+    q_nope, q_pe = q.view(B, T, H, nope + rope).split([nope, rope], dim=-1)  # (B, T, H, .)
+    q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True)  # (B, H, T, rope)
+    latent, k_pe = attn.wkv_a(x).split([cfg.kv_lora_rank, rope], dim=-1)
+    k_pe = apply_rope(k_pe, positions, cfg.rope_theta, interleaved=True)  # (B, T, rope)
+    k_nope = attn.wkv_b(attn.kv_norm(latent)).view(B, T, H, -1)[..., :nope]  # (B, T, H, nope)
+    scores = torch.einsum("bshd,bthd->bhst", q_nope, k_nope) + torch.einsum("bhsr,btr->bhst", q_pe, k_pe)
+    scores = (scores * attn.softmax_scale).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, tokens: torch.Tensor) -> list:
+    """Attention weights of every layer, [(B, H, T, T)] * n_layers, for tokens from position 0."""
+    maps, x = [], model.embed(tokens)
+    for layer in model.layers:
+        maps.append(mla_attention_weights(layer.attn, layer.attn_norm(x)))
+        x = layer(x)
+    return maps
+
+
+def moe_layers(model: nn.Module) -> list[MoE]:
+    return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+def parameter_counts(model: nn.Module) -> dict:
+    """Total parameters and those one token uses (k routed experts of each MoE layer, not all)."""
+    total = sum(p.numel() for p in model.parameters())
+    idle = 0
+    for moe in moe_layers(model):
+        per_expert = sum(p.numel() for p in moe.experts[0].parameters())
+        idle += (moe.n_routed_experts - moe.gate.topk) * per_expert
+    return {"total": total, "active": total - idle}
+
+
+def load_checkpoint(path=None) -> tuple[MiniDeepSeek, MiniDeepSeekConfig]:
+    """The trained mini DeepSeek and its config, in eval mode, from `python -m utils.train_mini`."""
+    ckpt = torch.load(path or CHECKPOINT, map_location="cpu", weights_only=True)
+    cfg = MiniDeepSeekConfig(**ckpt["config"])
+    model = MiniDeepSeek(cfg)
+    model.load_state_dict(ckpt["model"])
+    return model.eval(), cfg

@@ -1,0 +1,186 @@
+"""Multi-token prediction (MTP), DeepSeek-V3's fourth idea, and self-speculative decoding (12).
+
+Training: besides the next token, module k (k = 1..D) predicts the token k + 1 places ahead.
+It is sequential, so every depth keeps the causal chain: at position i, module k combines the
+hidden state of depth k - 1 (depth 0 is the main model) with the embedding of token i + k, the
+token that depth k - 1 was asked to predict, and runs one Block:
+
+    h^k_i = block_k(eh_proj([enorm(Emb(t_{i+k})) ; hnorm(h^{k-1}_i)]))      (released layout)
+    P^k_{i+k+1} = softmax(head(norm(h^k_i)))     embedding and head are the main model's, shared
+
+The paper (DeepSeek-V3 report, sec. 2.2) writes the concatenation with the hidden state first;
+the released weights (`model.layers.61.eh_proj`) take the embedding first. Both are one model:
+swapping the two halves of eh_proj's columns turns one into the other. Here h^0 is the residual
+stream before the main model's final norm; hnorm rescales it either way.
+
+    loss = next_token_loss + lam / D * sum_k CE(P^k, targets of depth k)    (V3: D = 1, lam 0.3, then 0.1)
+
+Inference: drop the modules (the main model alone is a complete model), or use depth 1 as a
+draft: `speculative_generate` feeds [last token, draft] to the main model in ONE forward pass;
+its prediction at the first position verifies the draft, and when they agree the pass has
+produced two tokens. Every kept token is the main model's own greedy choice, so the output is
+identical to plain greedy decoding; only the number of forward passes changes.
+
+`python -m utils.mtp` measures, on the trained checkpoint, the acceptance rate of the draft,
+tokens per forward pass and decode tokens/s with and without the draft.
+Tests: `.venv/bin/pytest utils/tests/test_mtp.py`.
+"""
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.mini_deepseek import CHECKPOINT, Block, MiniDeepSeekConfig, hidden_states
+from utils.rmsnorm import RMSNorm
+
+
+class MTPModule(nn.Module):
+    """Depth-k module: (hidden state of depth k-1, embedding of token i+k) -> hidden state of depth k."""
+
+    def __init__(self, cfg: MiniDeepSeekConfig, layer_id: int):
+        super().__init__()
+        self.enorm = RMSNorm(cfg.dim)
+        self.hnorm = RMSNorm(cfg.dim)
+        self.eh_proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)
+        self.block = Block(cfg, layer_id)
+
+    def forward(self, h_prev: torch.Tensor, next_embeddings: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+        x = torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], dim=-1)  # (B, T, 2 * dim)
+        return self.block(self.eh_proj(x), start_pos)  # (B, T, dim)
+
+
+def mtp_forward(model: nn.Module, mtp_modules, tokens: torch.Tensor):
+    """Logits of the main model (B, T, V) and of each depth k, (B, T - k, V), in one sequential chain."""
+    h = hidden_states(model, tokens)  # (B, T, dim), depth 0
+    logits = model.head(model.norm(h))
+    mtp_logits = []
+    for k, module in enumerate(mtp_modules, start=1):
+        # position i (0 .. T-k-1) combines h^{k-1}_i with the embedding of token i + k
+        h = module(h[:, :-1], model.embed(tokens[:, k:]))  # (B, T - k, dim)
+        mtp_logits.append(model.head(model.norm(h)))
+    return logits, mtp_logits
+
+
+def mtp_loss(mtp_logits, tokens: torch.Tensor, lam: float = 0.3) -> torch.Tensor:
+    """lam / D * sum_k CE: position i of depth k predicts tokens[:, i + k + 1]."""
+    D = len(mtp_logits)
+    total = 0.0
+    for k, logits in enumerate(mtp_logits, start=1):  # logits: (B, T - k, V)
+        V = logits.shape[-1]
+        total = total + F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, k + 1:].reshape(-1))
+    return lam / D * total
+
+
+def make_mtp_modules(cfg: MiniDeepSeekConfig, depth: int = 1) -> nn.ModuleList:
+    """D modules; module k is layer n_layers + k - 1, as V3's MTP module is its layer 61."""
+    return nn.ModuleList(MTPModule(cfg, cfg.n_layers + k) for k in range(depth))
+
+
+def load_mtp_modules(path=None) -> nn.ModuleList:
+    """The MTP modules trained with the checkpoint's model (eval mode)."""
+    ckpt = torch.load(path or CHECKPOINT, map_location="cpu", weights_only=True)
+    modules = make_mtp_modules(MiniDeepSeekConfig(**ckpt["config"]), ckpt["mtp_depth"])
+    modules.load_state_dict(ckpt["mtp"])
+    return modules.eval()
+
+
+def _predict(model, h):  # (B, T, dim) -> greedy token ids (B, T)
+    return model.head(model.norm(h)).argmax(-1)
+
+
+@torch.no_grad()
+def speculative_generate(model: nn.Module, mtp_module: nn.Module, prompt: torch.Tensor, max_new_tokens: int):
+    """Greedy decoding with depth 1 as a draft, batch 1. Returns (tokens (1, T + max_new_tokens), stats).
+
+    Positions: the main model's cache holds every position before the last committed token p;
+    a step feeds [t_p, draft] at start_pos p. Its prediction at p verifies the draft (position p+1)
+    and its prediction at p+1 is a free extra token when the draft was right. A rejected draft
+    leaves a stale cache entry at p+1, overwritten by the next step, which starts there.
+    """
+    if prompt.shape[0] != 1:
+        raise ValueError(f"speculative_generate decodes one sequence at a time, got a batch of {prompt.shape[0]}")
+    T = prompt.shape[1]
+    h = hidden_states(model, prompt, 0)  # (1, T, dim): prefill of the main model
+    tokens = torch.cat([prompt, _predict(model, h[:, -1:])], dim=1)
+    passes, drafted, accepted = 1, 0, 0
+    # prefill of the MTP module: position i combines h_i with the embedding of token i + 1
+    draft = _predict(model, mtp_module(h, model.embed(tokens[:, 1:]), 0)[:, -1:])  # (1, 1)
+    while tokens.shape[1] < T + max_new_tokens:
+        p = tokens.shape[1] - 1
+        if tokens.shape[1] + 1 == T + max_new_tokens:  # one token left: no draft needed
+            tokens = torch.cat([tokens, _predict(model, hidden_states(model, tokens[:, -1:], p))], dim=1)
+            passes += 1
+            break
+        h = hidden_states(model, torch.cat([tokens[:, -1:], draft], dim=1), p)  # (1, 2, dim)
+        pred = _predict(model, h)  # (1, 2): the main model's tokens for p+1 and p+2
+        passes, drafted = passes + 1, drafted + 1
+        if pred[0, 0] == draft[0, 0]:
+            accepted += 1
+            new = pred  # the draft (= pred[:, :1]) and the bonus token
+        else:
+            new, h = pred[:, :1], h[:, :1]
+        tokens = torch.cat([tokens, new], dim=1)
+        draft = _predict(model, mtp_module(h, model.embed(new), p)[:, -1:])
+    stats = {"passes": passes, "drafted": drafted, "accepted": accepted,
+             "acceptance": accepted / max(drafted, 1), "tokens_per_pass": max_new_tokens / passes}
+    return tokens[:, :T + max_new_tokens], stats
+
+
+@torch.no_grad()
+def greedy_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """Plain greedy decoding with the cache: one forward pass per token."""
+    tokens = torch.cat([prompt, _predict(model, hidden_states(model, prompt, 0)[:, -1:])], dim=1)
+    while tokens.shape[1] < prompt.shape[1] + max_new_tokens:
+        h = hidden_states(model, tokens[:, -1:], tokens.shape[1] - 1)
+        tokens = torch.cat([tokens, _predict(model, h)], dim=1)
+    return tokens
+
+
+def decode_benchmark(model, mtp_module, prompts, max_new_tokens: int, repeats: int = 3) -> dict:
+    """Plain greedy vs self-speculative decoding on the same prompts, rounds interleaved.
+
+    Returns tokens/s of each (best of `repeats` rounds), their ratio, the acceptance rate and
+    tokens per forward pass over all prompts, and whether every output equals plain greedy.
+    """
+    best = {"greedy": float("inf"), "speculative": float("inf")}
+    identical, drafted, accepted, passes = True, 0, 0, 0
+    for r in range(repeats):
+        for name in best:
+            t0 = time.perf_counter()
+            outs = []
+            for prompt in prompts:
+                if name == "greedy":
+                    outs.append((greedy_generate(model, prompt, max_new_tokens), None))
+                else:
+                    outs.append(speculative_generate(model, mtp_module, prompt, max_new_tokens))
+            best[name] = min(best[name], time.perf_counter() - t0)
+            if name == "greedy":
+                reference = [o for o, _ in outs]
+            elif r == 0:
+                identical &= all(torch.equal(o, ref) for (o, _), ref in zip(outs, reference))
+                drafted += sum(s["drafted"] for _, s in outs)
+                accepted += sum(s["accepted"] for _, s in outs)
+                passes += sum(s["passes"] for _, s in outs)
+    n = len(prompts) * max_new_tokens
+    rate = {name: n / t for name, t in best.items()}
+    return {"greedy_tok_s": rate["greedy"], "speculative_tok_s": rate["speculative"],
+            "speedup": rate["speculative"] / rate["greedy"], "acceptance": accepted / max(drafted, 1),
+            "tokens_per_pass": n / passes, "identical": identical, "new_tokens": n}
+
+
+if __name__ == "__main__":
+    from utils.mini_deepseek import load_checkpoint
+    from utils.train_mini import copy_prompts
+
+    torch.manual_seed(0)
+    model, cfg = load_checkpoint()
+    mtp = load_mtp_modules()[0]
+    prompts = copy_prompts(16, torch.Generator().manual_seed(1234))
+    r = decode_benchmark(model, mtp, prompts, max_new_tokens=48)
+    print(f"trained checkpoint, {len(prompts)} copy prompts, 48 new tokens each, batch 1, best of 3 rounds")
+    print(f"  acceptance of the drafted token  {r['acceptance']:.1%}")
+    print(f"  tokens per forward pass          {r['tokens_per_pass']:.2f}")
+    print(f"  greedy                           {r['greedy_tok_s']:.0f} tokens/s")
+    print(f"  self-speculative (MTP draft)     {r['speculative_tok_s']:.0f} tokens/s ({r['speedup']:.2f}x)")
+    print(f"  output identical to greedy       {r['identical']}")

@@ -1,0 +1,104 @@
+"""Tests of utils.mtp, multi-token prediction and self-speculative decoding (12): `.venv/bin/pytest utils/tests/test_mtp.py`."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils import mini_deepseek as md
+from utils import mtp
+from utils.train_mini import copy_prompts
+
+SMALL = md.MiniDeepSeekConfig(vocab_size=20, dim=16, n_layers=2, n_dense_layers=1, inter_dim=24, n_heads=2,
+                              q_lora_rank=0, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                              moe_inter_dim=8, n_routed_experts=4, n_activated_experts=2, n_expert_groups=1,
+                              max_seq_len=48)
+
+
+def small(depth=2, seed=0):
+    torch.manual_seed(seed)
+    return md.MiniDeepSeek(SMALL).eval(), mtp.make_mtp_modules(SMALL, depth).eval()
+
+
+def test_module_has_no_embedding_or_head_and_is_layer_after_the_model():
+    _, modules = small()
+    assert {n.split(".")[0] for n, _ in modules[0].named_parameters()} == {"enorm", "hnorm", "eh_proj", "block"}
+    assert all(isinstance(m.block.ffn, md.MoE) for m in modules)
+
+
+def test_paper_order_is_the_same_model_with_eh_proj_halves_swapped():
+    _, modules = small(1)
+    m = modules[0]
+    h, e = torch.randn(2, 5, SMALL.dim), torch.randn(2, 5, SMALL.dim)
+    with torch.no_grad():
+        released = m(h, e)
+        d = SMALL.dim
+        swapped = torch.cat([m.eh_proj.weight[:, d:], m.eh_proj.weight[:, :d]], dim=1)  # columns for [h ; e]
+        paper = m.block(torch.cat([m.hnorm(h), m.enorm(e)], -1) @ swapped.T)
+    torch.testing.assert_close(paper, released, atol=1e-5, rtol=1e-4)
+
+
+def test_forward_shapes_and_causal_chain():
+    model, modules = small()
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits, deep = mtp.mtp_forward(model, modules, tokens)
+        changed = tokens.clone()
+        changed[:, 7] = (changed[:, 7] + 1) % SMALL.vocab_size
+        _, deep2 = mtp.mtp_forward(model, modules, changed)
+    assert logits.shape == (2, 10, 20) and [d.shape[1] for d in deep] == [9, 8]
+    for k, (a, b) in enumerate(zip(deep, deep2), start=1):
+        # position i of depth k reads tokens up to i + k: positions i < 7 - k cannot see token 7
+        torch.testing.assert_close(a[:, :7 - k], b[:, :7 - k])
+        assert not torch.allclose(a[:, 7 - k], b[:, 7 - k])
+
+
+def test_loss_lines_up_depth_k_with_token_i_plus_k_plus_1():
+    tokens = torch.randint(0, 7, (2, 8), generator=torch.Generator().manual_seed(2))
+    deep = [torch.randn(2, 8 - k, 7, generator=torch.Generator().manual_seed(k)) for k in (1, 2)]
+    manual = sum(-deep[k - 1][b, i].log_softmax(-1)[tokens[b, i + k + 1]]
+                 for k in (1, 2) for b in range(2) for i in range(8 - k - 1) ) 
+    per_depth = [sum(-deep[k - 1][b, i].log_softmax(-1)[tokens[b, i + k + 1]] for b in range(2) for i in range(8 - k - 1))
+                 / (2 * (8 - k - 1)) for k in (1, 2)]
+    torch.testing.assert_close(mtp.mtp_loss(deep, tokens, lam=0.1), 0.1 / 2 * (per_depth[0] + per_depth[1]))
+    assert manual > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_speculative_equals_greedy_on_an_untrained_model(seed):
+    model, modules = small(1, seed)
+    prompt = torch.randint(0, SMALL.vocab_size, (1, 5), generator=torch.Generator().manual_seed(seed))
+    for n in (1, 2, 7, 20):
+        fast, stats = mtp.speculative_generate(model, modules[0], prompt, n)
+        assert torch.equal(fast, mtp.greedy_generate(model, prompt, n))
+        assert torch.equal(fast, md.generate(model, prompt, n))
+        assert stats["passes"] + stats["accepted"] == n
+
+
+def test_speculative_with_a_perfect_draft_takes_two_tokens_per_pass():
+    """A draft module that copies the main model's own prediction is always accepted."""
+    model, _ = small(1, 4)
+
+    class Oracle(torch.nn.Module):  # returns a hidden state whose logits are the main model's next choice
+        def forward(self, h_prev, next_embeddings, start_pos=0):
+            self.calls = getattr(self, "calls", 0) + 1
+            return h_prev  # wrong on purpose: a stand-in that is rarely right
+
+    prompt = torch.randint(0, SMALL.vocab_size, (1, 4), generator=torch.Generator().manual_seed(4))
+    fast, stats = mtp.speculative_generate(model, Oracle(), prompt, 12)
+    assert torch.equal(fast, mtp.greedy_generate(model, prompt, 12))
+    assert stats["drafted"] >= 1 and 0 <= stats["acceptance"] <= 1
+
+
+def test_batch_of_two_is_refused():
+    model, modules = small(1)
+    with pytest.raises(ValueError, match="batch of 2"):
+        mtp.speculative_generate(model, modules[0], torch.zeros(2, 3, dtype=torch.long), 4)
+
+
+def test_trained_checkpoint_drafts_are_mostly_accepted_and_output_is_greedy():
+    if not md.CHECKPOINT.exists():
+        pytest.skip("no checkpoint: run python -m utils.train_mini")
+    model, _ = md.load_checkpoint()
+    draft = mtp.load_mtp_modules()[0]
+    r = mtp.decode_benchmark(model, draft, copy_prompts(4, torch.Generator().manual_seed(5)), 24, repeats=1)
+    assert r["identical"]
+    assert r["acceptance"] > 0.7 and r["tokens_per_pass"] > 1.5

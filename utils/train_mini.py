@@ -1,0 +1,210 @@
+"""Train the mini DeepSeek (with one multi-token-prediction module) on a copying task (11, 12).
+
+    .venv/bin/python -m utils.train_mini                 # a few minutes on 2 CPU cores
+    .venv/bin/python -m utils.train_mini --steps 200 --out /tmp/mini.pt   # a quick try
+
+The task: each sequence is BOS, a segment of L distinct random tokens (L from 4 to 16, drawn per
+sequence), SEP, then the segment and SEP repeated until seq_len tokens:
+
+    BOS a1 a2 ... aL SEP a1 a2 ... aL SEP a1 a2 ...
+
+Nothing predicts the first segment (up to ln(62) nats a token), and everything after the first
+SEP is determined by what came before. Since L varies, no fixed offset finds the answer: the
+model must find the previous occurrence of the current token and copy the one after it, which is
+what an induction head does (Olsson et al., 2022). Two layers are enough to build one.
+
+For other notebooks:
+    make_batch(batch_size, seq_len, generator) -> LongTensor (B, seq_len)    the task's sequences
+    copy_mask(tokens) -> BoolTensor (B, T)  True where tokens[:, t] is determined by tokens[:, :t]
+    copy_prompts(n, generator) -> list of (1, T) prompts ending in the first SEP (for generation)
+A model's predictions at positions t-1 are graded on copy_mask(tokens)[:, 1:] (the targets).
+
+The command trains `MiniDeepSeek` with D = 1 MTP module, loss = next-token loss + lam / D * MTP
+loss (lam 0.3), AdamW with warmup and cosine decay, the gate biases moved after every step by
+`update_expert_bias` (auxiliary-loss-free balancing), a fixed seed, a tqdm bar; it writes
+`checkpoints/mini_deepseek.pt` (config, weights of the model and of the MTP module, seed, command,
+final losses) and the loss curve `checkpoints/mini_deepseek_loss.png`.
+"""
+import argparse
+import math
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from utils.mini_deepseek import CHECKPOINT, MiniDeepSeek, MiniDeepSeekConfig, moe_layers, next_token_loss
+from utils.moe import update_expert_bias
+from utils.mtp import make_mtp_modules, mtp_forward, mtp_loss
+
+BOS, SEP = 0, 1
+MIN_LEN, MAX_LEN = 4, 16
+SEQ_LEN = 48
+
+
+def make_batch(batch_size: int, seq_len: int = SEQ_LEN, generator=None, vocab_size: int = 64) -> torch.Tensor:
+    """(B, seq_len) sequences BOS seg SEP seg SEP ... with a segment of distinct tokens per row."""
+    g = generator
+    L = torch.randint(MIN_LEN, MAX_LEN + 1, (batch_size, 1), generator=g)  # (B, 1)
+    segments = torch.rand(batch_size, vocab_size - 2, generator=g).argsort(dim=1) + 2  # (B, V-2), distinct
+    j = (torch.arange(seq_len - 1)[None, :]) % (L + 1)  # (B, T-1): place in the repeating unit seg+SEP
+    body = torch.where(j < L, segments.gather(1, j.clamp(max=vocab_size - 3)), torch.full_like(j, SEP))
+    return torch.cat([torch.full((batch_size, 1), BOS), body], dim=1)
+
+
+def copy_mask(tokens: torch.Tensor) -> torch.Tensor:
+    """True at the positions after the first SEP: their token is determined by the earlier ones."""
+    first_sep = (tokens == SEP).int().argmax(dim=1, keepdim=True)  # (B, 1)
+    return torch.arange(tokens.shape[1])[None, :] > first_sep
+
+
+def copy_prompts(n: int, generator=None, seq_len: int = SEQ_LEN) -> list:
+    """n prompts (1, L + 2): BOS, a segment, SEP; the rest of a sequence is for the model to copy."""
+    batch = make_batch(n, seq_len, generator)
+    ends = (batch == SEP).int().argmax(dim=1)
+    return [batch[i:i + 1, :int(ends[i]) + 1] for i in range(n)]
+
+
+@torch.no_grad()
+def copy_accuracy(model, tokens: torch.Tensor) -> float:
+    """Share of the determined tokens that the model predicts (teacher-forced, greedy)."""
+    pred = model(tokens)[:, :-1].argmax(-1)
+    mask = copy_mask(tokens)[:, 1:]
+    return float((pred == tokens[:, 1:])[mask].float().mean())
+
+
+class ExpertCounter:
+    """Counts the tokens each expert of each MoE layer received (a hook on every gate)."""
+
+    def __init__(self, modules):
+        self.layers = [m for m in modules for m in moe_layers(m)]
+        self.counts = [torch.zeros(m.n_routed_experts) for m in self.layers]
+        self.hooks = [m.gate.register_forward_hook(self._hook(i)) for i, m in enumerate(self.layers)]
+
+    def _hook(self, i):
+        def hook(gate, inputs, output):
+            self.counts[i] += torch.bincount(output[1].flatten(), minlength=len(self.counts[i]))
+        return hook
+
+    def update_biases(self, gamma: float):
+        """update_expert_bias on every gate with the counts since the last call, then reset them."""
+        with torch.no_grad():
+            for moe, counts in zip(self.layers, self.counts):
+                moe.gate.bias.copy_(update_expert_bias(moe.gate.bias, counts, gamma))
+                counts.zero_()
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
+
+
+def learning_rate(step: int, steps: int, lr: float) -> float:
+    """Linear warmup over the first 5% of the steps (at most 50), then cosine decay to lr / 10."""
+    warmup = min(50, max(1, steps // 20))
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+
+
+def train(model, mtp_modules=None, steps: int = 500, batch_size: int = 32, lr: float = 5e-3, lam: float = 0.3,
+          gamma: float = 0.01, seed: int = 0, progress=None) -> dict:
+    """Train in place; returns the per-step losses ('loss', 'next_token', 'mtp')."""
+    mtp_modules = mtp_modules if mtp_modules is not None else []
+    g = torch.Generator().manual_seed(seed)
+    params = [p for m in [model, *mtp_modules] for p in m.parameters() if p.requires_grad]  # not the gate biases
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    counter = ExpertCounter([model, *mtp_modules])
+    history = {"loss": [], "next_token": [], "mtp": []}
+    model.train()
+    bar = progress(range(steps)) if progress else range(steps)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, steps, lr)
+        tokens = make_batch(batch_size, SEQ_LEN, g, model.cfg.vocab_size)
+        logits, mtp_logits = mtp_forward(model, mtp_modules, tokens)
+        main = next_token_loss(logits, tokens)
+        extra = mtp_loss(mtp_logits, tokens, lam) if mtp_modules else torch.zeros(())
+        loss = main + extra
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        counter.update_biases(gamma)
+        history["loss"].append(loss.item())
+        history["next_token"].append(main.item())
+        history["mtp"].append(extra.item() / lam if mtp_modules else float("nan"))
+        if progress and step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    counter.remove()
+    model.eval()
+    for m in mtp_modules:
+        m.eval()
+    return history
+
+
+def evaluate(model, mtp_modules, seed: int = 1, batch_size: int = 256) -> dict:
+    """Losses and copy accuracy on a held-out batch (its own seed)."""
+    tokens = make_batch(batch_size, SEQ_LEN, torch.Generator().manual_seed(seed), model.cfg.vocab_size)
+    with torch.no_grad():
+        logits, mtp_logits = mtp_forward(model, mtp_modules, tokens)
+        mask = copy_mask(tokens)[:, 1:]
+        ce = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, T-1)
+        out = {"next_token_loss": float(ce.mean()), "copy_loss": float(ce[mask].mean()),
+               "copy_accuracy": float((logits[:, :-1].argmax(-1) == tokens[:, 1:])[mask].float().mean())}
+        if mtp_modules:
+            m = mtp_logits[0][:, :-1]  # depth 1: position i predicts token i + 2
+            mask2 = copy_mask(tokens)[:, 2:]
+            out["mtp_loss"] = float(mtp_loss(mtp_logits, tokens, lam=1.0))
+            out["mtp_copy_accuracy"] = float((m.argmax(-1) == tokens[:, 2:])[mask2].float().mean())
+    return out
+
+
+def plot_losses(history: dict, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(history["next_token"], label="next-token loss", lw=1)
+    ax.plot(history["mtp"], label="MTP depth-1 loss (token i + 2)", lw=1, alpha=0.8)
+    ax.set_xlabel("training step"); ax.set_ylabel("cross-entropy (nats per token)")
+    ax.set_title("mini DeepSeek on the copying task"); ax.legend(); ax.grid(alpha=0.3)
+    fig.tight_layout(); fig.savefig(path, dpi=90); plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--lam", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=CHECKPOINT)
+    args = parser.parse_args(argv)
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(1)  # a model this small runs no faster on 2 threads, and 1 thread is reproducible
+    torch.manual_seed(args.seed)
+    cfg = MiniDeepSeekConfig()
+    model = MiniDeepSeek(cfg)
+    mtp_modules = make_mtp_modules(cfg, depth=1)
+    t0 = time.perf_counter()
+    history = train(model, mtp_modules, args.steps, args.batch_size, args.lr, args.lam, seed=args.seed,
+                    progress=lambda r: tqdm(r, desc="training", mininterval=1.0))
+    seconds = time.perf_counter() - t0
+    result = evaluate(model, mtp_modules)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    command = "python -m utils.train_mini" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
+    torch.save({"config": asdict(cfg), "model": model.state_dict(), "mtp": mtp_modules.state_dict(), "mtp_depth": 1,
+                "lam": args.lam, "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
+                "command": command, "train_seconds": round(seconds, 1), "torch": torch.__version__,
+                "final": result, "history": {k: [round(v, 4) for v in vs] for k, vs in history.items()}}, args.out)
+    plot_losses(history, args.out.with_name(args.out.stem + "_loss.png"))
+    print(f"trained {args.steps} steps in {seconds:.0f} s; held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB) and {args.out.stem}_loss.png")
+
+
+if __name__ == "__main__":
+    main()
