@@ -199,7 +199,7 @@ def main(argv=None):
     command = "python -m utils.train_mini" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
     torch.save({"config": asdict(cfg), "model": model.state_dict(), "mtp": mtp_modules.state_dict(), "mtp_depth": 1,
                 "lam": args.lam, "seed": args.seed, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
-                "command": command, "train_seconds": round(seconds, 1), "torch": torch.__version__,
+                "command": command, "train_seconds": round(seconds, 1), "torch": str(torch.__version__),
                 "final": result, "history": {k: [round(v, 4) for v in vs] for k, vs in history.items()}}, args.out)
     plot_losses(history, args.out.with_name(args.out.stem + "_loss.png"))
     print(f"trained {args.steps} steps in {seconds:.0f} s; held-out: " + ", ".join(f"{k} {v:.4f}" for k, v in result.items()))
