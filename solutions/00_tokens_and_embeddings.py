@@ -56,9 +56,9 @@ print("torch", torch.__version__)
 # rare words are spelled with several pieces; no text is ever out of vocabulary, because any byte is
 # a token.
 #
-# The course ships GPT-2's vocabulary files and checks them by sha256, so the tokenizer works offline.
-#
 # 语言模型从来看不到字母，它看到的是 **词元 id**：每个整数代表一段文本。GPT-2 使用 *字节对编码*（BPE）：从 256 个可能的字节出发，反复把最常见的相邻字节对合并成一个新词元，共合并 50,000 次。常见的词成为一个词元；罕见的词由几个片段拼出；任何文本都不会超出词表，因为每个字节本身就是一个词元。
+#
+# The course ships GPT-2's vocabulary files and checks them by sha256, so the tokenizer works offline.
 #
 # 本课程自带 GPT-2 的词表文件并用 sha256 校验，因此分词器可以离线工作。
 
@@ -132,10 +132,10 @@ for text in ["Akwirw ier", "unbelievable", "注意力机制"]:
 # `(vocab_size, d)`: token `i` becomes `W[i]`. That is all an embedding layer does. The rows start
 # random and are learned during training, so tokens used alike end up with similar vectors.
 #
+# 注意力作用于向量，所以每个 id 都被换成一个 **权重矩阵** `W`（形状为 `(vocab_size, d)`）的一行：词元 `i` 变成 `W[i]`。嵌入层做的就只是这件事。这些行一开始是随机的，在训练中被学习，于是用法相近的词元会得到相近的向量。
+#
 # Looking up row `i` is the same as multiplying the one-hot vector of `i` by `W`: an embedding is a
 # linear layer whose input happens to be one-hot, computed without the wasteful multiplication.
-#
-# 注意力作用于向量，所以每个 id 都被换成一个 **权重矩阵** `W`（形状为 `(vocab_size, d)`）的一行：词元 `i` 变成 `W[i]`。嵌入层做的就只是这件事。这些行一开始是随机的，在训练中被学习，于是用法相近的词元会得到相近的向量。
 #
 # 取出第 `i` 行，等于用 `i` 的 one-hot 向量去乘 `W`：嵌入就是一个输入恰好为 one-hot 的线性层，只是省掉了浪费的乘法。
 
@@ -212,7 +212,8 @@ ax = fig.add_subplot(projection="3d")
 for word, (x, y, z) in zip(JOURNEY_WORDS, inputs.tolist()):
     ax.quiver(0, 0, 0, x, y, z, arrow_length_ratio=0.08)
     ax.text(x, y, z, word)
-ax.set(xlim=(0, 1), ylim=(0, 1), zlim=(0, 1), title="Input embeddings (d = 3)")
+ax.set(xlim=(0, 1), ylim=(0, 1), zlim=(0, 1), title="Input embeddings (d = 3)",
+       xlabel="feature 0", ylabel="feature 1", zlabel="feature 2")
 plt.show()
 
 # %% [markdown]
@@ -225,11 +226,13 @@ plt.show()
 # make submit NB=course/00_tokens_and_embeddings.ipynb
 # ```
 #
+# 两个可见测试都通过后就完成了。保存笔记本，然后在终端中、于课程的顶层目录（在 JupyterLab 的终端里先输入 `cd ..`）运行上面的命令。
+#
 # Every later notebook is submitted the same way, with its own file name after `NB=`.
+#
+# 之后的每个笔记本都用同样的方式提交，只需把 `NB=` 后面换成它自己的文件名。
 #
 # Source: S. Raschka, *Build a Large Language Model (From Scratch)*, ch. 2-3 (the example sentence and
 # its embeddings); GPT-2's tokenizer files (OpenAI), loaded with `tiktoken`.
-#
-# 两个可见测试都通过后就完成了。保存笔记本，然后在终端中、于课程的顶层目录（在 JupyterLab 的终端里先输入 `cd ..`）运行上面的命令。之后的每个笔记本都用同样的方式提交，只需把 `NB=` 后面换成它自己的文件名。
 #
 # 来源：S. Raschka，《从零构建大语言模型》第 2–3 章（示例句子及其嵌入）；GPT-2 的分词器文件（OpenAI），用 `tiktoken` 加载。

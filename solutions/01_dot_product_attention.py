@@ -14,12 +14,12 @@
 # every word of the text against it, and builds a **context vector**: a blend of all the words,
 # weighted by how much each one matters.
 #
+# 读 "The dog chased the ball" 这句话时，为了理解 "chased"，你会回头看 "dog" 和 "ball"。注意力让模型也有这个习惯。每个词元发出一个 **查询**："哪些词对我重要？"，用它给文本中的每个词打分，然后构造一个 **上下文向量**：所有词的混合，按每个词的重要程度加权。
+#
 # Before attention (Bahdanau et al., 2014), recurrent networks squeezed a whole sentence into one
 # fixed vector, and long sentences lost their beginning. Attention lets every position look at every
 # other position directly. In this notebook there are no trainable weights yet: each token's own
 # embedding plays the query, the key and the value.
-#
-# 读 "The dog chased the ball" 这句话时，为了理解 "chased"，你会回头看 "dog" 和 "ball"。注意力让模型也有这个习惯。每个词元发出一个 **查询**："哪些词对我重要？"，用它给文本中的每个词打分，然后构造一个 **上下文向量**：所有词的混合，按每个词的重要程度加权。
 #
 # 在注意力出现之前（Bahdanau 等，2014），循环神经网络把整句话压缩进一个固定长度的向量，长句子的开头因此丢失。注意力让每个位置都能直接看到其他所有位置。本笔记本还没有可训练的权重：每个词元自己的嵌入同时充当查询、键和值。
 
@@ -57,8 +57,10 @@ fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5))
 left.plot(t, noisy, ".", alpha=0.5, label="noisy")
 left.plot(t, smoothed, lw=2, label="weights @ noisy")
 left.plot(t, signal, "k--", lw=1, label="sin(t)")
+left.set_xlabel("time t"); left.set_ylabel("signal value")
 left.legend(); left.set_title("Smoothing = attention over time")
 right.plot(t, weights[60], label="weights of query t = %.1f" % t[60])
+right.set_xlabel("key time t"); right.set_ylabel("attention weight")
 right.legend(); right.set_title("One row of the weight matrix")
 plt.show()
 print("row sums:", weights.sum(-1)[:3], "...")
@@ -129,12 +131,12 @@ nb01.check_attention_scores(attention_scores)
 #
 # $$\operatorname{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}}$$
 #
+# 分数还不是权重：它们的和不为 1，而且可能为负。直接除以总和可以让总和为 1，但遇到负分数就不成立了。**Softmax** 先用 `exp` 让每个分数变成正数，再除以总和（见上式）。
+#
 # Two details matter in practice. `exp` overflows float32 above about 88, so a score of 1000 gives
 # `inf / inf = nan`. Subtracting the maximum of each row first changes nothing mathematically (the
 # factor $e^{-m}$ cancels) and keeps every exponent at most 0. And a score of `-inf` must get weight
 # exactly 0: that is how masks will hide tokens in notebook 04.
-#
-# 分数还不是权重：它们的和不为 1，而且可能为负。直接除以总和可以让总和为 1，但遇到负分数就不成立了。**Softmax** 先用 `exp` 让每个分数变成正数，再除以总和（见上式）。
 #
 # 实践中有两个细节很重要。float32 的 `exp` 在大约 88 以上就会溢出，所以分数 1000 会得到 `inf / inf = nan`。先减去每行的最大值在数学上不改变结果（因子 $e^{-m}$ 被约掉），并让每个指数都不超过 0。另外，分数为 `-inf` 的位置必须得到恰好为 0 的权重：笔记本 04 中的掩码正是这样隐藏词元的。
 
@@ -187,20 +189,26 @@ nb01.check_softmax(softmax)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Softmax also **sharpens**: multiply the same scores by a growing factor and the largest one takes
-# almost all the weight. Notebook 03 shows why that is a problem when vectors get long, and why
-# attention divides its scores by $\sqrt{d}$.
+# Softmax also **sharpens**: multiply the same scores by a growing factor and the weight moves to
+# the highest scores, while the low ones fade towards 0. Where two scores nearly tie, they share the
+# weight until the factor is large enough to separate them: "journey" (1.4950) and "starts" (1.4754)
+# differ by only 0.02, so at x16 the largest weight is still only 0.577, and "starts" holds most of
+# the rest (the cell prints the two largest weights at every factor). Notebook 03 shows why this
+# sharpening is a problem when vectors get long, and why attention divides its scores by $\sqrt{d}$.
 #
-# Softmax 还会 **锐化**：把同一组分数乘以越来越大的因子，最大的那个几乎会拿走全部权重。笔记本 03 会说明为什么当向量变长时这是个问题，以及注意力为什么要把分数除以 $\sqrt{d}$。
+# Softmax 还会 **锐化**：把同一组分数乘以越来越大的因子，权重就会移向最高的分数，而低分数的权重逐渐趋于 0。如果两个分数几乎相等，它们会一直分享权重，直到因子大到足以把它们分开："journey"（1.4950）和 "starts"（1.4754）只差 0.02，所以在 x16 时最大的权重仍然只有 0.577，剩下的大部分归 "starts"（单元格打印了每个因子下最大的两个权重）。笔记本 03 会说明为什么当向量变长时这种锐化是个问题，以及注意力为什么要把分数除以 $\sqrt{d}$。
 
 # %%
 factors = [0.5, 1, 2, 4, 8, 16]
 fig, ax = plt.subplots(figsize=(7, 3))
 for f in factors:
     ax.plot(JOURNEY_WORDS, softmax(f * scores), marker="o", label=f"scores x {f}")
-ax.set_ylabel("weight"); ax.set_title("Softmax sharpens as scores grow"); ax.legend(fontsize=8)
+ax.set_xlabel("key token"); ax.set_ylabel("weight"); ax.set_title("Softmax sharpens as scores grow"); ax.legend(fontsize=8)
 plt.show()
-print("largest weight at x1: %.3f, at x16: %.3f" % (softmax(scores).max(), softmax(16 * scores).max()))
+for f in factors:
+    top = softmax(f * scores).topk(2)
+    print(f"x{f:<3}: largest weight {top.values[0]:.3f} ({JOURNEY_WORDS[top.indices[0]]}), "
+          f"second {top.values[1]:.3f} ({JOURNEY_WORDS[top.indices[1]]}), the other four {1 - top.values.sum():.3f}")
 
 
 # %% [markdown]
@@ -350,6 +358,22 @@ nb01.check_self_attention(self_attention)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ## Attention alone ignores word order · 注意力本身忽略词序
+#
+# Nothing in $\operatorname{softmax}(X X^\top)\,X$ knows where a token stands. Shuffle the tokens and
+# every token gets the same context vector as before, only in the shuffled place: the outputs are
+# shuffled the same way. The cell reverses the sentence: "Your journey starts with one step" and
+# "step one with starts journey Your" give the same set of context vectors. Trainable projections (notebook 02) do not change
+# that; notebook 08 adds positions, so that order can matter.
+#
+# $\operatorname{softmax}(X X^\top)\,X$ 中没有任何东西知道一个词元所在的位置。把词元打乱后，每个词元得到的上下文向量和之前完全一样，只是换到了打乱后的位置上：输出以同样的方式被打乱。下面的单元格把句子倒过来："Your journey starts with one step" 和 "step one with starts journey Your" 得到的是同一组上下文向量。可训练的投影（笔记本 02）不会改变这一点；笔记本 08 会加入位置信息，让顺序变得重要。
+
+# %%
+order = torch.arange(len(inputs) - 1, -1, -1)  # the sentence backwards; any permutation works
+print("reordered:", " ".join(JOURNEY_WORDS[i] for i in order))
+print("outputs shuffled the same way:", torch.allclose(self_attention(inputs[order]), self_attention(inputs)[order], atol=1e-6))
+
+# %% [markdown]
 # ## One matrix product instead of a loop · 用一次矩阵乘法代替循环
 #
 # Both routes give the same numbers; the matrix route hands the whole job to one optimized kernel.
@@ -384,11 +408,11 @@ print(f"loop over queries: {t_loop * 1e3:.1f} ms | one matrix product: {t_matrix
 # that already look like "it". Notebook 02 gives attention three trainable projections, $W_q$, $W_k$,
 # $W_v$, so a model can learn *what* to look for.
 #
+# 这里每个词元的查询、键和值都是它的原始嵌入，所以 "it" 只能关注那些本来就像 "it" 的词。笔记本 02 会给注意力加上三个可训练的投影 $W_q$、$W_k$、$W_v$，让模型学会 *要找什么*。
+#
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.3 (the example and its
 # numbers: scores 0.9544…, weights 0.1385…, context 0.4419…); D. Bahdanau, K. Cho, Y. Bengio, *Neural
 # Machine Translation by Jointly Learning to Align and Translate* (2014); smoothing as weighting
 # after the course's transformer deep-dive notes.
-#
-# 这里每个词元的查询、键和值都是它的原始嵌入，所以 "it" 只能关注那些本来就像 "it" 的词。笔记本 02 会给注意力加上三个可训练的投影 $W_q$、$W_k$、$W_v$，让模型学会 *要找什么*。
 #
 # 来源：S. Raschka，《从零构建大语言模型》第 3.3 节（示例及其数值）；D. Bahdanau、K. Cho、Y. Bengio，《通过联合学习对齐与翻译的神经机器翻译》（2014）；把平滑看作加权的思路来自本课程的 Transformer 深入讲解笔记。

@@ -9,11 +9,23 @@
 # %% [markdown]
 # # 02 · Trainable queries, keys and values · 可训练的查询、键和值
 #
-# In notebook 01 every token used its raw embedding for everything. Take "The dog chased the ball but
-# it couldn't catch it". The first "it" should attend to "dog" (the one that could not catch), the
-# second to "ball". With raw dot products that is impossible to learn: the score of "it" for "dog" is
-# fixed by the two embeddings, there is nothing to train, and the score matrix $X X^\top$ is
-# symmetric, so "it" attends to "dog" exactly as strongly as "dog" attends to "it".
+# In notebook 01 every token used its raw embedding as its query, its key and its value. The score of
+# token `i` for token `j` was the dot product $x_i \cdot x_j$: fixed by the two embeddings, with nothing
+# to train. What a token looks for is then exactly what it offers, so it attends most to tokens that
+# already look like itself (or are simply long vectors, as "journey" and "starts" were in notebook 01).
+# A noun that should look for its adjective cannot: its query is the noun itself, and it matches
+# other nouns best.
+#
+# 在笔记本 01 中，每个词元都用它的原始嵌入同时充当查询、键和值。词元 `i` 对词元 `j` 的分数是点积 $x_i \cdot x_j$：由两个嵌入固定下来，没有任何东西可以训练。于是一个词元要找的东西恰好就是它自己提供的东西，它最关注的是本来就和它相像的词元（或者只是较长的向量，就像笔记本 01 中的 "journey" 和 "starts"）。一个名词想去找修饰它的形容词是做不到的：它的查询就是名词本身，而与它最匹配的是其他名词。
+#
+# The scores $X X^\top$ are symmetric: token `i` scores token `j` exactly as `j` scores `i`. The
+# weights are not, because each row's softmax normalises over that query's own scores (the cell
+# below prints both). Still, the symmetric scores are a real limit: "i is looking for j" and "j is
+# looking for i" cannot differ. With a query matrix $W_q$ and a different key matrix $W_k$, the scores
+# $(X W_q)(X W_k)^\top$ are no longer symmetric, and what a token asks for can differ from what it
+# offers.
+#
+# 分数矩阵 $X X^\top$ 是对称的：词元 `i` 给 `j` 的分数与 `j` 给 `i` 的分数完全相同。权重则不然，因为每一行的 softmax 是在该查询自己的分数上归一化的（下面的单元格会把两者都打印出来）。尽管如此，对称的分数确实是一个限制："i 在找 j" 和 "j 在找 i" 无法有所不同。有了查询矩阵 $W_q$ 和另一个键矩阵 $W_k$，分数 $(X W_q)(X W_k)^\top$ 就不再对称，一个词元要找的东西可以不同于它提供的东西。
 #
 # The fix is three learned matrices. Each token gets a **query** $q = x W_q$ (what am I looking for?),
 # a **key** $k = x W_k$ (what do I offer to queries?) and a **value** $v = x W_v$ (what do I pass on
@@ -21,9 +33,15 @@
 # front of me?", the keys of adjectives answer "yes", and their values propose the change that turns
 # "creature" into "fluffy blue creature".
 #
-# 在笔记本 01 中，每个词元的一切都用它的原始嵌入。看这句话 "The dog chased the ball but it couldn't catch it"。第一个 "it" 应该关注 "dog"（没能抓住的那一个），第二个应该关注 "ball"。用原始点积不可能学会这一点："it" 对 "dog" 的分数由两个嵌入固定下来，没有任何东西可以训练；而且分数矩阵 $X X^\top$ 是对称的，所以 "it" 对 "dog" 的关注和 "dog" 对 "it" 的关注一样强。
-#
 # 解决办法是三个可学习的矩阵。每个词元得到一个 **查询** $q = x W_q$（我在找什么？）、一个 **键** $k = x W_k$（我能向查询提供什么？）和一个 **值** $v = x W_v$（被关注时我传递什么？）。用 3Blue1Brown 的图景来说：名词的查询问"我前面有形容词吗？"，形容词的键回答"有"，它们的值提出修改，把 "creature" 变成 "fluffy blue creature"。
+#
+# What projections cannot fix is position. In "The dog chased the ball but it couldn't catch it" the
+# two "it" tokens have the same embedding, so every projection gives them the same query and the
+# same weights: nothing tells the first "it" from the second, or "the dog chased the ball" from "the
+# ball chased the dog". Attention as built so far ignores word order entirely (notebook 01 shuffles a
+# sentence to show it). Telling the two apart needs positions, added in notebook 08.
+#
+# 投影解决不了的是位置。在 "The dog chased the ball but it couldn't catch it" 中，两个 "it" 的嵌入相同，所以任何投影都会给它们相同的查询和相同的权重：没有任何东西能区分第一个 "it" 和第二个，也无法区分 "the dog chased the ball" 和 "the ball chased the dog"。到目前为止构建的注意力完全忽略词序（笔记本 01 打乱了一个句子来展示这一点）。要区分它们需要位置信息，笔记本 08 会加入它。
 
 # %%
 import math
@@ -39,7 +57,18 @@ from utils.plots import attention_heatmap
 inputs = journey_inputs()
 raw = self_attention_weights(inputs)
 scores = inputs @ inputs.T
-print("X X^T symmetric:", torch.allclose(scores, scores.T))
+print("scores X X^T symmetric:", torch.allclose(scores, scores.T))
+print(f"weights: 'Your' -> 'journey' {raw[0, 1]:.4f}, 'journey' -> 'Your' {raw[1, 0]:.4f} (not symmetric)")
+
+g = torch.Generator().manual_seed(0)
+W_q, W_k = torch.randn(3, 3, generator=g), torch.randn(3, 3, generator=g)
+projected = (inputs @ W_q) @ (inputs @ W_k).T
+print("scores (X W_q)(X W_k)^T symmetric:", torch.allclose(projected, projected.T))
+
+repeated = inputs[[0, 1, 2, 1]]  # a 4-token text whose 2nd and 4th tokens are the same word
+q, k = repeated @ W_q, repeated @ W_k
+w = torch.softmax(q @ k.T, dim=-1)
+print("same word twice -> same query:", torch.equal(q[1], q[3]), "| same weights:", torch.allclose(w[1], w[3]))
 
 # %% [markdown]
 # ## Step by step for the query "journey" · 以查询 "journey" 为例逐步计算
@@ -197,36 +226,59 @@ print("x @ W equals layer(x):", torch.allclose(inputs @ W, layer(inputs)))
 # %% [markdown]
 # ### Why nn.Linear's initialisation beats torch.rand · 为什么 nn.Linear 的初始化优于 torch.rand
 #
-# `torch.rand` draws from $[0, 1)$: every weight is positive, so every projected feature is a sum of
-# $d_{in}$ positive terms and grows with $d_{in}$, and so do the scores. `nn.Linear` draws from
-# $U(-1/\sqrt{d_{in}}, 1/\sqrt{d_{in}})$: centred on zero and shrunk with the width, so the scores keep
-# the same spread at any width. The cell measures the largest attention weight of a random sentence
-# for both, at growing widths.
+# Take inputs with mean 0 and variance 1. A projected feature $\sum_i x_i W_{ij}$ then has mean 0
+# and variance $d_{in}\,\mathbb{E}[W^2]$. `torch.rand` draws from $[0, 1)$, where $\mathbb{E}[W^2] = 1/3$:
+# the variance is $d_{in}/3$ and grows with the width. Worse, every weight has mean $0.5$, so all the
+# features of one token share a large common term $0.5 \sum_i x_i$: the token's features move
+# together, their mean is far from 0, and a score $q \cdot k$ adds up $d_{out}$ such shared terms.
 #
-# `torch.rand` 从 $[0, 1)$ 中采样：每个权重都是正的，因此每个投影后的特征都是 $d_{in}$ 个正项之和，随 $d_{in}$ 增长，分数也随之增长。`nn.Linear` 从 $U(-1/\sqrt{d_{in}}, 1/\sqrt{d_{in}})$ 中采样：以零为中心，并随宽度缩小，所以无论宽度多大，分数的分布范围都保持不变。下面的单元格在不同宽度下，测量一个随机句子在两种初始化下的最大注意力权重。
+# 设输入的均值为 0、方差为 1。投影后的一个特征 $\sum_i x_i W_{ij}$ 的均值为 0，方差为 $d_{in}\,\mathbb{E}[W^2]$。`torch.rand` 从 $[0, 1)$ 中采样，此时 $\mathbb{E}[W^2] = 1/3$：方差是 $d_{in}/3$，随宽度增长。更糟的是，每个权重的均值都是 $0.5$，所以同一个词元的所有特征共享一个很大的公共项 $0.5 \sum_i x_i$：这个词元的各个特征一起变化，它们的均值远离 0，而分数 $q \cdot k$ 会把 $d_{out}$ 个这样的公共项累加起来。
+#
+# `nn.Linear` draws from $U(-1/\sqrt{d_{in}}, 1/\sqrt{d_{in}})$, where $\mathbb{E}[W^2] = 1/(3 d_{in})$:
+# the variance of a feature is $1/3$ at every width, and weights of mean 0 share no common term. The
+# cell measures, for both initialisations and growing $d_{in}$, the variance of the projected
+# features, the size of each token's feature mean (its standard deviation across tokens), and the
+# largest attention weight that results.
+#
+# `nn.Linear` 从 $U(-1/\sqrt{d_{in}}, 1/\sqrt{d_{in}})$ 中采样，此时 $\mathbb{E}[W^2] = 1/(3 d_{in})$：无论宽度多大，特征的方差都是 $1/3$，而均值为 0 的权重也没有公共项。下面的单元格对两种初始化和不断增大的 $d_{in}$，测量投影特征的方差、每个词元特征均值的大小（它在词元之间的标准差），以及由此得到的最大注意力权重。
 
 # %%
-def largest_weight(init, d_in, d_out=64, tokens=16, seed=0):
+def projection_stats(init, d_in, d_out=64, tokens=16, seed=0):
+    """Variance of the projected features and spread of each token's feature mean (on 2,048 random
+    tokens), and the mean largest attention weight of a 16-token sentence."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(tokens, d_in, generator=g)
+    x = torch.randn(2048, d_in, generator=g)
     if init == "torch.rand":
         W_q, W_k = torch.rand(d_in, d_out, generator=g), torch.rand(d_in, d_out, generator=g)
     else:  # nn.Linear's default: uniform in +-1/sqrt(d_in)
         bound = 1 / math.sqrt(d_in)
         W_q, W_k = ((torch.rand(d_in, d_out, generator=g) * 2 - 1) * bound for _ in range(2))
-    scores = (x @ W_q) @ (x @ W_k).T / math.sqrt(d_out)
-    return torch.softmax(scores, dim=-1).max(dim=-1).values.mean().item()
+    q, k = x @ W_q, x @ W_k                                   # (2048, d_out)
+    weights = torch.softmax(q[:tokens] @ k[:tokens].T / math.sqrt(d_out), dim=-1)
+    return q.var().item(), q.mean(dim=-1).std().item(), weights.max(dim=-1).values.mean().item()
 
 widths = [16, 64, 256, 768]
+fig, ax = plt.subplots(figsize=(6, 3.5))
 for init in ("torch.rand", "nn.Linear"):
-    values = [largest_weight(init, d) for d in widths]
-    plt.plot(widths, values, marker="o", label=init)
-    print(init, [round(v, 3) for v in values])
-plt.axhline(1 / 16, color="gray", ls="--", label="uniform (1/16)")
-plt.xscale("log"); plt.minorticks_off(); plt.xticks(widths, [str(w) for w in widths]); plt.xlabel("d_in"); plt.ylabel("mean largest weight"); plt.legend()
-plt.title("torch.rand saturates the softmax as d_in grows")
+    stats = [projection_stats(init, d) for d in widths]
+    for d, (var, mean_spread, largest) in zip(widths, stats):
+        theory = (d / 3, 0.5 * math.sqrt(d)) if init == "torch.rand" else (1 / 3, math.sqrt(1 / (3 * 64)))
+        print(f"{init:10s} d_in={d:3d}: feature variance {var:6.2f} (theory {theory[0]:6.2f}) | std of a token's "
+              f"feature mean {mean_spread:5.2f} (theory {theory[1]:5.2f}) | mean largest weight {largest:.3f}")
+    ax.plot(widths, [s[2] for s in stats], marker="o", label=init)
+ax.axhline(1 / 16, color="gray", ls="--", label="uniform (1/16)")
+ax.set_xscale("log"); ax.minorticks_off(); ax.set_xticks(widths, [str(w) for w in widths])
+ax.set_xlabel("d_in"); ax.set_ylabel("mean largest attention weight"); ax.legend()
+ax.set_title("torch.rand saturates the softmax as d_in grows")
 plt.show()
 
+# %% [markdown]
+# With `torch.rand` the feature variance follows $d_{in}/3$ and each token's features carry a shared
+# offset of about $0.5\sqrt{d_{in}}$, so the softmax is almost one-hot already at $d_{in} = 64$. With
+# `nn.Linear` the variance stays near $1/3$, a token's feature mean is only the average of 64
+# independent features (about $\sqrt{1/(3 \cdot 64)} \approx 0.07$), and the weights stay spread out.
+#
+# 用 `torch.rand` 时，特征方差遵循 $d_{in}/3$，每个词元的特征都带有大约 $0.5\sqrt{d_{in}}$ 的公共偏移，所以在 $d_{in} = 64$ 时 softmax 就已经几乎是 one-hot 了。用 `nn.Linear` 时，方差保持在 $1/3$ 附近，一个词元的特征均值只是 64 个独立特征的平均（约为 $\sqrt{1/(3 \cdot 64)} \approx 0.07$），权重也保持分散。
 
 # %% [markdown]
 # ### Exercise 3 · `SelfAttentionV2` · 练习 3
@@ -334,10 +386,10 @@ print("V1 after copying equals V2:", torch.allclose(sa_v1(inputs), sa_v2(inputs)
 #
 # Left: the fixed weights of notebook 01, computed from the symmetric scores $X X^\top$. Right: one
 # untrained `SelfAttentionV2`. Its scores are no longer symmetric, since $q_i \cdot k_j \ne q_j \cdot k_i$
-# in general; "it" can
-# now attend to "dog" without "dog" attending to "it". Training decides what each query looks for.
+# in general: a token can score another highly without being scored highly in return. Training
+# decides what each query looks for.
 #
-# 左图：笔记本 01 中固定的权重，由对称的分数 $X X^\top$ 算出。右图：一个未经训练的 `SelfAttentionV2`。它的分数不再对称，因为一般来说 $q_i \cdot k_j \ne q_j \cdot k_i$；现在 "it" 可以关注 "dog"，而 "dog" 不必关注 "it"。每个查询要找什么，由训练决定。
+# 左图：笔记本 01 中固定的权重，由对称的分数 $X X^\top$ 算出。右图：一个未经训练的 `SelfAttentionV2`。它的分数不再对称，因为一般来说 $q_i \cdot k_j \ne q_j \cdot k_i$：一个词元可以给另一个词元打高分，而对方不必回以高分。每个查询要找什么，由训练决定。
 
 # %%
 with torch.no_grad():
@@ -355,11 +407,11 @@ print("scores symmetric? X Xᵀ:", torch.allclose(scores, scores.T), "| Q Kᵀ:"
 # Notebook 03 measures why the scores are divided by $\sqrt{d_k}$ and writes the general
 # `scaled_dot_product_attention`, the kernel every later notebook reuses.
 #
+# 笔记本 03 会测量分数为什么要除以 $\sqrt{d_k}$，并编写通用的 `scaled_dot_product_attention`，它是之后每个笔记本都会复用的内核。
+#
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.4 and exercise 3.1;
 # 3Blue1Brown, *Attention in transformers, visually explained* (queries, keys and values as questions,
 # answers and proposed changes); A. Vaswani et al., *Attention Is All You Need* (2017); PyTorch's
 # `nn.Linear` documentation (weight layout and initialisation).
-#
-# 笔记本 03 会测量分数为什么要除以 $\sqrt{d_k}$，并编写通用的 `scaled_dot_product_attention`，它是之后每个笔记本都会复用的内核。
 #
 # 来源：S. Raschka，《从零构建大语言模型》第 3.4 节和练习 3.1；3Blue1Brown，《可视化解释 Transformer 中的注意力》（把查询、键和值看作提问、回答和提出的修改）；A. Vaswani 等，《Attention Is All You Need》（2017）；PyTorch 的 `nn.Linear` 文档（权重布局与初始化）。

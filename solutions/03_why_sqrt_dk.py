@@ -14,13 +14,13 @@
 # notebook 02 divided by $\sqrt{d_{out}}$ and promised a reason. Real heads have 64 or 128 entries,
 # and then the division is what keeps attention trainable.
 #
+# 你将遇到的每个注意力层都在计算 $\operatorname{softmax}\!\big(QK^\top/\sqrt{d_k}\big)\,V$。笔记本 01 省略了 $\sqrt{d_k}$ 也没出问题，因为那里的向量只有 3 个分量；笔记本 02 除以了 $\sqrt{d_{out}}$，并答应之后给出理由。真实的注意力头有 64 或 128 个分量，这时正是这次除法让注意力保持可训练。
+#
 # This notebook turns the argument of the original Transformer paper into three measurements:
 # the scores spread out as $d_k$ grows (their variance is $d_k$), a softmax of widely spread
 # scores becomes one-hot, and a one-hot softmax lets no gradient through. Then you write the
 # general `scaled_dot_product_attention` that every later notebook uses, and check it against
 # PyTorch's own.
-#
-# 你将遇到的每个注意力层都在计算 $\operatorname{softmax}\!\big(QK^\top/\sqrt{d_k}\big)\,V$。笔记本 01 省略了 $\sqrt{d_k}$ 也没出问题，因为那里的向量只有 3 个分量；笔记本 02 除以了 $\sqrt{d_{out}}$，并答应之后给出理由。真实的注意力头有 64 或 128 个分量，这时正是这次除法让注意力保持可训练。
 #
 # 本笔记本把原始 Transformer 论文中的论证变成三个测量：随着 $d_k$ 增大，分数越来越分散（它们的方差是 $d_k$）；分数很分散时 softmax 变成 one-hot；而 one-hot 的 softmax 不让任何梯度通过。然后你将编写之后每个笔记本都会用到的通用 `scaled_dot_product_attention`，并与 PyTorch 自带的实现对照。
 
@@ -71,12 +71,12 @@ plt.show()
 # $\mathbb E[q_i^2]\,\mathbb E[k_i^2] = 1$. Adding $d$ of them gives mean 0 and **variance $d$**:
 # with $d = 64$ a typical score is about $\pm 8$, with $d = 1024$ about $\pm 32$.
 #
+# 一个分数是 $q \cdot k = \sum_{i=1}^{d} q_i k_i$。和论文一样，假设 $q$ 和 $k$ 的分量相互独立，均值为 0、方差为 1（这是训练开始时向量的一个简单模型，而不是训练后向量的性质）。每个乘积 $q_i k_i$ 就是一个"骰子"：均值为 0，方差为 $\mathbb E[q_i^2]\,\mathbb E[k_i^2] = 1$。把 $d$ 个相加得到均值 0、**方差 $d$**：当 $d = 64$ 时典型的分数约为 $\pm 8$，当 $d = 1024$ 时约为 $\pm 32$。
+#
 # Dividing by $\sqrt{d}$ divides the variance by $d$ and brings it back to 1, whatever the width.
 # That is the whole reason for the $\sqrt{d_k}$: not $d_k$, which would shrink the scores towards 0
 # (a spread of $1/\sqrt{d_k}$, almost uniform weights), and not $\sqrt{d_v}$, the width of the values,
 # which never enters the dot product.
-#
-# 一个分数是 $q \cdot k = \sum_{i=1}^{d} q_i k_i$。和论文一样，假设 $q$ 和 $k$ 的分量相互独立，均值为 0、方差为 1（这是训练开始时向量的一个简单模型，而不是训练后向量的性质）。每个乘积 $q_i k_i$ 就是一个"骰子"：均值为 0，方差为 $\mathbb E[q_i^2]\,\mathbb E[k_i^2] = 1$。把 $d$ 个相加得到均值 0、**方差 $d$**：当 $d = 64$ 时典型的分数约为 $\pm 8$，当 $d = 1024$ 时约为 $\pm 32$。
 #
 # 除以 $\sqrt{d}$ 会把方差除以 $d$，使它回到 1，无论宽度是多少。这就是 $\sqrt{d_k}$ 的全部理由：不是 $d_k$（那会把分数压向 0，标准差只剩 $1/\sqrt{d_k}$，权重几乎均匀），也不是值向量的宽度 $\sqrt{d_v}$（它根本不参与点积）。
 
@@ -156,10 +156,10 @@ plt.show()
 # the best key $e^{10} \approx 22{,}000$ times the weight of the other. With spread-out scores the
 # softmax turns into an argmax: one weight near 1, the rest near 0.
 #
+# Softmax 只看分数之间的差：所有分数同时加上同一个数，$e^{x_i}/\sum_j e^{x_j}$ 不变。最好的分数与次好的分数相差 10，就已经让最好的键得到另一个键 $e^{10} \approx 22{,}000$ 倍的权重。分数很分散时 softmax 就变成了 argmax：一个权重接近 1，其余接近 0。
+#
 # The cell draws 256 random queries and 16 random keys of width $d$, and plots the average largest
 # weight of a row. With 16 keys a uniform row has largest weight $1/16$; a one-hot row has 1.
-#
-# Softmax 只看分数之间的差：所有分数同时加上同一个数，$e^{x_i}/\sum_j e^{x_j}$ 不变。最好的分数与次好的分数相差 10，就已经让最好的键得到另一个键 $e^{10} \approx 22{,}000$ 倍的权重。分数很分散时 softmax 就变成了 argmax：一个权重接近 1，其余接近 0。
 #
 # 下面的单元格随机生成 256 个查询和 16 个宽度为 $d$ 的键，并画出每行最大权重的平均值。有 16 个键时，均匀的一行最大权重为 $1/16$；one-hot 的一行为 1。
 
@@ -208,13 +208,13 @@ torch.set_printoptions(profile="default")
 # $$\frac{\partial p_i}{\partial z_j} = p_i\,(\delta_{ij} - p_j), \qquad
 # J = \operatorname{diag}(p) - p\,p^\top .$$
 #
+# 训练按梯度移动分数 $z$，而到达分数的每一个梯度都要经过 softmax $p = \operatorname{softmax}(z)$ 的导数。用商法则对 $p_i = e^{z_i} / \sum_k e^{z_k}$ 求导，得到上式：$\partial p_i / \partial z_j = p_i(\delta_{ij} - p_j)$，即 $J = \operatorname{diag}(p) - p\,p^\top$。
+#
 # The diagonal $p_i(1 - p_i)$ says: raising your own score raises your weight; the off-diagonal
 # $-p_i p_j$ says: raising another score takes weight from you. $J$ depends only on $p$, and if $p$
 # is one-hot every entry is 0 ($1 \cdot (1 - 1)$ on the diagonal, a product with a 0 elsewhere). The
 # gradient of the scores is $J^\top$ times the gradient of the weights, so a saturated softmax
 # passes nothing back: the queries and keys stop learning.
-#
-# 训练按梯度移动分数 $z$，而到达分数的每一个梯度都要经过 softmax $p = \operatorname{softmax}(z)$ 的导数。用商法则对 $p_i = e^{z_i} / \sum_k e^{z_k}$ 求导，得到上式：$\partial p_i / \partial z_j = p_i(\delta_{ij} - p_j)$，即 $J = \operatorname{diag}(p) - p\,p^\top$。
 #
 # 对角元 $p_i(1 - p_i)$ 表示：提高自己的分数会提高自己的权重；非对角元 $-p_i p_j$ 表示：提高别人的分数会拿走你的权重。$J$ 只依赖于 $p$；如果 $p$ 是 one-hot，每一项都是 0（对角线上是 $1 \cdot (1 - 1)$，其他位置是与 0 的乘积）。分数的梯度等于 $J^\top$ 乘以权重的梯度，所以饱和的 softmax 不会往回传递任何东西：查询和键就不再学习了。
 
@@ -291,22 +291,23 @@ plt.show()
 #
 # $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\Big(\frac{Q K^\top}{\sqrt{d_k}}\Big) V .$$
 #
+# 到目前为止的内容都可以写进一个函数，也就是 PyTorch 所说的 `scaled_dot_product_attention`（见上式）。
+#
 # From now on queries, keys and values are separate tensors. `q` has shape `(..., T_q, d_k)`, `k` has
 # `(..., T_k, d_k)` and `v` has `(..., T_k, d_v)`: there may be fewer queries than keys (a decoder
 # producing one new token looks at all the earlier ones), and the values may be narrower or wider than
 # the keys. The leading `...` holds the batch and, from notebook 06 on, the heads. Two arguments
 # prepare later notebooks:
 #
-# - `mask`: boolean, broadcastable to `(..., T_q, T_k)`, **True = blocked**. Blocked scores become
-#   `-inf` before the softmax, so they get weight exactly 0 and the others still sum to 1. (PyTorch's
-#   own boolean `attn_mask` means the opposite, True = allowed: pass it `~mask`.)
-# - `scale`: the factor the scores are multiplied by, $1/\sqrt{d_k}$ when it is `None`.
-#
-# 到目前为止的内容都可以写进一个函数，也就是 PyTorch 所说的 `scaled_dot_product_attention`（见上式）。
-#
 # 从现在起，查询、键和值是不同的张量。`q` 的形状是 `(..., T_q, d_k)`，`k` 是 `(..., T_k, d_k)`，`v` 是 `(..., T_k, d_v)`：查询可以比键少（解码器生成一个新词元时要看之前所有的词元），值向量也可以比键更窄或更宽。前面的 `...` 容纳批次维，从笔记本 06 开始还有注意力头。两个参数是为后面的笔记本准备的：
 #
-# - `mask`：布尔张量，可广播到 `(..., T_q, T_k)`，**True = 屏蔽**。被屏蔽的分数在 softmax 之前变为 `-inf`，因此权重恰好为 0，其余权重之和仍为 1。（PyTorch 自己的布尔 `attn_mask` 含义相反，True = 允许：传给它 `~mask`。）
+# - `mask`: boolean, broadcastable to `(..., T_q, T_k)`, **True = blocked**. Blocked scores become
+#   `-inf` before the softmax, so they get weight exactly 0 and the others still sum to 1. (PyTorch's
+#   own boolean `attn_mask` means the opposite, True = allowed: pass it `~mask`.) Two shapes are
+#   common: a causal mask `(T_q, T_k)` (notebook 04) and a padding mask `(B, 1, 1, T_k)` (below).
+# - `scale`: the factor the scores are multiplied by, $1/\sqrt{d_k}$ when it is `None`.
+#
+# - `mask`：布尔张量，可广播到 `(..., T_q, T_k)`，**True = 屏蔽**。被屏蔽的分数在 softmax 之前变为 `-inf`，因此权重恰好为 0，其余权重之和仍为 1。（PyTorch 自己的布尔 `attn_mask` 含义相反，True = 允许：传给它 `~mask`。）常见的形状有两种：因果掩码 `(T_q, T_k)`（笔记本 04）和填充掩码 `(B, 1, 1, T_k)`（见下文）。
 # - `scale`：分数所乘的因子，为 `None` 时取 $1/\sqrt{d_k}$。
 
 # %% [markdown]
@@ -407,6 +408,37 @@ for name, w in [("unscaled", unscaled), ("scaled", scaled)]:
     print(f"{name:8s}: mean largest weight {w.amax(-1).mean():.2f}, weights below 0.01: {int((w < 0.01).sum())} of 35")
 
 # %% [markdown]
+# ### Padding masks · 填充掩码
+#
+# A batch stacks texts of different lengths into one tensor, so the shorter ones are filled up with
+# padding tokens. Those are not words: no query may attend to them. A **padding mask** blocks them.
+# It depends on the batch item and the key, not on the query, so it has shape `(B, 1, 1, T_k)`: True
+# at every padded key of item `b`, broadcast over the heads and over every query. Your
+# `scaled_dot_product_attention` handles it as it is, because the mask only has to broadcast against
+# the scores `(B, H, T_q, T_k)`. A causal mask `(T_q, T_k)` and a padding mask combine with `|`
+# (blocked if either blocks).
+#
+# 一个批次把长度不同的文本堆成一个张量，所以较短的文本要用填充词元补齐。它们不是真正的词：任何查询都不应关注它们。**填充掩码** 负责屏蔽它们。它取决于批中的样本和键，而与查询无关，所以形状是 `(B, 1, 1, T_k)`：在样本 `b` 的每个填充键处为 True，并在各个头和所有查询上广播。你的 `scaled_dot_product_attention` 原样就能处理它，因为掩码只需要能与分数 `(B, H, T_q, T_k)` 广播。因果掩码 `(T_q, T_k)` 和填充掩码用 `|` 组合（任意一个屏蔽就屏蔽）。
+#
+# The cell pads the second of two texts from 3 to 5 tokens and checks two things: the padded keys get
+# weight exactly 0, and the real tokens' outputs equal those computed on the unpadded text alone.
+#
+# 下面的单元格把两个文本中的第二个从 3 个词元填充到 5 个，并检查两件事：被填充的键得到的权重恰好为 0，真实词元的输出与只用未填充文本算出的结果相同。
+
+# %%
+g = torch.Generator().manual_seed(5)
+B, H, T, d = 2, 2, 5, 8
+lengths = torch.tensor([5, 3])                                   # the second text has 3 real tokens
+q, k, v = (torch.randn(B, H, T, d, generator=g) for _ in range(3))
+padding = torch.arange(T)[None, :] >= lengths[:, None]          # (B, T_k): True at padded keys
+mask = padding[:, None, None, :]                                 # (B, 1, 1, T_k)
+print("padding mask of item 1:", padding[1].tolist(), "| mask shape:", tuple(mask.shape))
+context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+print("weight on padded keys:", weights[1, ..., 3:].abs().max().item())
+alone, _ = scaled_dot_product_attention(q[1:, :, :3], k[1:, :, :3], v[1:, :, :3])
+print("real tokens unchanged by the padding:", torch.allclose(context[1:, :, :3], alone, atol=1e-6))
+
+# %% [markdown]
 # ## What comes next · 接下来
 #
 # The scores here came from random vectors; in a model they come from the trainable projections of
@@ -414,13 +446,13 @@ for name, w in [("unscaled", unscaled), ("scaled", scaled)]:
 # seeing the future, and notebook 06 runs the same kernel once per head. Its reference lives in
 # `utils/scaled_attention.py`.
 #
+# 这里的分数来自随机向量；在模型中它们来自笔记本 02 的可训练投影，那里的 $d_{out}$ 就是这里的 $d_k$。笔记本 04 用 `mask` 参数阻止词元看到未来，笔记本 06 对每个注意力头各运行一次同样的内核。它的参考实现位于 `utils/scaled_attention.py`。
+#
 # Sources: A. Vaswani et al., *Attention Is All You Need* (2017), section 3.2.1 and its footnote on the
 # variance of $q \cdot k$; S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.4.1
 # and its sidebar "The rationale behind scaled-dot product attention"; the illustrated e-book 《看图学大模型》 (its
 # interview question "why divide by $\sqrt d$": variance, saturation and the softmax Jacobian); the
 # dice analogy after the course's DeepSeek lecture notes; the course's reference facts on
 # `torch.nn.functional.scaled_dot_product_attention` (signature, boolean `attn_mask` with True = allowed).
-#
-# 这里的分数来自随机向量；在模型中它们来自笔记本 02 的可训练投影，那里的 $d_{out}$ 就是这里的 $d_k$。笔记本 04 用 `mask` 参数阻止词元看到未来，笔记本 06 对每个注意力头各运行一次同样的内核。它的参考实现位于 `utils/scaled_attention.py`。
 #
 # 来源：A. Vaswani 等，《Attention Is All You Need》（2017），第 3.2.1 节及其关于 $q \cdot k$ 方差的脚注；S. Raschka，《从零构建大语言模型》第 3.4.1 节及其附注"缩放点积注意力的原理"；图解电子书《看图学大模型》（其面试题"为什么要除以 $\sqrt d$"：方差、饱和与 softmax 雅可比矩阵）；骰子的类比来自本课程的 DeepSeek 讲座笔记；本课程关于 `torch.nn.functional.scaled_dot_product_attention` 的参考事实（签名，以及 True 表示允许的布尔 `attn_mask`）。

@@ -16,12 +16,12 @@
 # i. If it could, the answer it is asked for would be sitting right there, and the model would learn
 # to copy instead of to predict.
 #
+# 语言模型通过预测下一个词元来学习。但它并不是一次只预测一个词元：对 "Your journey starts with one step" 做一次前向计算，就能同时在每个位置上做出预测（"Your" → "journey"，"Your journey" → "starts"，……），所以一段 T 个词元的文本，只花一次前向计算就得到 T 个训练样本。这只有在位置 i 看不到 i 之后的位置时才成立。如果能看到，要预测的答案就摆在眼前，模型学会的将是抄答案，而不是预测。
+#
 # **Causal attention** (also called masked attention) enforces this: each query may attend to its
 # own key and to earlier keys, never to later ones. In this notebook you build the mask, apply it by
 # the two routes of Raschka's book, see why the second route must use $-\infty$ and not 0, prove
 # with an experiment that nothing leaks, and pack it all into a module whose mask travels with it.
-#
-# 语言模型通过预测下一个词元来学习。但它并不是一次只预测一个词元：对 "Your journey starts with one step" 做一次前向计算，就能同时在每个位置上做出预测（"Your" → "journey"，"Your journey" → "starts"，……），所以一段 T 个词元的文本，只花一次前向计算就得到 T 个训练样本。这只有在位置 i 看不到 i 之后的位置时才成立。如果能看到，要预测的答案就摆在眼前，模型学会的将是抄答案，而不是预测。
 #
 # **因果注意力**（也叫掩码注意力）保证了这一点：每个查询可以关注它自己的键和更早的键，但绝不能关注之后的键。在本笔记本中，你将构造因果掩码，用 Raschka 书中的两条路线应用它，看清第二条路线为什么必须用 $-\infty$ 而不是 0，用实验证明没有信息泄漏，并把这一切装进一个让掩码随之移动的模块。
 
@@ -71,14 +71,14 @@ plt.show()
 # `(i, j)` is True when key `j` comes after query `i`, so the mask is True strictly above the
 # diagonal. PyTorch's `masked_fill(mask, value)` writes `value` where the mask is True.
 #
+# 因果掩码是一个 `(T_q, T_k)` 的布尔矩阵。在本课程中 **True 表示被屏蔽**：当键 `j` 在查询 `i` 之后时，`(i, j)` 处为 True，所以掩码恰好在对角线以上为 True。PyTorch 的 `masked_fill(mask, value)` 会在掩码为 True 的地方写入 `value`。
+#
 # When there are **fewer queries than keys**, the queries are the *last* `T_q` positions. This is
-# what happens when a model generates with a KV cache (notebook 07): the keys of the earlier tokens
+# what happens when a model generates with a KV cache (notebook 07, `07_kv_cache.ipynb`): the keys of the earlier tokens
 # are kept, and only the new token asks a query. So query `i` may see key `j` exactly when
 # $j \le i + (T_k - T_q)$: the mask is aligned to the **bottom-right** corner.
 #
-# 因果掩码是一个 `(T_q, T_k)` 的布尔矩阵。在本课程中 **True 表示被屏蔽**：当键 `j` 在查询 `i` 之后时，`(i, j)` 处为 True，所以掩码恰好在对角线以上为 True。PyTorch 的 `masked_fill(mask, value)` 会在掩码为 True 的地方写入 `value`。
-#
-# 当 **查询少于键** 时，这些查询是 *最后* `T_q` 个位置。用 KV 缓存生成文本时（笔记本 07）正是如此：之前词元的键被保留下来，只有新的词元发出查询。所以查询 `i` 当且仅当 $j \le i + (T_k - T_q)$ 时可以看到键 `j`：掩码对齐到 **右下角**。
+# 当 **查询少于键** 时，这些查询是 *最后* `T_q` 个位置。用 KV 缓存生成文本时（笔记本 07，`07_kv_cache.ipynb`）正是如此：之前词元的键被保留下来，只有新的词元发出查询。所以查询 `i` 当且仅当 $j \le i + (T_k - T_q)$ 时可以看到键 `j`：掩码对齐到 **右下角**。
 
 # %% [markdown]
 # ### Exercise 1 · `causal_mask` · 练习 1
@@ -482,9 +482,9 @@ print("SDPA with our mask == ours:", torch.allclose(sdpa_explicit, bottom_right,
 # Note the flipped convention: `F.scaled_dot_product_attention` reads a boolean `attn_mask` as True =
 # **allowed**, so we pass `~causal_mask(...)`. With the top-left mask the newest query would be
 # forbidden to see the tokens it is supposed to continue, an error of the size printed above;
-# notebook 07 builds on this bottom-right alignment.
+# notebook 07 (`07_kv_cache.ipynb`) builds on this bottom-right alignment.
 #
-# 注意约定是反的：`F.scaled_dot_product_attention` 把布尔 `attn_mask` 中的 True 理解为 **允许**，所以我们传入 `~causal_mask(...)`。若用左上对齐的掩码，最新的查询将看不到它要接续的那些词元，误差就是上面打印的大小；笔记本 07 会建立在这种右下对齐之上。
+# 注意约定是反的：`F.scaled_dot_product_attention` 把布尔 `attn_mask` 中的 True 理解为 **允许**，所以我们传入 `~causal_mask(...)`。若用左上对齐的掩码，最新的查询将看不到它要接续的那些词元，误差就是上面打印的大小；笔记本 07（`07_kv_cache.ipynb`）会建立在这种右下对齐之上。
 
 # %% [markdown]
 # ## What comes next · 接下来
@@ -492,13 +492,13 @@ print("SDPA with our mask == ours:", torch.allclose(sdpa_explicit, bottom_right,
 # Notebook 05 adds dropout to the attention weights and assembles the book's compact
 # `CausalAttention` class, the single head that notebook 06 stacks into multi-head attention.
 #
+# 笔记本 05 会在注意力权重上加入 dropout，并组装出书中紧凑的 `CausalAttention` 类，也就是笔记本 06 会堆叠成多头注意力的单个头。
+#
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.5 (3.5.1 the two
 # masking routes and the information-leakage argument, 3.5.3 the mask as a buffer); A. Vaswani et
 # al., *Attention Is All You Need* (2017), section 3.2.3 (masking illegal connections with
 # $-\infty$); N. Srivastava et al., *Dropout: A Simple Way to Prevent Neural Networks from
 # Overfitting* (2014), for the next notebook; PyTorch's documentation of
 # `F.scaled_dot_product_attention` (`is_causal` is top-left aligned).
-#
-# 笔记本 05 会在注意力权重上加入 dropout，并组装出书中紧凑的 `CausalAttention` 类，也就是笔记本 06 会堆叠成多头注意力的单个头。
 #
 # 来源：S. Raschka，《从零构建大语言模型》第 3.5 节（3.5.1 两种掩码路线与信息泄漏的论证，3.5.3 把掩码作为缓冲区）；A. Vaswani 等，《Attention Is All You Need》（2017）第 3.2.3 节（用 $-\infty$ 屏蔽非法连接）；N. Srivastava 等，《Dropout: A Simple Way to Prevent Neural Networks from Overfitting》（2014），用于下一个笔记本；PyTorch 的 `F.scaled_dot_product_attention` 文档（`is_causal` 是左上对齐的）。

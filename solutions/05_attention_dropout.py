@@ -13,12 +13,15 @@
 # on the exact output of the others. **Dropout** (Srivastava et al., 2014) breaks that habit: during
 # training every unit is switched off at random with probability $p$, so no unit can count on any
 # other being there. In attention, GPT-style models apply it to the **attention weights**: in each
-# training step every query randomly ignores some of the keys it could see. GPT models are trained
-# with $p = 0.1$ or $0.2$; the demos here use $p = 0.5$ so the effect is easy to see.
+# training step every query randomly ignores some of the keys it could see. GPT-2 used $p = 0.1$ on
+# its attention weights (`attn_pdrop`, like its other dropout rates); many recent LLMs, trained for
+# about one pass over trillions of tokens, use no attention dropout at all (Llama's published
+# configurations set `attention_dropout` to 0.0). The demos here use $p = 0.5$ so the effect is easy
+# to see.
+#
+# 大型网络可以通过让少数单元相互适应来记住训练数据：每个单元都依赖其他单元的精确输出。**Dropout**（Srivastava 等，2014）打破了这种习惯：训练时每个单元以概率 $p$ 被随机关掉，所以没有哪个单元能指望其他单元一定在场。在注意力中，GPT 类模型把它应用到 **注意力权重** 上：每个训练步中，每个查询都会随机忽略一些它本可以看到的键。GPT-2 在注意力权重上使用 $p = 0.1$（`attn_pdrop`，与它的其他 dropout 比例相同）；许多近来的大语言模型只在数万亿词元上训练大约一遍，根本不用注意力 dropout（Llama 公开的配置把 `attention_dropout` 设为 0.0）。这里的演示使用 $p = 0.5$，让效果一目了然。
 #
 # Dropout is active only in training. At evaluation and generation time the model is deterministic.
-#
-# 大型网络可以通过让少数单元相互适应来记住训练数据：每个单元都依赖其他单元的精确输出。**Dropout**（Srivastava 等，2014）打破了这种习惯：训练时每个单元以概率 $p$ 被随机关掉，所以没有哪个单元能指望其他单元一定在场。在注意力中，GPT 类模型把它应用到 **注意力权重** 上：每个训练步中，每个查询都会随机忽略一些它本可以看到的键。GPT 模型训练时使用 $p = 0.1$ 或 $0.2$；这里的演示使用 $p = 0.5$，让效果一目了然。
 #
 # Dropout 只在训练时起作用。在评估和生成时，模型是确定性的。
 
@@ -53,12 +56,12 @@ print(causal_weights.round(decimals=4))
 #
 # $$\mathbb{E}[\text{out}] = (1-p) \cdot \frac{w}{1-p} + p \cdot 0 = w .$$
 #
-# Evaluation then needs no correction at all: dropout becomes the identity. (The 2014 paper scaled
-# the weights at test time instead; every modern framework uses the inverted form.)
-#
 # 把比例为 $p$ 的权重置零，会让它们的期望缩小为 $(1-p)\,w$。这样到了评估时（什么都不丢弃），网络看到的值会更大。**反向 dropout** 在训练时就解决了这个问题：它把每个保留下来的值除以 $(1 - p)$，于是
 #
 # $$\mathbb{E}[\text{out}] = (1-p) \cdot \frac{w}{1-p} + p \cdot 0 = w 。$$
+#
+# Evaluation then needs no correction at all: dropout becomes the identity. (The 2014 paper scaled
+# the weights at test time instead; every modern framework uses the inverted form.)
 #
 # 评估时就完全不需要任何修正：dropout 变成恒等映射。（2014 年的论文是在测试时缩放权重；现代框架都使用反向的形式。）
 
@@ -140,6 +143,35 @@ print(dropped_w.round(decimals=4))
 print("row sums:", dropped_w.sum(dim=-1).round(decimals=4))
 
 # %% [markdown]
+# ## Where to drop: the weights or the context · 在哪里 dropout：权重还是上下文
+#
+# Dropout could also act one step later, on the context vectors `weights @ V`. The two are not the
+# same. Dropping a weight removes one key from one query's mix: that query's output is built from
+# fewer keys, but all its features are still there (unless the query lost every key it had, as the
+# first query, which sees only itself, does half of the time). Dropping the context zeroes single features of
+# the output, ordinary dropout on activations, and every key still contributes. The cell applies
+# both to the causal weights with random values and counts what each removes.
+#
+# Dropout 也可以晚一步作用在上下文向量 `weights @ V` 上。两者并不相同。丢弃一个权重，就是从一个查询的混合中去掉一个键：该查询的输出由更少的键构成，但它的所有特征都还在（除非这个查询失去了它所有的键，比如只能看到自己的第一个查询，有一半的概率如此）。对上下文做 dropout，则是把输出的单个特征置零，也就是普通的激活 dropout，而每个键仍然都有贡献。下面的单元格把两种方式都应用到因果权重和随机的值上，并统计各自去掉了什么。
+#
+# The course drops the weights, as the book does, as GPT-2's code does, and as PyTorch's
+# `F.scaled_dot_product_attention(..., dropout_p=p)` does: it regularises *which keys* a query relies
+# on, the very thing attention learns. Dropout on the block's outputs (the residual dropout of
+# Vaswani et al., section 5.4) is a separate layer outside attention.
+#
+# 本课程对权重做 dropout，书中、GPT-2 的代码以及 PyTorch 的 `F.scaled_dot_product_attention(..., dropout_p=p)` 都是这样做的：它正则化的是一个查询 *依赖哪些键*，这恰恰是注意力要学的东西。对整个模块输出做的 dropout（Vaswani 等人论文第 5.4 节的残差 dropout）是注意力之外的另一层。
+
+# %%
+values = torch.randn(6, 4, generator=torch.Generator().manual_seed(2))   # (T, d_v)
+on_weights = attention_dropout(causal_weights, 0.5, generator=torch.Generator().manual_seed(7))
+on_context = attention_dropout(causal_weights @ values, 0.5, generator=torch.Generator().manual_seed(7))
+allowed = ~causal_mask(6)
+print(f"dropout on the weights: {int((on_weights[allowed] == 0).sum())} of {int(allowed.sum())} (query, key) pairs removed, "
+      f"{int(((on_weights @ values) == 0).sum())} of 24 output features zero")
+print(f"dropout on the context: 0 of {int(allowed.sum())} (query, key) pairs removed, "
+      f"{int((on_context == 0).sum())} of 24 output features zero")
+
+# %% [markdown]
 # ## Dropout is a statistic · dropout 是一个统计量
 #
 # One draw tells little; many draws show what dropout guarantees. Left: the fraction of the 36
@@ -170,7 +202,7 @@ left.set_xlabel("fraction of the 36 entries kept"); left.set_ylabel("draws"); le
 left.set_title("Kept fraction over 2,000 draws (p = 0.5)")
 right.loglog(ns, errors, marker="o", label="RMS of (mean - w)")
 right.loglog(ns, [errors[0] * math.sqrt(ns[0] / n) for n in ns], ls="--", color="gray", label="∝ 1/√n")
-right.set_xlabel("number of dropped copies averaged, n"); right.legend()
+right.set_xlabel("number of dropped copies averaged, n"); right.set_ylabel("root-mean-square error"); right.legend()
 right.set_title("The mean of dropped weights converges to w")
 plt.tight_layout(); plt.show()
 
@@ -345,6 +377,8 @@ plt.tight_layout(); plt.show()
 # Notebook 06 runs several of these `CausalAttention` heads side by side, first as a list of modules
 # and then as one efficient multi-head layer, the form GPT-2 and every later model uses.
 #
+# 笔记本 06 会让多个这样的 `CausalAttention` 头并排运行：先是一个模块列表，再是一个高效的多头层，也就是 GPT-2 及之后所有模型使用的形式。
+#
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, sections 3.5.2 (dropout on the
 # attention weights, the $p = 0.5$ demo, the note on OS-dependent outputs) and 3.5.3 (the compact
 # `CausalAttention` class); N. Srivastava, G. Hinton, A. Krizhevsky, I. Sutskever and
@@ -352,7 +386,5 @@ plt.tight_layout(); plt.show()
 # (2014); A. Vaswani et al., *Attention Is All You Need* (2017), section 5.4 (residual dropout);
 # PyTorch issue #121595 and LLMs-from-scratch issues #57 and #312 (dropout masks differ across
 # platforms).
-#
-# 笔记本 06 会让多个这样的 `CausalAttention` 头并排运行：先是一个模块列表，再是一个高效的多头层，也就是 GPT-2 及之后所有模型使用的形式。
 #
 # 来源：S. Raschka，《从零构建大语言模型》第 3.5.2 节（注意力权重上的 dropout、$p = 0.5$ 的演示、输出随操作系统不同的说明）和第 3.5.3 节（紧凑的 `CausalAttention` 类）；N. Srivastava、G. Hinton、A. Krizhevsky、I. Sutskever 和 R. Salakhutdinov，《Dropout: A Simple Way to Prevent Neural Networks from Overfitting》，JMLR 15（2014）；A. Vaswani 等，《Attention Is All You Need》（2017）第 5.4 节（残差 dropout）；PyTorch issue #121595 以及 LLMs-from-scratch 的 issue #57 和 #312（dropout 掩码在不同平台上不同）。

@@ -27,7 +27,7 @@ from torch import nn
 
 from utils.dropout import CausalAttention
 from utils.plots import attention_heatmap
-from utils.tokenizer import encode, tokens
+from utils.tokenizer import tokens
 
 
 # %% [markdown]
@@ -43,9 +43,10 @@ from utils.tokenizer import encode, tokens
 # ### Exercise 1 · `MultiHeadAttentionWrapper` · 练习 1
 #
 # Build `num_heads` heads `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)` and return
-# their outputs concatenated on the last axis: shape `(B, T, d_out * num_heads)`.
+# their outputs concatenated on the last axis: shape `(B, T, d_out * num_heads)`. Here, as in the
+# book, `d_out` is the width of **each head**, so the output is `num_heads` times wider.
 #
-# 构建 `num_heads` 个头 `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)`，返回它们沿最后一维拼接的输出：形状为 `(B, T, d_out * num_heads)`。
+# 构建 `num_heads` 个头 `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)`，返回它们沿最后一维拼接的输出：形状为 `(B, T, d_out * num_heads)`。这里和书中一样，`d_out` 是 **每个头** 的宽度，所以输出宽度是它的 `num_heads` 倍。
 
 # %% nbgrader={"grade": false, "grade_id": "MultiHeadAttentionWrapper", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MultiHeadAttentionWrapper(nn.Module):
@@ -93,6 +94,13 @@ nb06.check_MultiHeadAttentionWrapper(MultiHeadAttentionWrapper)
 # `view` refuses it. Use `.contiguous().view(...)` or `reshape`.
 #
 # 包装器一个接一个地运行各个头。更好的做法是：一次投影到完整宽度 `d_out = num_heads * head_dim`，再把特征切成多个头：用 `view` 把 `(B, T, d_out)` 变成 `(B, T, H, hd)`，再用 `transpose(1, 2)` 把头移到批维旁边，得到 `(B, H, T, hd)`，这样一次批量矩阵乘法就能算出所有头的分数。注意力之后，反向操作把各个头合并。`transpose` 不移动数据，只改变步长；结果不是 *连续* 的，`view` 会拒绝它。请使用 `.contiguous().view(...)` 或 `reshape`。
+#
+# Mind the name: in `MultiHeadAttention`, `d_out` is the **total** width, split into `num_heads`
+# heads of `head_dim = d_out // num_heads`, while in `MultiHeadAttentionWrapper` it was the width of
+# each head. The book uses one name for both; the output of `MultiHeadAttention(d_in, d_out, ...)` is
+# `d_out` wide, the wrapper's `d_out * num_heads`.
+#
+# 注意这个名字：在 `MultiHeadAttention` 中，`d_out` 是 **总** 宽度，被切成 `num_heads` 个宽为 `head_dim = d_out // num_heads` 的头；而在 `MultiHeadAttentionWrapper` 中，它是每个头的宽度。书中两处用的是同一个名字；`MultiHeadAttention(d_in, d_out, ...)` 的输出宽度是 `d_out`，包装器的输出宽度是 `d_out * num_heads`。
 
 # %%
 x = torch.arange(2 * 3 * 4.0).reshape(1, 2, 3, 4).transpose(1, 2)  # (B, H, T, hd) -> (B, T, H, hd)
@@ -230,15 +238,18 @@ nb06.check_MultiHeadAttention(MultiHeadAttention)
 # %% [markdown]
 # ## Three ways, one result · 三种写法，同一个结果
 #
-# The wrapper and the efficient module compute the same function once their weights agree: head `h`
-# of the wrapper gets rows `h*hd:(h+1)*hd` of the big projections, and the wrapper's output goes through
-# the same `out_proj`. PyTorch's own `nn.MultiheadAttention` keeps the three projections stacked in one
+# The wrapper and the efficient module compute the same heads once their weights agree: head `h` of
+# a wrapper with per-head width `hd` gets rows `h*hd:(h+1)*hd` of the big projections. The wrapper has
+# no output projection, so its output equals the efficient module's merged context *before*
+# `out_proj`; passing it through the module's `out_proj` gives the module's output. The cell checks
+# both. PyTorch's own `nn.MultiheadAttention` keeps the three projections stacked in one
 # `in_proj_weight`; copying ours into it gives the same numbers too. (`utils.mha_variants` does the
 # copying; here we check the results.)
 #
-# 只要权重一致，包装器和高效模块计算的是同一个函数：包装器的第 `h` 个头取大投影矩阵的第 `h*hd` 到 `(h+1)*hd` 行，包装器的输出再经过同一个 `out_proj`。PyTorch 自带的 `nn.MultiheadAttention` 把三个投影堆叠在一个 `in_proj_weight` 中；把我们的权重复制进去，也得到相同的数值。（复制由 `utils.mha_variants` 完成；这里我们检查结果。）
+# 只要权重一致，包装器和高效模块计算的是同样的头：每个头宽度为 `hd` 的包装器，其第 `h` 个头取大投影矩阵的第 `h*hd` 到 `(h+1)*hd` 行。包装器没有输出投影，所以它的输出等于高效模块在 `out_proj` *之前* 合并得到的上下文；再把它送入模块的 `out_proj`，就得到模块的输出。下面的单元格两者都检查。PyTorch 自带的 `nn.MultiheadAttention` 把三个投影堆叠在一个 `in_proj_weight` 中；把我们的权重复制进去，也得到相同的数值。（复制由 `utils.mha_variants` 完成；这里我们检查结果。）
 
 # %%
+from utils.causal import causal_mask
 from utils.mha_variants import torch_mha_forward, torch_mha_from, wrapper_from
 
 torch.manual_seed(123)
@@ -246,41 +257,138 @@ mha = MultiHeadAttention(d_in=8, d_out=8, context_length=10, dropout=0.0, num_he
 x = torch.randn(2, 10, 8)
 with torch.no_grad():
     ours = mha(x)
-    via_wrapper = mha.out_proj(wrapper_from(mha, context_length=10)(x))
+    q, k, v = (split_heads(layer(x), 4) for layer in (mha.W_query, mha.W_key, mha.W_value))
+    scores = (q @ k.transpose(-2, -1) / mha.head_dim**0.5).masked_fill(causal_mask(10), float("-inf"))
+    context = merge_heads(torch.softmax(scores, dim=-1) @ v)  # (B, T, d_out), before out_proj
+    wrapper = wrapper_from(mha, context_length=10)               # 4 heads of width 2, no out_proj
+    via_wrapper = wrapper(x)
     via_torch = torch_mha_forward(torch_mha_from(mha), x)
-print("wrapper == efficient (to 1e-6):", torch.allclose(via_wrapper, ours, atol=1e-6))
-print("nn.MultiheadAttention == efficient (to 1e-6):", torch.allclose(via_torch, ours, atol=1e-6))
+print("wrapper output width:", via_wrapper.shape[-1], "| module output width:", ours.shape[-1])
+print("wrapper == module's context before out_proj (to 1e-6):", torch.allclose(via_wrapper, context, atol=1e-6))
+print("mha.out_proj(wrapper output) == module (to 1e-6):", torch.allclose(mha.out_proj(via_wrapper), ours, atol=1e-6))
+print("nn.MultiheadAttention == module (to 1e-6):", torch.allclose(via_torch, ours, atol=1e-6))
 
 # %% [markdown]
 # ## What the heads look at · 各个头在看什么
 #
-# A real sentence, tokenized with GPT-2, through one untrained `MultiHeadAttention` (random token
-# embeddings, 4 heads). Untrained heads have no roles yet, but each already sees the sentence
-# differently, because each has its own queries and keys; training turns these differences into
-# specialisations. The causal mask shows as the empty upper triangle.
+# Heads of an untrained layer on random embeddings look at nothing in particular. Trained models
+# have heads with clear roles, and two of the most common can be written by hand: a
+# **previous-token head**, whose query at position `i` matches only the key of position `i - 1`, and
+# a **first-token head**, whose queries all match the key of position 0 (trained models park spare
+# attention there, the "attention sink"). Both read positions, and attention itself has none, so
+# here the input of each token is simply the one-hot vector of its position (notebook 08 shows how
+# real models add positions to the token embeddings).
 #
-# 一个真实的句子，用 GPT-2 分词，送入一个未训练的 `MultiHeadAttention`（随机词元嵌入，4 个头）。未训练的头还没有分工，但每个头看句子的方式已经不同，因为它们各有自己的查询和键；训练会把这些差异变成专长。因果掩码表现为空白的上三角。
+# 未训练的层在随机嵌入上的各个头并不关注什么特别的东西。训练好的模型里有分工清晰的头，其中最常见的两种可以手工写出来：**前一词元头**，位置 `i` 的查询只与位置 `i - 1` 的键匹配；以及 **首词元头**，所有查询都与位置 0 的键匹配（训练好的模型会把多余的注意力停放在那里，即"注意力汇聚"）。这两种头都读取位置信息，而注意力本身没有位置，所以这里每个词元的输入就是它所在位置的 one-hot 向量（笔记本 08 会展示真实模型如何把位置加到词元嵌入上）。
+#
+# With `head_dim = T`, the queries and keys are columns of the projection matrices. Head 0 gets
+# queries $q_i = c\,e_i$ and keys $k_j = e_{j+1}$, so the score is $c$ exactly when $j = i - 1$. Head 1
+# gets the same query $q_i = e_0$ for every position and the key $k_0 = c\,e_0$, all other keys zero.
+#
+# 取 `head_dim = T` 时，查询和键就是投影矩阵的列。第 0 个头的查询为 $q_i = c\,e_i$，键为 $k_j = e_{j+1}$，所以当且仅当 $j = i - 1$ 时分数为 $c$。第 1 个头在每个位置都用同一个查询 $q_i = e_0$，键为 $k_0 = c\,e_0$，其余的键都为零。
 
 # %%
 sentence = "The dog chased the ball but it couldn't catch it"
-ids = torch.tensor([encode(sentence)])
 labels = tokens(sentence)
-torch.manual_seed(0)
-embedding = nn.Embedding(50257, 64)
-heads_mha = MultiHeadAttention(64, 64, context_length=32, dropout=0.0, num_heads=4).eval()
+T, c = len(labels), 20.0
+hand = MultiHeadAttention(d_in=T, d_out=2 * T, context_length=T, dropout=0.0, num_heads=2).eval()
 with torch.no_grad():
-    h = embedding(ids)
-    T = h.shape[1]
-    q = split_heads(heads_mha.W_query(h), 4)
-    k = split_heads(heads_mha.W_key(h), 4)
-    scores = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(heads_mha.mask[:T, :T], float("-inf"))
-    weights = torch.softmax(scores, dim=-1)[0]  # (H, T, T)
-fig, axes = plt.subplots(1, 4, figsize=(20, 5))
-for head, ax in enumerate(axes):
-    attention_heatmap(weights[head], labels, labels, ax=ax, annotate=False, title=f"head {head}")
+    for layer in (hand.W_query, hand.W_key, hand.W_value):
+        layer.weight.zero_()
+    hand.W_query.weight[:T] = c * torch.eye(T)        # head 0: q_i = c e_i
+    hand.W_key.weight[:T] = torch.diag(torch.ones(T - 1), -1)  # head 0: k_j = e_(j+1)
+    hand.W_query.weight[T, :] = 1.0                    # head 1: q_i = e_0 for every i
+    hand.W_key.weight[T, 0] = c                        # head 1: k_0 = c e_0, other keys 0
+    x = torch.eye(T)[None]                             # (1, T, T): token i is the one-hot of position i
+    q = split_heads(hand.W_query(x), 2)
+    k = split_heads(hand.W_key(x), 2)
+    scores = (q @ k.transpose(-2, -1) / hand.head_dim**0.5).masked_fill(hand.mask[:T, :T], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)[0]         # (H, T, T)
+fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+for head, (ax, name) in enumerate(zip(axes, ("head 0: previous token", "head 1: first token"))):
+    attention_heatmap(weights[head], labels, labels, ax=ax, annotate=False, title=name)
 plt.tight_layout(); plt.show()
-print(len(labels), "tokens:", labels)
+print("head 0, most attended key per query:", weights[0].argmax(-1).tolist())
+print("head 1, most attended key per query:", weights[1].argmax(-1).tolist())
+print(f"smallest weight on the intended key: head 0 {weights[0].diagonal(-1).min():.3f}, head 1 {weights[1][:, 0].min():.3f}")
 
+# %% [markdown]
+# Head 0's strongest key is the previous position for every query but the first (which can only
+# see itself), and head 1's is position 0 for every query; the last line prints the smallest weight
+# each head gives its intended key.
+#
+# 除了第一个查询（它只能看到自己）之外，第 0 个头对每个查询最关注的键都是前一个位置；第 1 个头对每个查询最关注的都是位置 0；最后一行打印了每个头给目标键的最小权重。
+
+# %% [markdown]
+# ## Cross-attention · 交叉注意力
+#
+# So far queries, keys and values all came from one sequence: **self**-attention. In
+# **cross-attention** the queries come from one sequence and the keys and values from another. The
+# original Transformer's decoder uses it to read the encoded source sentence while it writes the
+# translation (Vaswani et al., 2017, section 3.2.3); speech and image models read their encoder's
+# output the same way. Nothing in `scaled_dot_product_attention` from notebook 03 assumed
+# $T_q = T_k$: the weights are `(T_q, T_k)`, one row per target token and one column per source
+# token, and no causal mask is needed, since the whole source is known.
+#
+# 到目前为止，查询、键和值都来自同一个序列：这是 **自** 注意力。在 **交叉注意力** 中，查询来自一个序列，键和值来自另一个序列。原始 Transformer 的解码器在写出译文时，用它来读取已编码的源句子（Vaswani 等，2017，第 3.2.3 节）；语音和图像模型也以同样的方式读取编码器的输出。笔记本 03 中的 `scaled_dot_product_attention` 从未假设 $T_q = T_k$：权重的形状是 `(T_q, T_k)`，每个目标词元一行，每个源词元一列；而且不需要因果掩码，因为整个源序列都是已知的。
+
+# %%
+from utils.scaled_attention import scaled_dot_product_attention
+
+torch.manual_seed(0)
+source = torch.randn(1, 7, 16)   # (B, T_k, d): e.g. an encoded sentence of 7 tokens
+target = torch.randn(1, 3, 12)   # (B, T_q, d'): 3 tokens written so far, another width
+W_q, W_k, W_v = nn.Linear(12, 8), nn.Linear(16, 8), nn.Linear(16, 10)
+with torch.no_grad():
+    context, weights = scaled_dot_product_attention(W_q(target), W_k(source), W_v(source))
+print("weights:", tuple(weights.shape), "(B, T_q, T_k) | context:", tuple(context.shape), "(B, T_q, d_v)")
+print("every target token's weights over the source sum to 1:", torch.allclose(weights.sum(-1), torch.ones(1, 3)))
+
+# %% [markdown]
+# ## The cost of the (T, T) weights · (T, T) 权重的代价
+#
+# Every head stores a `(T, T)` matrix of weights and computes it with $T^2$ dot products, so doubling
+# the length multiplies both the memory and the time of that step by four. The cell builds the
+# weights of your `MultiHeadAttention` (batch 1, 4 heads) at growing lengths and prints their size
+# and the time of the scores-softmax-weights step (on one thread, so that the ratio shows the work
+# rather than how busy the other cores are), each relative to the shortest length, on the machine
+# that ran this. Memory follows $T^2$ exactly. Time grows roughly like $T^2$ as well, often faster on
+# a CPU once the weights no longer fit in its caches, and more slowly at small lengths, where fixed
+# overheads dominate: compare the time ratios with the last column. This quadratic cost is what the
+# KV cache (notebook 07), multi-head latent attention (notebook 09) and fused kernels such as
+# `F.scaled_dot_product_attention` work around.
+#
+# 每个头都要保存一个 `(T, T)` 的权重矩阵，并用 $T^2$ 次点积来计算它，所以长度加倍时，这一步的内存和时间都变为四倍。下面的单元格在不断增加的长度下构建你的 `MultiHeadAttention` 的权重（批大小 1，4 个头），并打印它们的大小以及"分数-softmax-权重"这一步的耗时（在单线程上测量，这样比值反映的是计算量，而不是其他核心有多忙），都相对于最短长度给出，数值来自运行本笔记本的机器。内存严格按 $T^2$ 增长。时间也大致按 $T^2$ 增长：在 CPU 上，一旦权重放不进缓存，往往增长得更快；而在长度较小时，固定开销占主导，增长得更慢：请把时间的比值与最后一列对比。KV 缓存（笔记本 07）、多头潜在注意力（笔记本 09）以及 `F.scaled_dot_product_attention` 这样的融合内核，都是在绕开这个平方级的代价。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import time
+
+cost = MultiHeadAttention(d_in=64, d_out=64, context_length=2048, dropout=0.0, num_heads=4).eval()
+
+def weights_of(x):
+    T = x.shape[1]
+    q, k = split_heads(cost.W_query(x), 4), split_heads(cost.W_key(x), 4)
+    scores = (q @ k.transpose(-2, -1) / cost.head_dim**0.5).masked_fill(cost.mask[:T, :T], float("-inf"))
+    return torch.softmax(scores, dim=-1)  # (B, H, T, T)
+
+lengths, rows = [256, 512, 1024, 2048], []
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # one thread: the ratios show the work, not how busy the other cores are
+with torch.no_grad():
+    for T in lengths:
+        x = torch.randn(1, T, 64)
+        weights_of(x)  # warm-up
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            w = weights_of(x)
+            times.append(time.perf_counter() - start)
+        rows.append((T, w.numel() * w.element_size(), min(times)))
+torch.set_num_threads(threads)
+for T, size, seconds in rows:
+    print(f"T={T:5d}: weights {size / 2**20:6.1f} MiB ({size / rows[0][1]:4.0f}x) | "
+          f"time {seconds * 1e3:7.2f} ms ({seconds / rows[0][2]:5.1f}x) | (T/{lengths[0]})^2 = {(T / lengths[0])**2:.0f}")
 
 # %% [markdown]
 # ## Counting parameters · 计算参数量
@@ -323,10 +431,18 @@ nb06.check_mha_parameter_count(mha_parameter_count)
 ### END HIDDEN TESTS
 
 # %%
-gpt2 = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12)
-print(f"GPT-2 small attention layer: formula {mha_parameter_count(768, 768, 12):,}, "
-      f"module {sum(p.numel() for p in gpt2.parameters()):,}")
+for bias in (False, True):
+    layer = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12, qkv_bias=bias)
+    print(f"768 -> 768, 12 heads, qkv_bias={bias}: formula {mha_parameter_count(768, 768, 12, qkv_bias=bias):,}, "
+          f"module {sum(p.numel() for p in layer.parameters()):,}")
 
+
+# %% [markdown]
+# With `qkv_bias=False`, the book's default, a layer of GPT-2 small's size (768 wide, 12 heads) has
+# 2,360,064 parameters. GPT-2 small itself has biases on its query, key and value projections (its
+# released weights hold them), so each of its attention layers has 2,362,368: the cell prints both.
+#
+# 当 `qkv_bias=False`（书中的默认值）时，GPT-2 small 大小的层（宽 768，12 个头）有 2,360,064 个参数。GPT-2 small 本身的查询、键、值投影带有偏置（它发布的权重里包含这些偏置），所以它的每个注意力层有 2,362,368 个参数：上面的单元格把两者都打印了出来。
 
 # %% [markdown]
 # 3Blue1Brown counts GPT-3's attention differently, per head: a query and a key matrix of
@@ -380,21 +496,24 @@ print(f"GPT-3 attention: {gpt3:,} parameters, {gpt3 / 175e9:.0%} of its 175 bill
 # utils.benchmark` runs the full size (batch 8, 1024 tokens). When the notebook is graded, a tiny size
 # is used, since grading only needs the cell to run.
 #
+# 同一个层的五种实现（都已验证结果相同），在同一次运行中交替计时：包装器、高效模块、einsum 版本、PyTorch 融合的 `F.scaled_dot_product_attention`，以及 `nn.MultiheadAttention`。表格给出每种实现的中位时间相对于高效模块的倍数；图下方的句子说明你的机器测得的结果。为了快速，这里缩小了规模（批大小 2，256 个词元，宽度 768，12 个头）；`python -m utils.benchmark` 运行完整规模（批大小 8，1024 个词元）。评分时使用很小的规模，因为评分只需要这个单元格能运行。
+#
 # Do not expect "one module" to win everywhere. The module stores the weights of all heads at once, a
 # `(B, H, T, T)` tensor (at the full size, 8 x 12 x 1024 x 1024 floats; the cell prints how many MiB), and on a
 # CPU moving that through memory can cost more than the wrapper's loop over heads. PyTorch's fused
 # kernel never stores that tensor, which is why it is usually the fastest.
 #
-# 同一个层的五种实现（都已验证结果相同），在同一次运行中交替计时：包装器、高效模块、einsum 版本、PyTorch 融合的 `F.scaled_dot_product_attention`，以及 `nn.MultiheadAttention`。表格给出每种实现的中位时间相对于高效模块的倍数；图下方的句子说明你的机器测得的结果。为了快速，这里缩小了规模（批大小 2，256 个词元，宽度 768，12 个头）；`python -m utils.benchmark` 运行完整规模（批大小 8，1024 个词元）。评分时使用很小的规模，因为评分只需要这个单元格能运行。
-#
 # 不要指望"一个模块"在任何情况下都更快。这个模块一次性保存所有头的权重，即一个 `(B, H, T, T)` 张量（完整规模下为 8 x 12 x 1024 x 1024 个浮点数；单元格会打印它有多少 MiB）；在 CPU 上，把它在内存中搬来搬去的代价可能超过包装器对各个头的循环。PyTorch 的融合内核从不保存这个张量，这就是它通常最快的原因。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+from IPython.display import clear_output
+
 from utils.benchmark import format_rows, mha_benchmark
 
 size = dict(batch=1, tokens=16, repeats=1) if os.getenv("NBGRADER_EXECUTION") else dict(batch=2, tokens=256, repeats=5)
 rows = mha_benchmark(**size)
+clear_output()  # the finished progress bar would stay in the saved notebook as a stale "0%" line
 print(format_rows(rows))
 fig, ax = plt.subplots(figsize=(7, 2.8))
 ax.barh([r["variant"] for r in rows], [r["relative"] for r in rows])
@@ -411,15 +530,15 @@ print(f"Full-size weights tensor: {8 * 12 * 1024 * 1024 * 4 / 2**20:.0f} MiB in 
 # ## What comes next · 接下来
 #
 # Generating text one token at a time recomputes every key and value at every step. Notebook 07
-# caches them (the KV cache), then shrinks that cache by sharing keys and values between heads
+# (`07_kv_cache.ipynb`) caches them (the KV cache), then shrinks that cache by sharing keys and values between heads
 # (multi-query and grouped-query attention).
+#
+# 逐个词元生成文本时，每一步都要重新计算所有的键和值。笔记本 07（`07_kv_cache.ipynb`）会把它们缓存起来（KV 缓存），再通过让多个头共享键和值来缩小缓存（多查询注意力和分组查询注意力）。
 #
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.6 and its bonus
 # comparison of efficient multi-head implementations; A. Vaswani et al., *Attention Is All You Need*
-# (2017), section 3.2.2; 3Blue1Brown, *Attention in transformers, visually explained* (value-down and
+# (2017), sections 3.2.2 and 3.2.3 (multi-head attention, cross-attention in the decoder); 3Blue1Brown, *Attention in transformers, visually explained* (value-down and
 # value-up, GPT-3's 57,982,058,496 attention parameters); PyTorch documentation of
 # `nn.MultiheadAttention` and `F.scaled_dot_product_attention`.
 #
-# 逐个词元生成文本时，每一步都要重新计算所有的键和值。笔记本 07 会把它们缓存起来（KV 缓存），再通过让多个头共享键和值来缩小缓存（多查询注意力和分组查询注意力）。
-#
-# 来源：S. Raschka，《从零构建大语言模型》第 3.6 节及其对高效多头实现的附加比较；A. Vaswani 等，《Attention Is All You Need》（2017）第 3.2.2 节；3Blue1Brown，《可视化解释 Transformer 中的注意力》（value-down 与 value-up，GPT-3 的 57,982,058,496 个注意力参数）；PyTorch 关于 `nn.MultiheadAttention` 和 `F.scaled_dot_product_attention` 的文档。
+# 来源：S. Raschka，《从零构建大语言模型》第 3.6 节及其对高效多头实现的附加比较；A. Vaswani 等，《Attention Is All You Need》（2017）第 3.2.2 和 3.2.3 节（多头注意力，解码器中的交叉注意力）；3Blue1Brown，《可视化解释 Transformer 中的注意力》（value-down 与 value-up，GPT-3 的 57,982,058,496 个注意力参数）；PyTorch 关于 `nn.MultiheadAttention` 和 `F.scaled_dot_product_attention` 的文档。
