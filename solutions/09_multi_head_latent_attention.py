@@ -68,6 +68,8 @@ for context in (4096, 32_768, 131_072):
 # `kv_lora_rank` (512 for V3, against 128 heads x 128 x 2 = 32,768 numbers of keys and values), and
 # expands it back per head:
 #
+# MLA 把词元的隐藏状态 $h_t$（宽度 `dim`）压缩成宽度为 `kv_lora_rank` 的潜在向量 $c^{KV}_t$（V3 中为 512，而键和值共有 128 个头 x 128 x 2 = 32,768 个数），再为每个头展开回来：
+#
 # $$c^{KV}_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad [k^{C}_{t,i} \,|\, v_{t,i}] = W^{UKV}_i \, c^{KV}_t .$$
 #
 # In V3's code $W^{DKV}$ is the first `kv_lora_rank` outputs of `wkv_a`, the norm is `kv_norm`, and
@@ -77,10 +79,6 @@ for context in (4096, 32_768, 131_072):
 # then `wq_b` up to every head (when `q_lora_rank == 0`, one `wq` does it directly). All linear layers
 # are without bias. RMSNorm (`utils.rmsnorm`, and your exercise in notebook 12) divides a vector by its
 # root mean square and multiplies it by a learned weight.
-#
-# MLA 把词元的隐藏状态 $h_t$（宽度 `dim`）压缩成宽度为 `kv_lora_rank` 的潜在向量 $c^{KV}_t$（V3 中为 512，而键和值共有 128 个头 x 128 x 2 = 32,768 个数），再为每个头展开回来：
-#
-# $$c^{KV}_t = \mathrm{RMSNorm}(W^{DKV} h_t), \qquad [k^{C}_{t,i} \,|\, v_{t,i}] = W^{UKV}_i \, c^{KV}_t .$$
 #
 # 在 V3 的代码中，$W^{DKV}$ 是 `wkv_a` 的前 `kv_lora_rank` 个输出，归一化是 `kv_norm`，而 `wkv_b`（`kv_lora_rank` -> `n_heads * (qk_nope_head_dim + v_head_dim)`）逐头存放：先是该头键的行（$W^{UK}$），再是它的值的行（$W^{UV}$）。查询也以同样方式压缩，以节省训练时的激活：`wq_a` 降到 `q_lora_rank`，`q_norm`，再用 `wq_b` 升到所有头（当 `q_lora_rank == 0` 时，由一个 `wq` 直接完成）。所有线性层都不带偏置。RMSNorm（`utils.rmsnorm`，也是你在笔记本 12 中的练习）把向量除以它的均方根，再乘以一个可学习的权重。
 
@@ -92,13 +90,13 @@ for context in (4096, 32_768, 131_072):
 # score it directly against the cached latents. The same holds on the value side: attend over the
 # latents, then apply $W^{UV}$ once. This is the *absorption* of the V2 paper (section 2.1.2).
 #
+# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。
+#
 # RoPE breaks it. With positions, the key is rotated by a matrix $R_j$ that depends on the key's
 # position: $q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$. The matrix between the
 # query and the latent now changes with every pair of positions, so no single matrix can be folded
 # into the query. The cell shows it on one head: without RoPE the folded query gives the same score
 # as the expanded key; with RoPE it does not.
-#
-# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。
 #
 # RoPE 破坏了这一点。有了位置后，键要乘以一个取决于键位置的旋转矩阵 $R_j$：$q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$。查询和潜在向量之间的矩阵随每一对位置而变，因此无法把某一个固定矩阵折叠进查询。下面的单元格在一个头上演示：不用 RoPE 时，折叠后的查询与展开的键得到相同的分数；用 RoPE 时则不同。
 
@@ -124,6 +122,8 @@ print("RoPE,    folded == expanded:", torch.allclose(with_rope, latents @ folded
 # outputs of `wkv_a` give **one rope key per token, shared by all heads** ($k^R_t$ in the paper), so
 # the cache grows by only 64 numbers per token. A head's score is the sum of both parts,
 #
+# DeepSeek 的办法是把这两项工作分开。每个查询头有 `qk_nope_head_dim` 个不带位置的坐标（与由潜在向量重建的键打分，因此吸收仍然可行），以及 `qk_rope_head_dim` 个由 RoPE 旋转的坐标。在键这一侧，`wkv_a` 的最后 `qk_rope_head_dim` 个输出给出 **每个词元一个、由所有头共享的 rope 键**（论文中的 $k^R_t$），因此缓存每个词元只多 64 个数。一个头的分数是两部分之和，
+#
 # $$s_{t,j} = \frac{q^{C\top}_{t} k^C_j + q^{R\top}_t k^R_j}{\sqrt{d_h + d^R_h}},$$
 #
 # scaled by the full query width `qk_nope_head_dim + qk_rope_head_dim` (192 for V3), the width of
@@ -132,10 +132,6 @@ print("RoPE,    folded == expanded:", torch.allclose(with_rope, latents @ folded
 # scale by a YaRN factor and stretches the rope frequencies when `max_seq_len` exceeds its original
 # 4096 tokens (its long-context extension); this course leaves YaRN out and keeps contexts within
 # 4096 positions, where V3's code does the same as ours.
-#
-# DeepSeek 的办法是把这两项工作分开。每个查询头有 `qk_nope_head_dim` 个不带位置的坐标（与由潜在向量重建的键打分，因此吸收仍然可行），以及 `qk_rope_head_dim` 个由 RoPE 旋转的坐标。在键这一侧，`wkv_a` 的最后 `qk_rope_head_dim` 个输出给出 **每个词元一个、由所有头共享的 rope 键**（论文中的 $k^R_t$），因此缓存每个词元只多 64 个数。一个头的分数是两部分之和，
-#
-# $$s_{t,j} = \frac{q^{C\top}_{t} k^C_j + q^{R\top}_t k^R_j}{\sqrt{d_h + d^R_h}},$$
 #
 # 缩放用的是完整的查询宽度 `qk_nope_head_dim + qk_rope_head_dim`（V3 中为 192），即点积的宽度。RoPE 旋转相邻的一对 $(2i, 2i+1)$，与 DeepSeek-V3 的代码（`view_as_complex`）一致：请使用笔记本 08 的 `apply_rope(..., interleaved=True)`。当 `max_seq_len` 超过原始的 4096 个词元时，V3 还会把缩放乘以一个 YaRN 因子并拉伸 rope 频率（它的长上下文扩展）；本课程不讲 YaRN，上下文保持在 4096 个位置以内，在这个范围内 V3 的代码与我们的相同。
 
@@ -151,12 +147,12 @@ print("RoPE,    folded == expanded:", torch.allclose(with_rope, latents @ folded
 #   `(H, nope + v_head_dim, kv_lora_rank)`), score against `kv_cache`, add the rope scores against
 #   `pe_cache`; after the softmax, average the latents and apply each head's value rows of `wkv_b`.
 #
+# - **朴素路径**（`absorb=False`）：用 `wkv_b` 把潜在向量展开成每个头的键 `[k_nope | k_pe]`（共享的 rope 键复制到每个头）和值；把它们缓存在 `k_cache` `(B, max_seq_len, H, nope + rope)` 和 `v_cache` `(B, max_seq_len, H, v_head_dim)` 中。
+# - **吸收路径**（`absorb=True`）：只在 `kv_cache` `(B, max_seq_len, kv_lora_rank)` 中缓存 *归一化后* 的潜在向量，在 `pe_cache` `(B, max_seq_len, rope)` 中缓存旋转后的 rope 键；把 `q_nope` 乘以 `wkv_b` 中每个头的键行（把它的权重看成 `(H, nope + v_head_dim, kv_lora_rank)`），与 `kv_cache` 打分，再加上与 `pe_cache` 的 rope 分数；softmax 之后，对潜在向量加权平均，再乘以 `wkv_b` 中每个头的值行。
+#
 # Both write the new tokens at positions `start_pos ... start_pos + T - 1` and attend to every cached
 # position up to there, with the causal mask of notebook 04 (bottom-right aligned). The rope positions
 # are the same absolute positions, also when decoding. Softmax in float32, as V3 does.
-#
-# - **朴素路径**（`absorb=False`）：用 `wkv_b` 把潜在向量展开成每个头的键 `[k_nope | k_pe]`（共享的 rope 键复制到每个头）和值；把它们缓存在 `k_cache` `(B, max_seq_len, H, nope + rope)` 和 `v_cache` `(B, max_seq_len, H, v_head_dim)` 中。
-# - **吸收路径**（`absorb=True`）：只在 `kv_cache` `(B, max_seq_len, kv_lora_rank)` 中缓存 *归一化后* 的潜在向量，在 `pe_cache` `(B, max_seq_len, rope)` 中缓存旋转后的 rope 键；把 `q_nope` 乘以 `wkv_b` 中每个头的键行（把它的权重看成 `(H, nope + v_head_dim, kv_lora_rank)`），与 `kv_cache` 打分，再加上与 `pe_cache` 的 rope 分数；softmax 之后，对潜在向量加权平均，再乘以 `wkv_b` 中每个头的值行。
 #
 # 两条路径都把新词元写在位置 `start_pos ... start_pos + T - 1`，并关注直到该处的所有缓存位置，使用笔记本 04 的因果掩码（右下对齐）。rope 的位置就是这些绝对位置，解码时也是如此。softmax 用 float32 计算，与 V3 一致。
 
