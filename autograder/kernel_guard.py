@@ -8,9 +8,10 @@ input transformers), so the learner's code cannot replace these functions.
     start()          before the first cell: record builtins, math, torch and the IPython
                      machinery that the checks and the test cells rely on
     refresh(root, wanted)
-                     before every test cell: put the recorded objects back, run the course's
-                     checks (autograder.*) afresh from their files, and run a reference module
-                     (utils.*) afresh whenever it differs from what its file defined
+                     before every test cell: put the recorded objects back, and run a module of
+                     the course's checks (autograder.*) or reference kernels (utils.*) afresh
+                     from its file whenever it differs from what that file defined (first time:
+                     always, since the notebook may have changed it before grading saw it)
 
 What this cannot stop (a notebook has full use of Python): code that runs while a check calls
 the learner's function, threads that keep patching, the interpreter's import machinery, this
@@ -33,9 +34,11 @@ _OWN = ("utils", "autograder")
 
 
 def _state() -> dict:
+    global _MISSING
     state = getattr(sys, _KEY, None)
     if not isinstance(state, dict) or "dicts" not in state:
         raise RuntimeError("the grading guard was not started")
+    _MISSING = state["missing"]  # this text runs afresh each time: one marker for an empty cell
     return state
 
 
@@ -153,7 +156,8 @@ def start() -> str:
     dicts, functions = _record(modules + classes)
     state = {"dicts": dicts, "functions": functions, "meta_path": list(sys.meta_path),
              "path_hooks": list(sys.path_hooks), "trace": sys.gettrace(), "profile": sys.getprofile(),
-             "own": {}, "code": {}, "torch": _torch_state()}
+             "own": {}, "code": {}, "torch": _torch_state(), "missing": _MISSING,
+             "path_finders": [f for f in sys.path_importer_cache.values() if f is not None]}
     shell = _shell()
     if shell is not None:
         state["shell"] = shell
@@ -195,7 +199,10 @@ def _restore_kernel(state):
     _restore_torch(state["torch"])
     sys.meta_path[:] = state["meta_path"]
     sys.path_hooks[:] = state["path_hooks"]
-    sys.path_importer_cache.clear()
+    standard = {type(f) for f in state["path_finders"]}
+    for path, finder in list(sys.path_importer_cache.items()):
+        if finder is not None and type(finder) not in standard:
+            del sys.path_importer_cache[path]
     if sys.gettrace() is not state["trace"]:
         sys.settrace(state["trace"])
     if sys.getprofile() is not state["profile"]:
@@ -282,13 +289,12 @@ def _fingerprint(module):
     for key, value in entries.items():
         if isinstance(value, type) and value.__module__ == name:
             owners.append(value)
+        elif key.startswith("__"):  # __builtins__, __path__, ...: compared by identity above
+            continue
         elif isinstance(value, (list, dict, set, tuple)):
-            try:
-                data.append((key, copy.deepcopy(value)))
-            except Exception:
-                pass
+            data.append((key, _data_copy(value)))
         elif type(value).__name__ in ("Tensor", "Parameter") and type(value).__module__.startswith("torch"):
-            data.append((key, value.detach().clone()))
+            data.append((key, ("tensor", value.detach().clone())))
     classes, functions = _record(owners)
     for value in entries.values():  # also what it imported from another course module
         if _own(getattr(value, "__module__", None) or ""):
@@ -313,17 +319,35 @@ def _intact(fingerprint) -> bool:
         if any(v is not _MISSING and (not _filled(c) or c.cell_contents is not v)
                for c, v in zip(fn.__closure__ or (), cells)):
             return False
-    for key, value in data:
+    for key, (kind, value) in data:
+        now = current[key]
         try:
-            if isinstance(value, torch.Tensor):
-                now = current[key]
+            if kind == "tensor":
                 if now.dtype != value.dtype or now.shape != value.shape or not torch.equal(now, value):
                     return False
-            elif not bool(current[key] == value):
+            elif kind == "equal":
+                if not bool(now == value):
+                    return False
+            elif len(now) != len(value) or any(a is not b for a, b in zip(_items(now), _items(value))):
                 return False
         except Exception:
             return False
     return True
+
+
+def _data_copy(value):
+    """A deep copy compared by ==, or else the items compared by identity (a list of modules)."""
+    try:
+        copied = copy.deepcopy(value)
+        if bool(copied == value):
+            return "equal", copied
+    except Exception:
+        pass
+    return "items", list(_items(value))
+
+
+def _items(value):
+    return [x for pair in value.items() for x in pair] if isinstance(value, dict) else list(value)
 
 
 def refresh(root: str, wanted=()) -> str:
@@ -332,10 +356,9 @@ def refresh(root: str, wanted=()) -> str:
     _restore_kernel(state)
     own = state["own"]
     loaded = [n for n, m in list(sys.modules.items()) if _own(n)]
-    stale = [n for n in loaded
-             if n == "autograder" or n.startswith("autograder.checks") or not _own_intact(own, n)]
-    stale += [n for n in ("autograder", "autograder.checks") if n not in stale]
-    stale += [n for n in wanted if n not in stale and _file_of(root, n)[0]]
+    stale = [n for n in loaded if not _own_intact(own, n)]
+    stale += [n for n in ("autograder", "autograder.checks", *wanted)
+              if n not in stale and n not in sys.modules and _file_of(root, n)[0]]
     old = {n: sys.modules.pop(n) for n in stale if n in sys.modules}
     previous = {}  # id -> (object, module name, attribute) of what the stale modules defined
     for name, module in old.items():
@@ -354,7 +377,7 @@ def refresh(root: str, wanted=()) -> str:
         if parent and _own(name) and parent in sys.modules:
             setattr(sys.modules[parent], child, module)
     for name in stale:
-        if name in sys.modules and name.split(".")[0] == "utils":
+        if name in sys.modules:
             own[name] = _fingerprint(sys.modules[name])
     # The learner's names for what a stale module defined (`from utils.x import f as g`) now
     # name its fresh twin, so a shortcut guard that looks for the reference finds them.

@@ -11,8 +11,12 @@ nbgrader's own Execute in `Autograde.autograde_preprocessors`).
   puts back the builtins, torch and IPython machinery recorded before the first cell and loads the
   course's checks and reference kernels afresh, so a notebook that patches them gains nothing.
 """
+import binascii
+import marshal
 import math
+import os
 import re
+import sys
 from pathlib import Path
 from time import monotonic
 
@@ -21,8 +25,13 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer
 
+from autograder.prestart import PRESTARTED, kernel_env
+
 ROOT = Path(__file__).resolve().parent.parent
 GUARD = (Path(__file__).resolve().parent / "kernel_guard.py").read_text(encoding="utf-8")
+# Sent compiled (marshal) when the kernel runs this same Python, which saves compiling it before
+# every test cell; as text otherwise.
+_GUARD_CODE = binascii.b2a_base64(marshal.dumps(compile(GUARD, "<autograder kernel_guard>", "exec")), newline=False)
 _CHECK_IMPORT = re.compile(r"(?:from\s+autograder\.checks\s+import\s+([\w\s,()]+)|import\s+(autograder\.checks\.\w+))")
 
 
@@ -66,6 +75,10 @@ class GradingExecute(Execute):
         120, help="Seconds for the whole notebook, kernel start included; cells after it are not run."
     ).tag(config=True)
     guard = Bool(True, help="Restore and reload what the checks rely on before every test cell.").tag(config=True)
+    iopub_timeout = Integer(
+        10, help="Seconds to wait for a cell's last output after its reply, or for an interrupted cell to "
+                 "stop (nbclient's 4 s is short for an import interrupted on a busy machine)."
+    ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._deadline = monotonic() + self.notebook_timeout
@@ -74,24 +87,38 @@ class GradingExecute(Execute):
         self._timed_out = None
         self._guard_started = False
         self._guard_error = None
+        self._in_guard = False
         self.shutdown_kernel = "graceful"
-        return super().preprocess(nb, resources, km)
+        prestarted = km is None and PRESTARTED and PRESTARTED.pop()
+        if not prestarted:
+            return super().preprocess(nb, resources, km)
+        try:
+            return super().preprocess(nb, resources, prestarted)
+        finally:  # nbclient leaves a kernel it did not start running
+            self.km = prestarted
+            self._cleanup_kernel()
+
+    async def async_start_new_kernel(self, **kwargs):
+        kwargs.setdefault("env", kernel_env())
+        return await super().async_start_new_kernel(**kwargs)
 
     # Time ------------------------------------------------------------------------------------
     def _left(self) -> float:
         return self._deadline - monotonic()
 
     def _get_timeout(self, cell):
-        per_cell = super()._get_timeout(cell)
         left = max(1, math.ceil(self._left()))
+        if getattr(self, "_in_guard", False):  # the guard (import torch, reloads) is bounded by the notebook's limit only
+            return left
+        per_cell = super()._get_timeout(cell)
         return left if per_cell is None else min(per_cell, left)
 
     async def _async_handle_timeout(self, timeout, cell=None):
         self._timed_out = timeout
         return await super()._async_handle_timeout(timeout, cell)
 
-    def _budget_stop(self):
-        en, zh = self._first_timeout or ("none", "无")
+    def _budget_stop(self, current=("", "")):
+        en, zh = self._first_timeout or current
         self._stop(
             f"Not run: grading stopped when the notebook used up its time limit of {self.notebook_timeout} s "
             f"(each cell may take at most {self.timeout} s). The first cell that ran out of time was {en}: "
@@ -106,11 +133,19 @@ class GradingExecute(Execute):
 
     # The guard -------------------------------------------------------------------------------
     def _call_guard(self, function: str, *args):
-        expression = (f"(lambda ns: (exec(compile({GUARD!r}, '<autograder kernel_guard>', 'exec'), ns), "
-                      f"ns[{function!r}](*{args!r}))[1])({{'__name__': '__autograder_guard__'}})")
+        expression = (
+            "(lambda ns, sys=__import__('sys'): (exec("
+            f"__import__('marshal').loads(__import__('binascii').a2b_base64({_GUARD_CODE!r})) "
+            f"if sys.implementation.cache_tag == {sys.implementation.cache_tag!r} "
+            f"else compile({GUARD!r}, '<autograder kernel_guard>', 'exec'), ns), "
+            f"ns[{function!r}](*{args!r}))[1])({{'__name__': '__autograder_guard__'}})")
         msg_id = self.kc.execute("", silent=True, store_history=False, user_expressions={"guard": expression})
         self._timed_out = None
-        reply = self.wait_for_reply(msg_id)
+        self._in_guard = True
+        try:
+            reply = self.wait_for_reply(msg_id)
+        finally:
+            self._in_guard = False
         if reply is None or self._timed_out:
             raise TimeoutError
         result = reply["content"].get("user_expressions", {}).get("guard", {})
@@ -137,12 +172,12 @@ class GradingExecute(Execute):
         self._check_assign_resources(resources)
         if cell.cell_type != "code" or not cell.source.strip():
             return cell, self.resources
+        en, zh = describe(cell, index)
         if self._stopped is None and self._left() <= 0:
-            self._budget_stop()
+            self._budget_stop((en, zh))
         if self._stopped is not None:
             cell.outputs = [error("NotRun", *self._stopped)]
             return cell, self.resources
-        en, zh = describe(cell, index)
         try:
             try:
                 self._guard_before(cell)
@@ -166,8 +201,12 @@ class GradingExecute(Execute):
                 f"未运行：Python 内核在运行{zh}时退出了，因此之后的单元格无法测试。")
             return cell, self.resources
         except (CellTimeoutError, TimeoutError):
-            # The cell ran out of time and the kernel did not stop when interrupted.
+            # The cell (or the guard before it) ran out of time and the kernel did not stop when interrupted.
             self._first_timeout = self._first_timeout or (en, zh)
+            if self._left() <= 1:
+                self._budget_stop()
+                cell.outputs.append(error("NotRun", *self._stopped))
+                return cell, self.resources
             cell.outputs.append(error(
                 "CellTimeoutError",
                 f"This cell did not finish within {self._timed_out or self.timeout} s and did not stop when interrupted.",

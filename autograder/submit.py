@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 
 from autograder.notebooks import ROOT, exercise_of, exercises, identify, read_notebook
-from autograder.workspace import Workspace
+from autograder.prestart import discard_prestarted, prestart_kernel
+from autograder.workspace import Workspace, load_config
 
 LEARNER = "learner"
 # nbgrader's gradebook code trips SQLAlchemy's autoflush warnings; they say nothing to a learner.
@@ -54,10 +55,15 @@ def grade(notebook, timeout: int | None = None, feedback_dir=None, workspace=Non
     feedback_dir = Path(feedback_dir) if feedback_dir else ROOT / "feedback"
     # grade-all passes `workspace` (a folder kept afterwards) to read the per-cell grades there.
     with (contextlib.nullcontext(workspace) if workspace else tempfile.TemporaryDirectory(prefix="attention-grading-")) as tmp:
-        ws = Workspace(tmp, timeout=timeout)
-        released = ws.generate(stem)
-        ws.submit(stem, LEARNER, notebook)
-        autograded, feedback = ws.autograde(stem, LEARNER)
+        # The kernel boots and imports torch while nbgrader is imported and the assignment prepared.
+        prestart_kernel(Path(tmp) / "kernel", load_config(Path(tmp)).Execute.kernel_name)
+        try:
+            ws = Workspace(tmp, timeout=timeout)
+            released = ws.generate(stem)
+            ws.submit(stem, LEARNER, notebook)
+            autograded, feedback = ws.autograde(stem, LEARNER)
+        finally:
+            discard_prestarted()
         grades = ws.grades(stem, LEARNER)
         graded_nb = read_notebook(autograded)
         limit = ws.api.coursedir.config.Execute.timeout

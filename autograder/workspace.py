@@ -4,6 +4,7 @@ nbgrader reads `nbgrader_config.py` from the current directory and silently make
 gradebook elsewhere; here the config is loaded from this folder explicitly and the course
 root is set, so grading behaves the same from any working directory.
 """
+import hashlib
 import os
 import shutil
 import sys
@@ -16,6 +17,17 @@ from autograder.notebooks import ROOT, SOLUTIONS
 
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config.py"
 CACHE = ROOT / "build"
+GENERATED = CACHE / "generated"
+
+
+def generated_key(stem: str) -> str:
+    """`stem-<hash>` of what generate_assignment's output depends on."""
+    import nbgrader
+
+    digest = hashlib.sha256(nbgrader.__version__.encode())
+    for path in (SOLUTIONS / f"{stem}.ipynb", CONFIG):
+        digest.update(path.read_bytes())
+    return f"{stem}-{digest.hexdigest()[:20]}"
 
 
 class GradingError(Exception):
@@ -64,7 +76,9 @@ class Workspace:
         config = load_config(self.root, timeout)
         self.api = NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
         self.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
-        if not (self.root / "gradebook.db").exists():
+        # A workspace whose gradebook starts empty may take generate_assignment's output from the cache.
+        self.fresh = not (self.root / "gradebook.db").exists()
+        if self.fresh:
             shutil.copyfile(empty_gradebook(), self.root / "gradebook.db")
 
     def path(self, step: str, stem: str, student: str | None = None) -> Path:
@@ -77,12 +91,43 @@ class Workspace:
             raise GradingError(f"nbgrader {what} failed: " + log.strip()[-2000:])
 
     def generate(self, stem: str):
-        """Put the instructor notebook in source/ and let nbgrader make the release version."""
+        """Put the instructor notebook in source/ and let nbgrader make the release version.
+
+        What nbgrader generates (source/, release/ and the gradebook's record of the assignment:
+        cells, points, checksums of the locked cells) depends only on the solution notebook, this
+        course's config and nbgrader's version, so it is kept in build/generated/ under their hash
+        and copied into a fresh workspace instead of being generated again (seconds per submit).
+        """
+        key = generated_key(stem)
+        cached = GENERATED / key
+        if self.fresh and (cached / "gradebook.db").exists():
+            for step in ("source", "release"):
+                shutil.copytree(cached / step, self.root / step / stem, dirs_exist_ok=True)
+            shutil.copyfile(cached / "gradebook.db", self.root / "gradebook.db")
+            self.fresh = False
+            return self.path("release", stem)
         source = self.path("source", stem)
         source.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(SOLUTIONS / f"{stem}.ipynb", source)
         self._run(f"generate_assignment {stem}", self.api.generate_assignment(stem, force=True))
+        if self.fresh:
+            self.fresh = False
+            self._keep_generated(stem, key)
         return self.path("release", stem)
+
+    def _keep_generated(self, stem: str, key: str):
+        partial = GENERATED / f".{key}.{os.getpid()}.tmp"
+        shutil.rmtree(partial, ignore_errors=True)
+        for step in ("source", "release"):
+            shutil.copytree(self.root / step / stem, partial / step)
+        shutil.copyfile(self.root / "gradebook.db", partial / "gradebook.db")
+        try:
+            partial.rename(GENERATED / key)  # atomic: a parallel grader sees all of it or nothing
+        except OSError:  # another grader stored the same key first
+            shutil.rmtree(partial, ignore_errors=True)
+        for old in GENERATED.glob(f"{stem}-*"):  # outputs of earlier versions of this notebook
+            if old.name != key:
+                shutil.rmtree(old, ignore_errors=True)
 
     def submit(self, stem: str, student: str, notebook: Path):
         target = self.path("submitted", stem, student)
