@@ -11,7 +11,7 @@ import torch
 
 import utils.self_attention as ref
 from autograder.checks import (call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, matches,
-                               own_module, own_work, randn)
+                               own_module, own_work, randn, seeded)
 
 D_IN, D_OUT = 5, 3  # non-square: a forgotten transpose cannot hide
 X = randn(2, 4, D_IN, seed=20)  # a batch whose items differ
@@ -20,7 +20,7 @@ X = randn(2, 4, D_IN, seed=20)  # a batch whose items differ
 
 def _weights(seed, d_in=D_IN, d_out=D_OUT):
     """Raw (d_in, d_out) weights, spread like nn.Linear's initialisation."""
-    return randn(d_in, d_out, seed=seed) / math.sqrt(d_in)
+    return seeded((d_in, d_out), seed, fan_in=d_in)
 
 
 def _attention_variants(q, k, v):
