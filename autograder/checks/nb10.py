@@ -237,10 +237,12 @@ def check_update_expert_bias(update_expert_bias):
 
 # MoE ---------------------------------------------------------------------------------------------
 def _count_calls(modules):
-    counter = {"calls": 0}
+    """Count the experts' forward calls and the token rows they receive."""
+    counter = {"calls": 0, "rows": 0}
 
-    def hook(*_):
+    def hook(module, inputs, output):
         counter["calls"] += 1
+        counter["rows"] += inputs[0].shape[:-1].numel() if inputs and isinstance(inputs[0], torch.Tensor) else 0
     return counter, [m.register_forward_hook(hook) for m in modules]
 
 
@@ -310,6 +312,10 @@ def check_MoE(MoE):
            "Dispatch without a Python loop over tokens: run each expert once on all the tokens routed to it (group them by expert, then index_add_).",
            "分派时不要对词元做 Python 循环：每个专家在路由给它的所有词元上只运行一次（按专家分组，再用 index_add_）。",
            f"{counter['calls']} expert calls for {flat.shape[0]} tokens and {E} experts")
+    expect(counter["rows"] <= flat.shape[0] * k,
+           "Each routed expert runs only on the tokens routed to it (N * k rows in all), not on every token: that is what makes the layer sparse.",
+           "每个路由专家只在路由给它的词元上运行（总共 N * k 行），而不是在所有词元上运行：这正是该层稀疏的原因。",
+           f"the experts processed {counter['rows']} rows for {flat.shape[0]} tokens with k={k}")
     crowded = dict(state)
     crowded["gate.bias"] = torch.tensor([5.0, 5.0] + [0.0] * (E - 2))  # every token picks experts 0 and 1
     reference.load_state_dict(crowded)

@@ -179,7 +179,10 @@ def moe_class(mistake=None, style="sort"):
             x = x.reshape(-1, shape[-1])
             weights, indices = self.gate(x)
             y = torch.zeros_like(x)
-            if mistake == "per-token loop":
+            if mistake == "every expert on every token":
+                gates = torch.zeros(x.shape[0], len(self.experts)).scatter(1, indices, weights)
+                y = sum(expert(x) * gates[:, e:e + 1] for e, expert in enumerate(self.experts))
+            elif mistake == "per-token loop":
                 for t in range(x.shape[0]):
                     for w, e in zip(weights[t], indices[t].tolist()):
                         y[t] = y[t] + w * self.experts[e](x[t])
@@ -273,6 +276,7 @@ WRONG = {
     "MoE": {
         "shared experts left out": (moe_class("shared experts left out"), "shared experts are left out"),
         "per-token loop": (moe_class("per-token loop"), "without a Python loop over tokens"),
+        "every expert on every token": (moe_class("every expert on every token"), "only on the tokens routed to it"),
         "drops tokens over capacity": (moe_class("drops tokens over capacity"), "drops or overwrites"),
         "assigns instead of adding": (moe_class("assigns instead of adding"), "drops or overwrites"),
         "subclasses utils": (BorrowedMoE, "yourself"),
