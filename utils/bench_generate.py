@@ -4,6 +4,7 @@ and grouped-query (4 groups) and multi-query attention with a preallocated cache
     .venv/bin/python -m utils.bench_generate           # full size: GPT-2 small's shape, random weights,
                                                        # batch 1, 256 new tokens after a short prompt
     .venv/bin/python -m utils.bench_generate --small   # the size notebook 07 uses
+    .venv/bin/python -m utils.bench_generate --threads 1   # steadier on a busy machine
 
 Every variant generates from the same prompt; the MHA variants must give identical tokens. Each
 cached variant runs `repeats` times, interleaved, and reports its median; the uncached one runs
@@ -74,6 +75,23 @@ def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed
     return rows
 
 
+def update_benchmark(cfg=FULL, total_tokens=264, repeats=3):
+    """Only the cache updates of a whole generation: n_layers caches, one token appended at a time.
+    Returns {cache class name: median seconds}."""
+    hd = cfg.emb_dim // cfg.n_heads
+    k_new = torch.randn(1, cfg.n_heads, 1, hd)
+    times = {cls.__name__: [] for cls in (KVCache, ConcatKVCache)}
+    for _ in range(repeats):
+        for cls in (KVCache, ConcatKVCache):
+            caches = [cls(1, total_tokens, cfg.n_heads, hd) for _ in range(cfg.n_layers)]
+            start = time.perf_counter()
+            for _ in range(total_tokens):
+                for cache in caches:
+                    cache.update(k_new, k_new)
+            times[cls.__name__].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def format_rows(rows) -> str:
     width = max(len(r["variant"]) for r in rows)
     lines = [f"{'variant':<{width}}  {'tokens/s':>9}  {'vs no cache':>11}  {'cache MiB':>9}"]
@@ -87,7 +105,10 @@ if __name__ == "__main__":
     parser.add_argument("--small", action="store_true", help="the small model of notebook 07")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = SMALL if args.small else FULL
     print(f"greedy generation, {cfg}, batch 1, prompt 8 tokens, {args.new_tokens} new tokens, fp32, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -96,3 +117,7 @@ if __name__ == "__main__":
     by = {r["variant"]: r for r in rows}
     pre, cat = by["KV cache, preallocated"], by["KV cache, torch.cat"]
     print(f"preallocated / torch.cat: {pre['tokens_per_s'] / cat['tokens_per_s']:.2f}x tokens/s")
+    updates = update_benchmark(cfg, 8 + args.new_tokens, args.repeats)
+    print(f"cache updates alone ({cfg.n_layers} layers x {8 + args.new_tokens} tokens): preallocated "
+          f"{1e3 * updates['KVCache']:.1f} ms, torch.cat {1e3 * updates['ConcatKVCache']:.1f} ms, "
+          f"{updates['ConcatKVCache'] / updates['KVCache']:.1f}x")
