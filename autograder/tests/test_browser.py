@@ -62,7 +62,7 @@ def lab(tmp_path):
                               stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 360  # minutes on a busy 2-core machine
         while True:
             try:
                 urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5)
