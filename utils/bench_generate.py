@@ -41,7 +41,7 @@ def timed(fn):
     return time.perf_counter() - start, out
 
 
-def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed=0):
+def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed=0, verbose=False):
     """Rows of {variant, tokens_per_s, speedup (vs no cache), cache_bytes}; asserts equal tokens."""
     prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
     models = {"mha": build(cfg, seed=seed), "gqa4": build(cfg, 4, seed), "mqa": build(cfg, 1, seed)}
@@ -52,6 +52,7 @@ def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed
         "MQA 1 group, preallocated": ("mqa", True, KVCache),
     }
     run = lambda m, c, cls: generate(models[m], prompt, new_tokens, use_cache=c, cache_cls=cls)
+    say = tqdm.write if verbose else (lambda line: None)  # each measurement as it comes, for long runs
     for m, c, cls in variants.values():
         run(m, c, cls) if new_tokens <= 32 else generate(models[m], prompt, 8, cache_cls=cls)  # warm-up
     times = {name: [] for name in variants}
@@ -61,7 +62,9 @@ def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed
             for name, spec in variants.items():
                 seconds, outputs[name] = timed(lambda: run(*spec))
                 times[name].append(seconds)
+                say(f"  {name}: {new_tokens / seconds:.1f} tokens/s")
         no_cache_s, outputs["no cache"] = timed(lambda: run("mha", False, KVCache))
+        say(f"  no cache: {new_tokens / no_cache_s:.2f} tokens/s")
     if not (torch.equal(outputs["no cache"], outputs["KV cache, preallocated"])
             and torch.equal(outputs["KV cache, preallocated"], outputs["KV cache, torch.cat"])):
         raise AssertionError("cached and uncached greedy generation gave different tokens")
@@ -112,7 +115,7 @@ if __name__ == "__main__":
     cfg = SMALL if args.small else FULL
     print(f"greedy generation, {cfg}, batch 1, prompt 8 tokens, {args.new_tokens} new tokens, fp32, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    rows = generation_benchmark(cfg, new_tokens=args.new_tokens, repeats=args.repeats)
+    rows = generation_benchmark(cfg, new_tokens=args.new_tokens, repeats=args.repeats, verbose=True)
     print(format_rows(rows))
     by = {r["variant"]: r for r in rows}
     pre, cat = by["KV cache, preallocated"], by["KV cache, torch.cat"]
