@@ -214,6 +214,7 @@ nb10.check_load_balancing_loss(load_balancing_loss)
 # 实验：16 个小专家，top-2，学习在随机输入上模仿一个固定的随机网络。为了快速，每个专家都在每个词元上运行，只保留被选中的权重（输出与真正分派相同，计算量则不同）。两次运行从同一起点开始：不加辅助损失，以及以 0.1 的权重加上它。图中按从忙到闲的顺序显示训练后每个专家所占的分配比例。
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, tokens=128, seed=0):
     """Train a tiny top-k MoE to imitate a random network; return each expert's share of assignments."""
     g = torch.Generator().manual_seed(seed)
