@@ -67,6 +67,9 @@ def check_topk_router(topk_router):
     expect(isinstance(indices, torch.Tensor) and indices.shape == (7, 3) and not indices.is_floating_point(),
            "indices must be an integer tensor (N, k) of expert numbers.", "indices 必须是由专家编号组成的 (N, k) 整数张量。",
            f"got {getattr(indices, 'shape', type(indices).__name__)}")
+    expect(not torch.isnan(weights).any(),
+           "The weights contain NaN: with logits near 1000, exp() overflows; subtract each row's maximum before exp (or use torch.softmax).",
+           "权重中出现了 NaN：logits 接近 1000 时 exp() 会溢出；在 exp 之前先减去每行的最大值（或使用 torch.softmax）。")
     right_w, right_i = ref.topk_router(logits, 3)
     w, i = _canonical(weights.detach(), indices)
     rw, ri = _canonical(right_w, right_i)

@@ -46,6 +46,12 @@ def router_logits_as_weights(logits, k):
     return top.values, top.indices
 
 
+def router_unstable_softmax(logits, k):
+    e = torch.exp(logits)
+    top, indices = (e / e.sum(-1, keepdim=True)).topk(k, -1)
+    return top / top.sum(-1, keepdim=True), indices
+
+
 def router_softmax_of_top_logits(logits, k):
     top = logits.topk(k, -1)
     return torch.softmax(top.values, -1), top.indices
@@ -248,6 +254,7 @@ WRONG = {
     "topk_router": {
         "no renormalisation": (router_no_renorm, "renormalised"),
         "logits as weights": (router_logits_as_weights, "weights are probabilities"),
+        "softmax without the max": (router_unstable_softmax, "overflows"),
         "calls utils": (utils.moe.topk_router, "yourself"),
     },
     "load_balancing_loss": {
