@@ -342,27 +342,20 @@ def check_moe_parameter_counts(moe_parameter_counts):
         dim, inter, E, k, shared = args
         expert, gate = 3 * dim * inter, E * dim + E
         total, active = want
-        known = {
-            (total - gate, active - gate): "The gate is part of the layer: count its weight (n_routed_experts x dim) and its bias (n_routed_experts).",
-            (total - E, active - E): "The gate's bias (n_routed_experts numbers) is a parameter too: count it.",
-            (total, active - gate): "The gate scores every expert for every token: count the whole gate as active.",
-            (total - shared * expert, active - shared * expert): "Shared experts count in both numbers: every token uses them.",
-            (total, active - shared * expert): "Shared experts are active for every token: add them to the active count.",
-            (total, total): "Active counts only the experts a token uses: n_activated_experts routed ones plus the shared ones (and the gate).",
-            (total - (E + shared) * dim * inter, active - (k + shared) * dim * inter): "An expert has three matrices of dim x moe_inter_dim (w1, w2, w3).",
-        }
-        zh = {
-            "The gate is part": "门控是层的一部分：计入它的 weight（n_routed_experts x dim）和 bias（n_routed_experts）。",
-            "The gate's bias": "门控的偏置（n_routed_experts 个数）也是参数：要计入。",
-            "The gate scores": "门控要为每个词元给每个专家打分：整个门控都算作激活参数。",
-            "Shared experts count": "共享专家在两个数中都要计入：每个词元都会用到它们。",
-            "Shared experts are": "共享专家对每个词元都是激活的：把它们加到激活数中。",
-            "Active counts only": "激活参数只计一个词元用到的专家：n_activated_experts 个路由专家加上共享专家（以及门控）。",
-            "An expert has": "一个专家有三个 dim x moe_inter_dim 矩阵（w1、w2、w3）。",
-        }
-        for pair, en in known.items():
+        for pair, en, zh in (
+            ((total - gate, active - gate), "The gate is part of the layer: count its weight (n_routed_experts x dim) and its bias (n_routed_experts).",
+             "门控是层的一部分：计入它的 weight（n_routed_experts x dim）和 bias（n_routed_experts）。"),
+            ((total - E, active - E), "The gate's bias (n_routed_experts numbers) is a parameter too: count it.", "门控的偏置（n_routed_experts 个数）也是参数：要计入。"),
+            ((total, active - gate), "The gate scores every expert for every token: count the whole gate as active.", "门控要为每个词元给每个专家打分：整个门控都算作激活参数。"),
+            ((total - shared * expert, active - shared * expert), "Shared experts count in both numbers: every token uses them.", "共享专家在两个数中都要计入：每个词元都会用到它们。"),
+            ((total, active - shared * expert), "Shared experts are active for every token: add them to the active count.", "共享专家对每个词元都是激活的：把它们加到激活数中。"),
+            ((total, total), "Active counts only the experts a token uses: n_activated_experts routed ones plus the shared ones (and the gate).",
+             "激活参数只计一个词元用到的专家：n_activated_experts 个路由专家加上共享专家（以及门控）。"),
+            ((total - (E + shared) * dim * inter, active - (k + shared) * dim * inter), "An expert has three matrices of dim x moe_inter_dim (w1, w2, w3).",
+             "一个专家有三个 dim x moe_inter_dim 矩阵（w1、w2、w3）。"),
+        ):
             if tuple(got) == pair:
-                fail(en, next(v for key, v in zh.items() if en.startswith(key)), f"got {tuple(got)}, expected {want}")
+                fail(en, zh, f"got {tuple(got)}, expected {want}")
         fail(f"moe_parameter_counts{args} is wrong: total = (routed + shared) experts x 3 x dim x moe_inter_dim + the gate; active = (activated + shared) experts + the gate.",
              f"moe_parameter_counts{args} 不对：total = (路由 + 共享) 专家数 x 3 x dim x moe_inter_dim + 门控；active = (激活 + 共享) 专家数 + 门控。",
              f"got {tuple(got)}, expected {want}")
