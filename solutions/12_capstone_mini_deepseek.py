@@ -1,0 +1,821 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 12 · Capstone: a mini DeepSeek · 综合项目：迷你 DeepSeek
+#
+# Every part of DeepSeek-V3's architecture is now on the table: rotary positions (08), multi-head
+# latent attention with its small cache (09), a mixture of experts with a shared expert and a bias
+# that balances the load (10). In this notebook you assemble them into a language model in the
+# layout of DeepSeek-V3's inference code, train it, look inside the trained model, and then add
+# the fourth idea of DeepSeek-V3 the course has not yet taught: **multi-token prediction** (MTP), which
+# trains the model to see two tokens ahead and then lets it decode faster.
+#
+# DeepSeek-V3 架构的每个部件现在都已摆在桌上：旋转位置编码（08），带小缓存的多头潜在注意力（09），带共享专家和负载均衡偏置的混合专家（10）。在本笔记本中，你将按照 DeepSeek-V3 推理代码的布局把它们组装成一个语言模型，训练它，观察训练好的模型内部，然后加上 DeepSeek-V3 中课程尚未讲到的第四个想法：**多词元预测**（MTP）。它训练模型看到后面两个词元，并让模型解码得更快。
+#
+# The model is tiny (about a hundred thousand parameters) so that it trains on a CPU in minutes. The
+# task is copying: a random segment of tokens, a separator, then the segment again and again.
+# Nothing predicts the first segment; everything after it can be predicted exactly, by
+# a model that finds where the current token appeared before and copies the token that came next.
+#
+# 这个模型很小（大约十万个参数），所以在 CPU 上几分钟就能训练好。任务是复制：一段随机词元、一个分隔符，然后一遍又一遍地重复这段词元。第一段无法预测；之后的一切都可以被准确预测，只要模型能找到当前词元之前出现的位置，并复制紧随其后的那个词元。
+
+# %%
+import math
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from utils.mini_deepseek import CHECKPOINT, MiniDeepSeekConfig, attention_maps
+from utils.mla import MultiHeadLatentAttention, mla_cache_elements_per_token
+from utils.moe import MoE, Expert
+from utils.train_mini import BOS, SEP, copy_mask, copy_prompts, make_batch
+
+GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading only needs every cell to run: smaller sizes
+torch.set_num_threads(1)  # this model is so small that a second thread only adds overhead
+torch.manual_seed(0)
+batch = make_batch(2, 40, torch.Generator().manual_seed(3))
+for row in batch:
+    print(" ".join({BOS: "BOS", SEP: "SEP"}.get(int(t), str(int(t))) for t in row))
+
+# %% [markdown]
+# ## The configuration · 配置
+#
+# `MiniDeepSeekConfig` names its sizes as DeepSeek-V3's `ModelArgs` does. The MLA sizes go to
+# `MLAConfig` (`cfg.mla()` builds one), and the MoE sizes to `MoE`. Here are the sizes of the model
+# you will train, and the trained checkpoint that `python -m utils.train_mini` wrote.
+#
+# `MiniDeepSeekConfig` 对各个尺寸的命名与 DeepSeek-V3 的 `ModelArgs` 相同。MLA 的尺寸交给 `MLAConfig`（由 `cfg.mla()` 构造），MoE 的尺寸交给 `MoE`。下面是你将要训练的模型的尺寸，也是 `python -m utils.train_mini` 写出的已训练检查点的尺寸。
+
+# %%
+cfg = MiniDeepSeekConfig()
+print(cfg)
+print(cfg.mla())
+
+# %% [markdown]
+# ## RMSNorm · 均方根归一化
+#
+# LayerNorm subtracts each vector's mean, divides by its standard deviation, then scales and
+# shifts. RMSNorm (Zhang and Sennrich, 2019) keeps only the division, by the root mean square, and a
+# learned scale: no mean, no bias, and one reduction less. DeepSeek-V3 uses it before every
+# sublayer and inside MLA (`q_norm`, `kv_norm`):
+#
+# LayerNorm 减去每个向量的均值，除以它的标准差，再缩放和平移。RMSNorm（Zhang 和 Sennrich，2019）只保留除以均方根这一步和一个可学习的缩放：没有均值，没有偏置，少一次归约。DeepSeek-V3 在每个子层之前以及 MLA 内部（`q_norm`、`kv_norm`）都使用它：
+#
+# $$y = \frac{x}{\sqrt{\frac{1}{d}\sum_j x_j^2 + \varepsilon}} \odot w$$
+#
+# $\varepsilon$ sits **inside** the root: it keeps a vector of zeros from dividing by zero. The
+# mean of squares is computed in float32 even when `x` is bfloat16, and the result comes back in
+# `x`'s dtype.
+#
+# $\varepsilon$ 位于根号 **里面**：它让全零向量不会除以零。即使 `x` 是 bfloat16，平方均值也要用 float32 计算，结果再转回 `x` 的数据类型。
+
+# %% [markdown]
+# ### Exercise 1 · `RMSNorm` · 练习 1
+#
+# A parameter `weight` of ones, shape `(dim,)`; `forward(x)` returns
+# `x * rsqrt(mean(x**2, dim=-1, keepdim=True) + eps) * weight`, computed in float32, in `x`'s dtype.
+#
+# 一个形状为 `(dim,)`、初始为全 1 的参数 `weight`；`forward(x)` 返回 `x * rsqrt(mean(x**2, dim=-1, keepdim=True) + eps) * weight`，用 float32 计算，返回 `x` 的数据类型。
+
+# %% nbgrader={"grade": false, "grade_id": "RMSNorm", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        ### END SOLUTION
+
+    def forward(self, x):
+        ### BEGIN SOLUTION
+        x32 = x.float()
+        y = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).to(x.dtype)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_RMSNorm", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect, expect_close
+
+norm = RMSNorm(4)
+x = torch.tensor([[3.0, -4.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+expect_close(norm(x), torch.tensor([[1.2, -1.6, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),
+             "RMSNorm of [3, -4, 0, 0] is [1.2, -1.6, 0, 0] (its RMS is 2.5), and a vector of ones stays ones.",
+             "[3, -4, 0, 0] 的 RMSNorm 是 [1.2, -1.6, 0, 0]（它的均方根是 2.5），全 1 向量保持不变。", atol=1e-4)
+expect(torch.equal(norm.weight.detach(), torch.ones(4)), "RMSNorm.weight starts at ones.", "RMSNorm.weight 初始为全 1。")
+print("✓ RMSNorm")
+
+# %% nbgrader={"grade": true, "grade_id": "test_RMSNorm_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_RMSNorm(RMSNorm)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## One block · 一个块
+#
+# A DeepSeek-V3 layer is a **pre-norm** residual block: each sublayer reads a normalised copy of the
+# residual stream and adds its result back, so the stream itself is never normalised and a
+# gradient always has a clean path from the loss to the first layer.
+#
+# DeepSeek-V3 的每一层都是一个 **前归一化** 的残差块：每个子层读取残差流的归一化副本，再把结果加回去。残差流本身从不被归一化，所以梯度总有一条从损失通往第一层的畅通路径。
+#
+# ```
+# x = x + attn(attn_norm(x), start_pos)      multi-head latent attention (09), RoPE inside
+# x = x + ffn(ffn_norm(x))                   Expert(dim, inter_dim) or MoE (10)
+# ```
+#
+# The first `n_dense_layers` layers have a dense SwiGLU feed-forward layer (V3: the first 3 of 61),
+# the others a mixture of experts with a shared expert. `start_pos` is the position of the first
+# token of `x`: MLA writes its cache there, which is how generation continues a sequence.
+#
+# 前 `n_dense_layers` 层使用稠密的 SwiGLU 前馈层（V3：61 层中的前 3 层），其余各层使用带共享专家的混合专家。`start_pos` 是 `x` 中第一个词元的位置：MLA 把缓存写在那里，生成就是这样接着一个序列继续下去的。
+
+# %% [markdown]
+# ### Exercise 2 · `Block` · 练习 2
+#
+# `__init__(self, cfg, layer_id)`: `attn_norm` and `ffn_norm` (your `RMSNorm(cfg.dim)`), `attn =
+# MultiHeadLatentAttention(cfg.mla())`, and `ffn = Expert(cfg.dim, cfg.inter_dim)` when `layer_id <
+# cfg.n_dense_layers`, else `MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts,
+# cfg.n_activated_experts, cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups,
+# cfg.score_func, cfg.route_scale)`. `forward(x, start_pos=0)` as above.
+#
+# `__init__(self, cfg, layer_id)`：`attn_norm` 和 `ffn_norm`（你的 `RMSNorm(cfg.dim)`），`attn = MultiHeadLatentAttention(cfg.mla())`；当 `layer_id < cfg.n_dense_layers` 时 `ffn = Expert(cfg.dim, cfg.inter_dim)`，否则 `ffn = MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts, cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups, cfg.score_func, cfg.route_scale)`。`forward(x, start_pos=0)` 如上所示。
+
+# %% nbgrader={"grade": false, "grade_id": "Block", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class Block(nn.Module):
+    def __init__(self, cfg, layer_id):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.attn_norm = RMSNorm(cfg.dim)
+        self.attn = MultiHeadLatentAttention(cfg.mla())
+        self.ffn_norm = RMSNorm(cfg.dim)
+        if layer_id < cfg.n_dense_layers:
+            self.ffn = Expert(cfg.dim, cfg.inter_dim)
+        else:
+            self.ffn = MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts,
+                           cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups,
+                           cfg.score_func, cfg.route_scale)
+        ### END SOLUTION
+
+    def forward(self, x, start_pos=0):
+        ### BEGIN SOLUTION
+        x = x + self.attn(self.attn_norm(x), start_pos)
+        return x + self.ffn(self.ffn_norm(x))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_Block", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+from utils.mini_deepseek import MiniDeepSeekConfig
+
+small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                           inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
+torch.manual_seed(0)
+dense_block, moe_block = Block(small, 0), Block(small, 1)
+expect(type(dense_block.ffn).__name__ == "Expert" and type(moe_block.ffn).__name__ == "MoE",
+       "Layer 0 (< n_dense_layers = 1) has a dense Expert, layer 1 a MoE.", "第 0 层（< n_dense_layers = 1）使用稠密 Expert，第 1 层使用 MoE。")
+x = torch.randn(2, 5, 16)
+with torch.no_grad():
+    y = moe_block(x)
+expect(y.shape == x.shape, "Block keeps the shape (B, T, dim).", "Block 保持形状 (B, T, dim)。")
+with torch.no_grad():
+    step = torch.cat([moe_block(x[:, :3]), moe_block(x[:, 3:], 3)], dim=1)
+expect(torch.allclose(step, y, atol=1e-5), "A second call with start_pos=3 must continue the first (pass start_pos to attn).",
+       "以 start_pos=3 的第二次调用必须接着第一次（把 start_pos 传给 attn）。")
+print("✓ Block")
+
+# %% nbgrader={"grade": true, "grade_id": "test_Block_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_Block(Block)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The model · 模型
+#
+# Token ids go through an embedding table, the blocks in order, a final norm and a linear head
+# that gives one score (logit) per vocabulary entry at every position. There are no position
+# embeddings: positions live only in RoPE, inside attention.
+#
+# 词元 id 依次经过嵌入表、按顺序的各个块、最终的归一化，以及一个线性输出头，在每个位置为词表中的每一项给出一个分数（logit）。这里没有位置嵌入：位置信息只存在于注意力内部的 RoPE 中。
+
+# %% [markdown]
+# ### Exercise 3 · `MiniDeepSeek` · 练习 3
+#
+# `embed = nn.Embedding(vocab_size, dim)`, `layers` an `nn.ModuleList` of `Block(cfg, i)` for `i`
+# in `range(n_layers)`, `norm = RMSNorm(dim)`, `head = nn.Linear(dim, vocab_size, bias=False)`.
+# `forward(tokens, start_pos=0)` returns logits `(B, T, vocab_size)`.
+#
+# `embed = nn.Embedding(vocab_size, dim)`，`layers` 是由 `Block(cfg, i)`（`i` 取 `range(n_layers)`）组成的 `nn.ModuleList`，`norm = RMSNorm(dim)`，`head = nn.Linear(dim, vocab_size, bias=False)`。`forward(tokens, start_pos=0)` 返回 logits `(B, T, vocab_size)`。
+
+# %% nbgrader={"grade": false, "grade_id": "MiniDeepSeek", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class MiniDeepSeek(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        ### BEGIN SOLUTION
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        ### END SOLUTION
+
+    def forward(self, tokens, start_pos=0):
+        ### BEGIN SOLUTION
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, start_pos)
+        return self.head(self.norm(x))
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_MiniDeepSeek", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+from utils.mini_deepseek import MiniDeepSeekConfig
+
+torch.manual_seed(0)
+tiny = MiniDeepSeek(MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                                       v_head_dim=4, inter_dim=24, moe_inter_dim=8, n_routed_experts=4,
+                                       n_expert_groups=1, max_seq_len=8)).eval()
+tokens = torch.tensor([[0, 5, 9, 1, 5, 9]])
+with torch.no_grad():
+    logits = tiny(tokens)
+    stepwise = torch.cat([tiny(tokens[:, :4]), tiny(tokens[:, 4:], 4)], dim=1)
+expect(logits.shape == (1, 6, 64), "MiniDeepSeek returns logits of shape (B, T, vocab_size).",
+       "MiniDeepSeek 返回形状为 (B, T, vocab_size) 的 logits。")
+expect(torch.allclose(stepwise, logits, atol=1e-5), "A prefill then a call with start_pos must equal one call on the whole sequence.",
+       "先预填充、再以 start_pos 调用，结果必须与对整个序列的一次调用相同。")
+print("✓ MiniDeepSeek")
+
+# %% nbgrader={"grade": true, "grade_id": "test_MiniDeepSeek_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_MiniDeepSeek(MiniDeepSeek)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The next-token loss · 下一个词元的损失
+#
+# Causal attention (04) lets position `i` see tokens `0..i` only, so its logits are a prediction of
+# token `i + 1`. The loss lines them up: logits of positions `0..T-2` against tokens `1..T-1`, the
+# mean cross-entropy over all of them. The last position has no target inside the sequence.
+#
+# 因果注意力（04）只让位置 `i` 看到词元 `0..i`，所以它的 logits 是对词元 `i + 1` 的预测。损失把它们对齐：位置 `0..T-2` 的 logits 对应词元 `1..T-1`，对所有这些取平均交叉熵。最后一个位置在序列内没有目标。
+
+# %% [markdown]
+# ### Exercise 4 · `next_token_loss` · 练习 4
+#
+# Return the mean cross-entropy of predicting `tokens[:, 1:]` from `logits[:, :-1]` (`F.cross_entropy`
+# wants `(N, V)` logits and `(N,)` targets).
+#
+# 返回由 `logits[:, :-1]` 预测 `tokens[:, 1:]` 的平均交叉熵（`F.cross_entropy` 需要 `(N, V)` 的 logits 和 `(N,)` 的目标）。
+
+# %% nbgrader={"grade": false, "grade_id": "next_token_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def next_token_loss(logits, tokens):
+    ### BEGIN SOLUTION
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_next_token_loss", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import math
+import torch
+from autograder.checks import expect_close
+
+sure = torch.full((1, 3, 4), -1e4)
+sure[0, 0, 2] = sure[0, 1, 3] = 0.0  # position 0 is sure of token 2, position 1 of token 3
+expect_close(next_token_loss(sure, torch.tensor([[1, 2, 3]])), torch.tensor(0.0),
+             "Position 0 predicts token 1 and position 1 predicts token 2: a model sure of the right next tokens has loss 0.",
+             "位置 0 预测词元 1，位置 1 预测词元 2：对下一个词元有十足把握且正确的模型损失为 0。", atol=1e-4)
+expect_close(next_token_loss(torch.zeros(2, 5, 8), torch.zeros(2, 5, dtype=torch.long)), torch.tensor(math.log(8)),
+             "Uniform logits over 8 tokens give a loss of ln 8.", "在 8 个词元上均匀的 logits 给出 ln 8 的损失。")
+print("✓ next_token_loss")
+
+# %% nbgrader={"grade": true, "grade_id": "test_next_token_loss_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_next_token_loss(next_token_loss)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## A short training run · 一次简短的训练
+#
+# Your model, a fresh initialisation, AdamW, a few dozen steps of the copying task. After each
+# step the gate biases of the MoE layers move by `update_expert_bias` (notebook 10): experts that
+# got more than the mean load lose a little bias, the others gain it, with no auxiliary loss.
+# The loss at the start is close to ln 64 (a uniform guess over the vocabulary of 64).
+#
+# 你的模型，全新初始化，AdamW，在复制任务上训练几十步。每一步之后，MoE 层的门控偏置按 `update_expert_bias`（笔记本 10）调整：负载高于平均的专家偏置略减，其余的略增，不需要辅助损失。开始时的损失接近 ln 64（在 64 个词的词表上均匀猜测）。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.train_mini import train
+
+torch.manual_seed(0)
+model = MiniDeepSeek(cfg)
+steps = 3 if GRADING else 30
+t0 = time.perf_counter()
+history = train(model, steps=steps, batch_size=16, lr=1e-2, seed=0, progress=lambda r: tqdm(r, desc="training"))
+print(f"{steps} steps in {time.perf_counter() - t0:.1f} s on this machine; "
+      f"loss {history['loss'][0]:.2f} -> {history['loss'][-1]:.2f} (ln 64 = {math.log(64):.2f})")
+
+# %% [markdown]
+# The loss falls, but a few dozen steps only teach the model which tokens are possible. The full run,
+# `python -m utils.train_mini`, trains the same model with one MTP module (the second half of this
+# notebook) for a few minutes. Its checkpoint is in the repository, with the losses of every
+# step, the seed and the command that made it:
+#
+# 损失在下降，但几十步只能让模型学会哪些词元可能出现。完整的训练 `python -m utils.train_mini` 用一个 MTP 模块（本笔记本的后半部分）把同一个模型训练几分钟。它的检查点保存在仓库中，连同每一步的损失、种子和生成它的命令：
+
+# %%
+ckpt = torch.load(CHECKPOINT, weights_only=True)  # checkpoints/mini_deepseek.pt
+print(f"command: {ckpt['command']}   seed: {ckpt['seed']}   steps: {ckpt['steps']}   batch: {ckpt['batch_size']}")
+print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in ckpt["final"].items()))
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.plot(ckpt["history"]["next_token"], lw=1, label="next-token loss")
+ax.plot(ckpt["history"]["mtp"], lw=1, alpha=0.8, label="MTP depth-1 loss (token i + 2)")
+ax.set_xlabel("training step"); ax.set_ylabel("cross-entropy (nats per token)"); ax.legend(); ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# The curve stays flat for a while and then drops: that is when the model learns to copy. It cannot
+# go to zero, because the first segment of each sequence is random; on the copied part the held-out
+# accuracy above is what matters.
+#
+# 曲线先平坦一段时间，然后骤降：那正是模型学会复制的时刻。它不会降到零，因为每个序列的第一段是随机的；对复制部分来说，重要的是上面的留出集准确率。
+#
+# Your `MiniDeepSeek` has the same parameter names as the course's, DeepSeek-V3's names, so the
+# trained weights load straight into your class:
+#
+# 你的 `MiniDeepSeek` 与课程的实现参数名相同，也就是 DeepSeek-V3 的参数名，所以训练好的权重可以直接加载到你的类中：
+
+# %%
+trained = MiniDeepSeek(MiniDeepSeekConfig(**ckpt["config"]))
+trained.load_state_dict(ckpt["model"])
+trained.eval()
+test = make_batch(64, 48, torch.Generator().manual_seed(7))
+with torch.no_grad():
+    pred = trained(test)[:, :-1].argmax(-1)
+mask = copy_mask(test)[:, 1:]
+print(f"your class, trained weights: {(pred == test[:, 1:])[mask].float().mean():.1%} of the copied tokens predicted, "
+      f"{(pred == test[:, 1:])[~mask].float().mean():.1%} of the random ones")
+
+# %% [markdown]
+# ## An induction head · 归纳头
+#
+# How does a model copy? Olsson et al. (2022) found **induction heads**: at a token `A`, the head
+# attends to the token that followed an earlier occurrence of `A`, and copies it. It needs two
+# layers: layer 0 writes into each position what its previous token was, and a head in layer 1
+# matches the current token against that. Below, every head of the trained model gets two scores
+# on held-out sequences, averaged over the copied positions `t`: the attention it puts on the
+# positions right after every earlier copy of the current token (induction), and on `t - 1` (the
+# previous token). The best induction head is drawn.
+#
+# 模型是怎么复制的？Olsson 等人（2022）发现了 **归纳头**：在词元 `A` 处，这个头关注 `A` 先前出现时紧随其后的那个词元，并把它复制过来。它需要两层：第 0 层把每个位置的前一个词元写进该位置，第 1 层的一个头再用当前词元去匹配它。下面在留出序列上给已训练模型的每个头打两个分数，对被复制的位置 `t` 取平均：它放在当前词元每一次先前出现之后那个位置上的注意力（归纳），以及放在 `t - 1`（前一个词元）上的注意力。图中画出最好的归纳头。
+
+# %%
+def head_scores(maps, tokens):
+    """Per layer, per head: mean attention on 'right after an earlier copy of me' and on 't - 1'."""
+    T = tokens.shape[1]
+    after_copy = torch.zeros(tokens.shape[0], T, T, dtype=torch.bool)  # (B, query t, key j)
+    after_copy[:, :, 1:] = tokens[:, None, :-1] == tokens[:, :, None]  # token j - 1 equals token t
+    after_copy &= torch.ones(T, T, dtype=torch.bool).tril()  # earlier positions only
+    copied = copy_mask(tokens)  # (B, T)
+    previous = torch.zeros(T, T, dtype=torch.bool)
+    previous[torch.arange(1, T), torch.arange(T - 1)] = True
+    scores = []
+    for w in maps:  # (B, H, T, T)
+        induction = (w * after_copy[:, None]).sum(-1).transpose(0, 1)  # (H, B, T)
+        prev = (w * previous).sum(-1).transpose(0, 1)
+        scores.append((induction[:, copied].mean(-1), prev[:, copied].mean(-1)))  # (H,) each
+    return scores
+
+
+held_out = make_batch(16, 48, torch.Generator().manual_seed(11))
+maps = attention_maps(trained, held_out)  # per layer (B, H, T, T)
+scores = head_scores(maps, held_out)
+for layer, (induction, prev) in enumerate(scores):
+    print(f"layer {layer}: induction score per head {[round(float(s), 2) for s in induction]}, "
+          f"previous-token score {[round(float(s), 2) for s in prev]}")
+best_layer, best_head = max(((l, h) for l in range(len(scores)) for h in range(len(scores[l][0]))),
+                            key=lambda lh: float(scores[lh[0]][0][lh[1]]))
+seq = held_out[:1, :40]
+labels = [{BOS: "BOS", SEP: "SEP"}.get(int(x), str(int(x))) for x in seq[0]]
+fig, ax = plt.subplots(figsize=(6.5, 6))
+ax.imshow(attention_maps(trained, seq)[best_layer][0, best_head], cmap="viridis")
+ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6); ax.set_yticks(range(len(labels)), labels, fontsize=6)
+ax.set_xlabel("key (attended to)"); ax.set_ylabel("query (current token)")
+ax.set_title(f"layer {best_layer}, head {best_head}, the best induction head")
+plt.show()
+
+# %% [markdown]
+# After the first `SEP` the picture is a set of stripes parallel to the diagonal, one segment
+# length plus one apart: each query looks at the position right after every earlier copy of
+# itself, which holds exactly the token it must output next. The induction heads are in layer 1,
+# as the two-layer circuit needs.
+#
+# 第一个 `SEP` 之后，图中是一组与对角线平行的条纹，彼此相隔"段长加一"：每个查询都看向自己每一次先前出现之后的那个位置，而那里恰好是它接下来必须输出的词元。归纳头位于第 1 层，正如这个两层的回路所要求的。
+#
+# ## Generation with the cache · 使用缓存生成
+#
+# Greedy decoding: prefill the prompt once, then feed one token at a time with `start_pos`, so
+# MLA attends to its cached latents instead of recomputing the whole sequence. The prompt is `BOS`,
+# a segment and `SEP`; the model should write the segment again.
+#
+# 贪心解码：先对提示词做一次预填充，然后每次以 `start_pos` 输入一个词元，这样 MLA 关注的是已缓存的潜在向量，而不是重新计算整个序列。提示词是 `BOS`、一段词元和 `SEP`；模型应当把这一段再写一遍。
+
+# %%
+@torch.no_grad()
+def generate(model, prompt, max_new_tokens, use_cache=True):
+    tokens = prompt
+    logits = model(prompt, 0)
+    for step in range(max_new_tokens):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        if step + 1 < max_new_tokens:
+            logits = model(nxt, tokens.shape[1] - 1) if use_cache else model(tokens, 0)
+    return tokens
+
+
+prompt = copy_prompts(1, torch.Generator().manual_seed(5))[0]
+L = prompt.shape[1] - 2
+out = generate(trained, prompt, 2 * L + 1)
+print("prompt:   ", prompt[0, 1:-1].tolist())
+print("generated:", out[0, prompt.shape[1]:].tolist())
+print("same tokens without the cache:", torch.equal(out, generate(trained, prompt, 2 * L + 1, use_cache=False)))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+n_new = 8 if GRADING else 40
+times = {True: [], False: []}
+for _ in range(2):  # interleaved rounds: both see the same load
+    for use_cache in (True, False):
+        t0 = time.perf_counter()
+        generate(trained, prompt, n_new, use_cache)
+        times[use_cache].append(time.perf_counter() - t0)
+cached, uncached = min(times[True]), min(times[False])
+print(f"{n_new} new tokens: {n_new / uncached:.0f} tokens/s without the cache, {n_new / cached:.0f} with it "
+      f"({uncached / cached:.1f}x) on the machine that ran this")
+
+# %% [markdown]
+# ## Expert load · 专家负载
+#
+# Which experts did the trained MoE layer use on held-out data? A hook on the gate counts the
+# tokens sent to each expert. Without balancing, a router tends to collapse onto a few experts;
+# the bias of auxiliary-loss-free balancing, moved after every training step, kept the load
+# spread. The bars are the share of the token-to-expert assignments of each routed expert; the
+# line is a perfectly even load.
+#
+# 训练好的 MoE 层在留出数据上用了哪些专家？在门控上挂一个钩子，统计送往每个专家的词元数。没有均衡时，路由器往往会坍缩到少数几个专家上；无辅助损失均衡的偏置在每个训练步之后调整，使负载保持分散。柱形是每个路由专家在"词元到专家"分配中所占的份额；横线是完全均匀的负载。
+
+# %%
+def count_into(counter):
+    def hook(gate, inputs, output):  # output = (weights, indices); returning nothing leaves it unchanged
+        counter.add_(torch.bincount(output[1].flatten(), minlength=len(counter)))
+    return hook
+
+
+moes = [m for m in trained.modules() if isinstance(m, MoE)]
+counts = [torch.zeros(m.gate.weight.shape[0]) for m in moes]
+hooks = [m.gate.register_forward_hook(count_into(c)) for m, c in zip(moes, counts)]
+with torch.no_grad():
+    trained(test)
+for h in hooks:
+    h.remove()
+share = counts[0] / counts[0].sum()
+fig, ax = plt.subplots(figsize=(6, 2.6))
+ax.bar(range(len(share)), share)
+ax.axhline(1 / len(share), color="grey", ls="--")
+ax.set_xlabel("routed expert"); ax.set_ylabel("share of assignments"); ax.set_title("trained MoE layer, held-out batch")
+plt.show()
+print(f"most loaded expert {share.max():.1%}, least {share.min():.1%} (even: {1 / len(share):.1%}); "
+      f"gate bias after training: {[round(float(b), 2) for b in moes[0].gate.bias]}")
+
+# %% [markdown]
+# ## The size of everything · 各部分的规模
+#
+# The same architecture at two scales. DeepSeek-V3's numbers are those of its published config
+# (`inference/configs/config_671B.json`) and technical report; the mini model's are counted from
+# the model in memory. "Cached per token" is what MLA's absorbed path keeps: the latent and the
+# rope key, in every layer.
+#
+# 同一种架构的两种规模。DeepSeek-V3 的数字来自其公开的配置（`inference/configs/config_671B.json`）和技术报告；迷你模型的数字是从内存中的模型数出来的。"每个词元的缓存"是 MLA 吸收路径所保存的内容：每一层的潜在向量和 rope 键。
+
+# %%
+from utils.mini_deepseek import parameter_counts
+
+c = MiniDeepSeekConfig(**ckpt["config"])
+counts_mini = parameter_counts(trained)
+v3 = dict(vocab_size=129280, dim=7168, n_layers=61, n_dense_layers=3, n_heads=128, kv_lora_rank=512, qk_rope_head_dim=64,
+          n_routed_experts=256, n_activated_experts=8, n_shared_experts=1, moe_inter_dim=2048)
+rows = [("vocabulary", c.vocab_size, v3["vocab_size"]), ("width (dim)", c.dim, v3["dim"]),
+        ("layers (dense first)", f"{c.n_layers} ({c.n_dense_layers})", f"{v3['n_layers']} ({v3['n_dense_layers']})"),
+        ("attention heads", c.n_heads, v3["n_heads"]), ("KV latent (kv_lora_rank)", c.kv_lora_rank, v3["kv_lora_rank"]),
+        ("routed experts (active)", f"{c.n_routed_experts} ({c.n_activated_experts})", f"{v3['n_routed_experts']} ({v3['n_activated_experts']})"),
+        ("shared experts", c.n_shared_experts, v3["n_shared_experts"]),
+        ("cached per token", mla_cache_elements_per_token(c.n_layers, c.kv_lora_rank, c.qk_rope_head_dim),
+         mla_cache_elements_per_token(v3["n_layers"], v3["kv_lora_rank"], v3["qk_rope_head_dim"])),
+        ("parameters", f"{counts_mini['total']:,}", "671B (+14B MTP)"),
+        ("active per token", f"{counts_mini['active']:,}", "37B"),
+        ("MTP modules", ckpt["mtp_depth"], 1)]
+print(f"{'':26}{'mini':>14}{'DeepSeek-V3':>18}")
+for name, mini, big in rows:
+    print(f"{name:26}{mini!s:>14}{big!s:>18}")
+
+# %% [markdown]
+# # Multi-token prediction · 多词元预测
+#
+# A next-token model gets one training signal per position. **Multi-token prediction** asks each
+# position for more: the token after next, and further. Gloeckle et al. (2024) showed that extra
+# output heads make the training signal denser and push the model to plan ahead, and that the
+# extra predictions can serve as drafts at inference. DeepSeek-V3 (technical report, section 2.2)
+# made the prediction **sequential**: depth `k` does not guess token `i + k + 1` from position `i`
+# alone, it is also told the token `i + k`, so every depth keeps the causal chain of a language model.
+#
+# 下一个词元模型在每个位置只得到一个训练信号。**多词元预测** 要求每个位置预测更多：下下个词元，乃至更远。Gloeckle 等人（2024）表明，额外的输出头让训练信号更密集，促使模型提前规划，并且这些额外的预测在推理时可以充当草稿。DeepSeek-V3（技术报告第 2.2 节）把预测做成了 **顺序** 的：深度 `k` 并不只凭位置 `i` 去猜词元 `i + k + 1`，它还被告知了词元 `i + k`，所以每个深度都保持了语言模型的因果链。
+#
+# Module `k` takes the hidden state of depth `k - 1` at position `i` (depth 0 is the main model)
+# and the embedding of token `i + k`, normalises each (`hnorm`, `enorm`), concatenates them,
+# projects `2 * dim -> dim` (`eh_proj`) and runs one Transformer block. Its output goes through the
+# main model's final norm and **the main model's output head**; the embedding is the main model's too.
+# Only the norms, the projection and the block are new. In V3 the module is its layer 61.
+#
+# 模块 `k` 接收深度 `k - 1` 在位置 `i` 的隐藏状态（深度 0 即主模型）和词元 `i + k` 的嵌入，分别归一化（`hnorm`、`enorm`），拼接，投影 `2 * dim -> dim`（`eh_proj`），再经过一个 Transformer 块。它的输出经过主模型的最终归一化和 **主模型的输出头**；嵌入也是主模型的。只有两个归一化、投影和块是新的。在 V3 中，这个模块就是它的第 61 层。
+#
+# $$h'^k_i = M_k\,[\mathrm{RMSNorm}(h^{k-1}_i);\ \mathrm{RMSNorm}(\mathrm{Emb}(t_{i+k}))],\qquad h^k_i = \mathrm{TRM}_k(h'^k_i),\qquad P^k_{i+k+1} = \mathrm{OutHead}(h^k_i)$$
+#
+# That is the paper's formula, with the hidden state **first**. The released weights
+# (`model.layers.61.eh_proj` of DeepSeek-V3 on Hugging Face), and the inference engines that load them, concatenate the
+# **embedding first**. The two are the same model: `eh_proj` multiplies the concatenation, so swapping
+# the halves of the input is undone by swapping the two halves of `eh_proj`'s columns. What
+# matters is to use the order the weights were trained with. This notebook uses the released layout.
+#
+# 这是论文中的公式，隐藏状态在 **前**。而发布的权重（Hugging Face 上 DeepSeek-V3 的 `model.layers.61.eh_proj`）以及加载它们的推理引擎，都是 **嵌入在前** 拼接的。两者是同一个模型：`eh_proj` 作用在拼接结果上，交换输入的两半，只需交换 `eh_proj` 列的两半即可抵消。关键是使用权重训练时的顺序。本笔记本采用发布权重的布局。
+
+# %% [markdown]
+# ### Exercise 5 · `MTPModule` · 练习 5
+#
+# `__init__(self, cfg, layer_id)`: `enorm`, `hnorm` (`RMSNorm(cfg.dim)`), `eh_proj =
+# nn.Linear(2 * cfg.dim, cfg.dim, bias=False)`, `block = Block(cfg, layer_id)`; no embedding and
+# no head of its own. `forward(h_prev, next_embeddings, start_pos=0)` returns
+# `block(eh_proj(cat([enorm(next_embeddings), hnorm(h_prev)], dim=-1)), start_pos)`.
+#
+# `__init__(self, cfg, layer_id)`：`enorm`、`hnorm`（`RMSNorm(cfg.dim)`），`eh_proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)`，`block = Block(cfg, layer_id)`；没有自己的嵌入层和输出头。`forward(h_prev, next_embeddings, start_pos=0)` 返回 `block(eh_proj(cat([enorm(next_embeddings), hnorm(h_prev)], dim=-1)), start_pos)`。
+
+# %% nbgrader={"grade": false, "grade_id": "MTPModule", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class MTPModule(nn.Module):
+    def __init__(self, cfg, layer_id):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.enorm = RMSNorm(cfg.dim)
+        self.hnorm = RMSNorm(cfg.dim)
+        self.eh_proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)
+        self.block = Block(cfg, layer_id)
+        ### END SOLUTION
+
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        ### BEGIN SOLUTION
+        x = torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], dim=-1)
+        return self.block(self.eh_proj(x), start_pos)
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_MTPModule", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+from utils.mini_deepseek import MiniDeepSeekConfig
+
+small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                           inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
+torch.manual_seed(0)
+mtp_small = MTPModule(small, 2).eval()
+names = {n.split(".")[0] for n, _ in mtp_small.named_parameters()}
+expect(names == {"enorm", "hnorm", "eh_proj", "block"},
+       "MTPModule's parameters live in enorm, hnorm, eh_proj and block only: the embedding and head are shared.",
+       "MTPModule 的参数只在 enorm、hnorm、eh_proj 和 block 中：嵌入层和输出头是共享的。")
+with torch.no_grad():
+    out = mtp_small(torch.randn(2, 5, 16), torch.randn(2, 5, 16))
+expect(out.shape == (2, 5, 16), "MTPModule returns (B, T, dim).", "MTPModule 返回 (B, T, dim)。")
+print("✓ MTPModule")
+
+# %% nbgrader={"grade": true, "grade_id": "test_MTPModule_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_MTPModule(MTPModule)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 6 · `mtp_forward` · 练习 6
+#
+# The chain for a whole sequence. `h` starts as the main model's residual stream before its final
+# norm, `hidden_states(model, tokens)` (from `utils.mini_deepseek`: embed, then every block). Depth `k`
+# has one position fewer than depth `k - 1`, since its last position would need a token past the end:
+# `h = module_k(h[:, :-1], model.embed(tokens[:, k:]))`, and its logits are
+# `model.head(model.norm(h))`, shape `(B, T - k, V)`. Return `(main logits, [depth-1 logits, ...])`.
+#
+# 整个序列上的链。`h` 一开始是主模型在最终归一化之前的残差流，即 `hidden_states(model, tokens)`（来自 `utils.mini_deepseek`：嵌入，然后经过每个块）。深度 `k` 比深度 `k - 1` 少一个位置，因为它的最后一个位置需要序列末尾之后的词元：`h = module_k(h[:, :-1], model.embed(tokens[:, k:]))`，它的 logits 是 `model.head(model.norm(h))`，形状为 `(B, T - k, V)`。返回 `(主 logits, [深度 1 的 logits, ...])`。
+
+# %% nbgrader={"grade": false, "grade_id": "mtp_forward", "locked": false, "schema_version": 3, "solution": true, "task": false}
+from utils.mini_deepseek import hidden_states
+
+
+def mtp_forward(model, mtp_modules, tokens):
+    ### BEGIN SOLUTION
+    h = hidden_states(model, tokens)
+    logits = model.head(model.norm(h))
+    mtp_logits = []
+    for k, module in enumerate(mtp_modules, start=1):
+        h = module(h[:, :-1], model.embed(tokens[:, k:]))
+        mtp_logits.append(model.head(model.norm(h)))
+    return logits, mtp_logits
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_mtp_forward", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+from utils.mini_deepseek import MiniDeepSeek as CourseMiniDeepSeek, MiniDeepSeekConfig
+from utils.mtp import MTPModule as CourseMTPModule
+
+small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                           inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
+torch.manual_seed(0)
+main_small = CourseMiniDeepSeek(small).eval()
+chain = torch.nn.ModuleList([CourseMTPModule(small, 2), CourseMTPModule(small, 3)]).eval()
+with torch.no_grad():
+    main_logits, deep = mtp_forward(main_small, chain, torch.tensor([[0, 4, 9, 1, 4, 9, 1]]))
+expect(main_logits.shape == (1, 7, 64) and [tuple(d.shape) for d in deep] == [(1, 6, 64), (1, 5, 64)],
+       "With T = 7 the main logits are (1, 7, V) and depth k's are (1, 7 - k, V).",
+       "T = 7 时主 logits 为 (1, 7, V)，深度 k 的为 (1, 7 - k, V)。")
+print("✓ mtp_forward")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mtp_forward_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_mtp_forward(mtp_forward)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 7 · `mtp_loss` · 练习 7
+#
+# Position `i` of depth `k` predicts token `i + k + 1`. Depth `k`'s logits have `T - k` positions;
+# the last has no target inside the sequence, so compare `mtp_logits[k-1][:, :-1]` with
+# `tokens[:, k + 1:]`. Average the `D` depths and weight them by `lam`:
+# $\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$. The training loss is
+# `next_token_loss + mtp_loss`. DeepSeek-V3 used `D = 1` and `lam = 0.3` for the first 10T tokens, then `0.1`.
+#
+# 深度 `k` 的位置 `i` 预测词元 `i + k + 1`。深度 `k` 的 logits 有 `T - k` 个位置；最后一个位置在序列内没有目标，所以比较 `mtp_logits[k-1][:, :-1]` 与 `tokens[:, k + 1:]`。对 `D` 个深度取平均并乘以权重 `lam`：$\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$。训练损失是 `next_token_loss + mtp_loss`。DeepSeek-V3 使用 `D = 1`，前 10T 个词元 `lam = 0.3`，之后为 `0.1`。
+
+# %% nbgrader={"grade": false, "grade_id": "mtp_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def mtp_loss(mtp_logits, tokens, lam=0.3):
+    ### BEGIN SOLUTION
+    total = 0.0
+    for k, logits in enumerate(mtp_logits, start=1):
+        V = logits.shape[-1]
+        total = total + F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, k + 1:].reshape(-1))
+    return lam / len(mtp_logits) * total
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_mtp_loss", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import math
+import torch
+from autograder.checks import expect_close
+
+tokens = torch.tensor([[1, 2, 3, 0]])
+sure = torch.full((1, 3, 4), -1e4)
+sure[0, 0, 3] = sure[0, 1, 0] = 0.0  # depth 1: position 0 predicts token 2 (= 3), position 1 token 3 (= 0)
+expect_close(mtp_loss([sure], tokens), torch.tensor(0.0),
+             "Depth 1 at position i predicts token i + 2: these logits are right everywhere, so the loss is 0.",
+             "深度 1 在位置 i 预测词元 i + 2：这些 logits 处处正确，所以损失为 0。", atol=1e-4)
+expect_close(mtp_loss([torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)], tokens, lam=0.1), torch.tensor(0.1 * math.log(4)),
+             "Uniform logits at both depths give lam / D * (ln 4 + ln 4) = lam * ln 4.",
+             "两个深度的 logits 都均匀时，损失为 lam / D * (ln 4 + ln 4) = lam * ln 4。")
+print("✓ mtp_loss")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mtp_loss_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_mtp_loss(mtp_loss)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## The trained MTP module · 训练好的 MTP 模块
+#
+# The checkpoint's MTP module was trained next to the main model with `lam` = 0.3. Load it into
+# your class (same names again) and measure, on held-out sequences, how often depth 1 gets the
+# token after next right, against the main model on the next token:
+#
+# 检查点中的 MTP 模块与主模型一起训练，`lam` = 0.3。把它加载到你的类中（参数名同样一致），在留出序列上测量深度 1 猜对下下个词元的频率，并与主模型预测下一个词元的准确率对比：
+
+# %%
+mtp_trained = nn.ModuleList([MTPModule(c, c.n_layers)])
+mtp_trained.load_state_dict(ckpt["mtp"])
+mtp_trained.eval()
+with torch.no_grad():
+    main_logits, (depth1,) = mtp_forward(trained, mtp_trained, test)
+next_ok = (main_logits[:, :-1].argmax(-1) == test[:, 1:])[copy_mask(test)[:, 1:]].float().mean()
+after_ok = (depth1[:, :-1].argmax(-1) == test[:, 2:])[copy_mask(test)[:, 2:]].float().mean()
+print(f"copied tokens: main model right on token i + 1 {next_ok:.1%}, MTP depth 1 right on token i + 2 {after_ok:.1%}")
+print(f"losses on this batch: next-token {next_token_loss(main_logits, test):.3f}, "
+      f"MTP (lam = 0.3) {mtp_loss([depth1], test):.3f}")
+
+# %% [markdown]
+# ## Two uses at inference · 推理时的两种用法
+#
+# **Drop the modules.** The main model is a complete language model; MTP was a training signal.
+# DeepSeek-V3's 671B parameters do not count the 14B of its MTP module.
+#
+# **丢掉这些模块。** 主模型本身就是完整的语言模型；MTP 只是一个训练信号。DeepSeek-V3 的 671B 参数不包括其 MTP 模块的 14B。
+#
+# **Use depth 1 as a draft** (self-speculative decoding). After the main model produced token
+# `t_{p+1}`, the MTP module, which already has the main model's hidden state at `p`, drafts `t_{p+2}`
+# for the cost of one block. The next forward pass of the main model reads **two** tokens, `t_{p+1}` and the
+# draft. Its prediction at the first position is the token it would have produced anyway: if it
+# equals the draft, the draft is kept, and the prediction at the second position is one more token
+# for free. Two tokens for one pass of the main model. If not, the draft is dropped and the main
+# model's own token is used. Either way every token kept is the main model's greedy choice, so the
+# text is **identical** to plain greedy decoding; only the number of passes changes. DeepSeek
+# reports that 85-90% of its drafts are accepted, for 1.8 times the tokens per second.
+#
+# **把深度 1 用作草稿**（自推测解码）。主模型生成词元 `t_{p+1}` 之后，MTP 模块已经拥有主模型在位置 `p` 的隐藏状态，只需一个块的计算量就能起草 `t_{p+2}`。主模型的下一次前向计算读入 **两个** 词元：`t_{p+1}` 和草稿。它在第一个位置上的预测正是它本来就会生成的词元：如果与草稿相同，就保留草稿，而第二个位置上的预测又白白多得一个词元。主模型一次前向计算得到两个词元。如果不同，就丢弃草稿，使用主模型自己的词元。无论哪种情况，保留下来的每个词元都是主模型的贪心选择，所以文本与普通贪心解码 **完全相同**；改变的只是前向计算的次数。DeepSeek 报告其草稿有 85-90% 被接受，每秒词元数达到 1.8 倍。
+#
+# `utils.mtp.speculative_generate` implements it with both caches (the main model's and the module's block). Measured
+# here on the trained checkpoint, side by side in one run:
+#
+# `utils.mtp.speculative_generate` 用两个缓存（主模型的和模块中块的）实现了它。下面在训练好的检查点上，于同一次运行中并排测量：
+
+# %%
+from utils.mtp import greedy_generate, speculative_generate
+
+prompt = copy_prompts(1, torch.Generator().manual_seed(21))[0]
+plain = greedy_generate(trained, prompt, 30)
+fast, stats = speculative_generate(trained, mtp_trained[0], prompt, 30)
+print("greedy:     ", plain[0, prompt.shape[1]:].tolist())
+print("speculative:", fast[0, prompt.shape[1]:].tolist())
+print(f"identical: {torch.equal(plain, fast)}; drafts accepted {stats['accepted']} of {stats['drafted']}; "
+      f"{stats['passes']} passes of the main model for 30 tokens")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mtp import decode_benchmark
+
+prompts = copy_prompts(2 if GRADING else 4, torch.Generator().manual_seed(1234))
+r = decode_benchmark(trained, mtp_trained[0], prompts, max_new_tokens=8 if GRADING else 30, repeats=1 if GRADING else 2)
+print(f"{'acceptance of the draft':32}{r['acceptance']:>10.1%}")
+print(f"{'tokens per main-model pass':32}{r['tokens_per_pass']:>10.2f}")
+print(f"{'greedy, tokens/s':32}{r['greedy_tok_s']:>10.0f}")
+print(f"{'self-speculative, tokens/s':32}{r['speculative_tok_s']:>10.0f}   ({r['speedup']:.2f}x on the machine that ran this)")
+print(f"{'output identical to greedy':32}{r['identical']!s:>10}")
+
+# %% [markdown]
+# Two tokens per pass do not make decoding twice as fast. Each step still runs the MTP block, and
+# the main model reads two tokens instead of one. In DeepSeek-V3 the draft costs one block next to
+# 61 layers, and on a GPU serving a large model the second token of a pass is almost free (decoding
+# is limited by reading the weights, notebook 11). Here the draft block is half the size of the
+# two-layer main model, and on a CPU the fixed cost of each call counts for a lot at this size. So
+# the measured speed ratio stays well below the tokens per pass, and on a busy machine it can
+# fall below 1. The acceptance rate and the identical output do not depend on the machine.
+#
+# 每次前向计算得到两个词元，并不会让解码快一倍。每一步仍要运行 MTP 块，主模型读入的是两个词元而不是一个。在 DeepSeek-V3 中，草稿只花一个块的代价，而主模型有 61 层；在 GPU 上服务大模型时，一次前向计算中的第二个词元几乎是免费的（解码受限于读取权重，见笔记本 11）。而这里的草稿块有两层主模型的一半大，并且在 CPU 上、对这么小的模型来说，每次调用的固定开销占了很大比重。所以测得的速度倍数远低于每次前向计算得到的词元数，在繁忙的机器上甚至可能低于 1。接受率和输出完全相同这两点则与机器无关。
+#
+# ## What you built · 你构建了什么
+#
+# A DeepSeek-V3 in miniature, from your own parts: RMSNorm, pre-norm blocks, MLA with decoupled
+# RoPE and a compressed cache, a mixture of experts with a shared expert and bias balancing, and
+# multi-token prediction with its two uses. The weights load into DeepSeek-V3's parameter names;
+# what separates this model from the real one is scale (the table above) and FP8 (notebook 11).
+#
+# 一个迷你版的 DeepSeek-V3，由你自己的部件构成：RMSNorm、前归一化块、带解耦 RoPE 和压缩缓存的 MLA、带共享专家和偏置均衡的混合专家，以及多词元预测及其两种用法。这些权重可以按 DeepSeek-V3 的参数名加载；这个模型与真正的模型之间的差别只在规模（上面的表格）和 FP8（笔记本 11）。
+#
+# Sources: DeepSeek-AI, *DeepSeek-V3 Technical Report* (2024), sections 2.1 (architecture) and 2.2
+# (multi-token prediction, lam 0.3 then 0.1), 5.4.3 (acceptance 85-90%, 1.8x tokens per second), and its
+# inference code `inference/model.py` (parameter names, `Block`, `Gate`); F. Gloeckle et al., *Better
+# & Faster Large Language Models via Multi-token Prediction* (2024); B. Zhang and R. Sennrich, *Root
+# Mean Square Layer Normalization* (2019); C. Olsson et al., *In-context Learning and Induction
+# Heads* (2022); the eh_proj layout: the released DeepSeek-V3 weights on Hugging Face (layer 61).
+#
+# 来源：DeepSeek-AI，《DeepSeek-V3 技术报告》（2024）第 2.1 节（架构）和第 2.2 节（多词元预测，lam 先 0.3 后 0.1）、第 5.4.3 节（接受率 85-90%，每秒词元数 1.8 倍），及其推理代码 `inference/model.py`（参数名、`Block`、`Gate`）；F. Gloeckle 等，《Better & Faster Large Language Models via Multi-token Prediction》（2024）；B. Zhang 和 R. Sennrich，《Root Mean Square Layer Normalization》（2019）；C. Olsson 等，《In-context Learning and Induction Heads》（2022）；eh_proj 的布局：Hugging Face 上发布的 DeepSeek-V3 权重（第 61 层）。
