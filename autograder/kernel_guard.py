@@ -151,7 +151,7 @@ def _shell_lists(shell):
             (shell, "input_transformers_post"), (shell, "ast_transformers")]
 
 
-def start() -> str:
+def start(root: str) -> str:
     modules, classes = _targets()
     dicts, functions = _record(modules + classes)
     state = {"dicts": dicts, "functions": functions, "meta_path": list(sys.meta_path),
@@ -167,6 +167,9 @@ def start() -> str:
         state["custom_exceptions"] = shell.custom_exceptions
         state["custom_tb"] = shell.CustomTB
     setattr(sys, _KEY, state)
+    # Course modules that the notebook imports are loaded by this finder and fingerprinted at
+    # once, so refresh() reloads them only if something changes them afterwards.
+    sys.meta_path.insert(0, _Finder(state, root, {}))
     return "started"
 
 
@@ -265,6 +268,7 @@ class _Loader:
 
     def exec_module(self, module):
         exec(_compiled(self.state, self.path), vars(module))
+        self.state["own"][module.__name__] = _fingerprint(module)  # as its file defined it
 
 
 class _Finder:
@@ -284,7 +288,8 @@ class _Finder:
 def _fingerprint(module):
     """What a module held right after the course's file defined it: every attribute by
     identity, the insides of the functions and classes it defines, copies of its data."""
-    name, entries = module.__name__, dict(vars(module))
+    name = module.__name__
+    entries = {k: v for k, v in vars(module).items() if not _submodule(name, k, v)}
     owners, data = [], []
     for key, value in entries.items():
         if isinstance(value, type) and value.__module__ == name:
@@ -306,7 +311,7 @@ def _intact(fingerprint) -> bool:
     import torch
 
     module, entries, classes, functions, data = fingerprint
-    current = vars(module)
+    current = {k: v for k, v in vars(module).items() if not _submodule(module.__name__, k, v)}
     if current.keys() != entries.keys() or any(current[k] is not v for k, v in entries.items()):
         return False
     for owner, saved, _ in classes:
@@ -333,6 +338,11 @@ def _intact(fingerprint) -> bool:
         except Exception:
             return False
     return True
+
+
+def _submodule(name: str, key: str, value) -> bool:
+    """A package's attribute that is its own loaded submodule (set by the import system)."""
+    return isinstance(value, types.ModuleType) and sys.modules.get(f"{name}.{key}") is value
 
 
 def _data_copy(value):
@@ -367,18 +377,19 @@ def refresh(root: str, wanted=()) -> str:
                 previous[id(value)] = (value, name, key)
     finder = _Finder(state, root, old)
     sys.meta_path.insert(0, finder)
-    try:
-        for name in stale:
+    failed = []
+    for name in stale:
+        try:
             importlib.import_module(name)
-    finally:
-        sys.meta_path.remove(finder)
+        except Exception:  # a file that no longer loads: keep what the kernel had
+            failed.append(name)
+            if name in old:
+                sys.modules.setdefault(name, old[name])
+    finder.old = {}  # from now on it loads (and fingerprints) course modules the notebook imports
     for name, module in list(sys.modules.items()):  # a package knows its loaded submodules
         parent, _, child = name.rpartition(".")
         if parent and _own(name) and parent in sys.modules:
             setattr(sys.modules[parent], child, module)
-    for name in stale:
-        if name in sys.modules:
-            own[name] = _fingerprint(sys.modules[name])
     # The learner's names for what a stale module defined (`from utils.x import f as g`) now
     # name its fresh twin, so a shortcut guard that looks for the reference finds them.
     main = vars(sys.modules["__main__"])
@@ -388,7 +399,7 @@ def refresh(root: str, wanted=()) -> str:
             fresh = getattr(sys.modules.get(hit[1]), hit[2], None)
             if fresh is not None:
                 main[key] = fresh
-    return "refreshed " + " ".join(stale)
+    return "reloaded " + " ".join(stale) + (" failed " + " ".join(failed) if failed else "")
 
 
 def _own_intact(own: dict, name: str) -> bool:

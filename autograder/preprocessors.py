@@ -159,7 +159,7 @@ class GradingExecute(Execute):
         if not self._guard_started:
             self._guard_started = True
             try:
-                self._call_guard("start")
+                self._call_guard("start", str(ROOT))
             except GuardFailed as e:
                 self._guard_error = str(e)
         if cell.metadata.get("nbgrader", {}).get("grade"):
