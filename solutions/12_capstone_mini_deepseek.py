@@ -626,59 +626,35 @@ nb12.check_MTPModule(MTPModule)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### Exercise 6 · `mtp_forward` · 练习 6
+# ### The chain over a sequence · 整个序列上的链
 #
-# The chain for a whole sequence. `h` starts as the main model's residual stream before its final
-# norm, `hidden_states(model, tokens)` (from `utils.mini_deepseek`: embed, then every block). Depth `k`
-# has one position fewer than depth `k - 1`, since its last position would need a token past the end:
-# `h = module_k(h[:, :-1], model.embed(tokens[:, k:]))`, and its logits are
-# `model.head(model.norm(h))`, shape `(B, T - k, V)`. Return `(main logits, [depth-1 logits, ...])`.
+# In training, every position runs every depth at once. `h` starts as the main model's residual
+# stream before its final norm, `hidden_states(model, tokens)` (from `utils.mini_deepseek`: embed,
+# then every block). Position `i` of depth `k` reads the embedding of token `i + k`, the token that depth
+# `k - 1` was asked to predict there: `tokens[:, k:]`. Depth `k` has one position fewer than depth
+# `k - 1`, since its last position would need a token past the end, hence `h[:, :-1]`. Reading
+# `tokens[:, k - 1:]` instead would hand depth `k` a token it already had; `tokens[:, k + 1:]` would
+# hand it the answer. Each depth's logits go through the shared norm and head.
 #
-# 整个序列上的链。`h` 一开始是主模型在最终归一化之前的残差流，即 `hidden_states(model, tokens)`（来自 `utils.mini_deepseek`：嵌入，然后经过每个块）。深度 `k` 比深度 `k - 1` 少一个位置，因为它的最后一个位置需要序列末尾之后的词元：`h = module_k(h[:, :-1], model.embed(tokens[:, k:]))`，它的 logits 是 `model.head(model.norm(h))`，形状为 `(B, T - k, V)`。返回 `(主 logits, [深度 1 的 logits, ...])`。
+# 训练时，每个位置同时经过所有深度。`h` 一开始是主模型在最终归一化之前的残差流，即 `hidden_states(model, tokens)`（来自 `utils.mini_deepseek`：嵌入，然后经过每个块）。深度 `k` 的位置 `i` 读取词元 `i + k` 的嵌入，即深度 `k - 1` 在该位置被要求预测的词元：`tokens[:, k:]`。深度 `k` 比深度 `k - 1` 少一个位置，因为它的最后一个位置需要序列末尾之后的词元，所以用 `h[:, :-1]`。如果改读 `tokens[:, k - 1:]`，深度 `k` 得到的是它已经有的词元；如果读 `tokens[:, k + 1:]`，就等于把答案交给了它。每个深度的 logits 都经过共享的归一化和输出头。
 
-# %% nbgrader={"grade": false, "grade_id": "mtp_forward", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %%
 from utils.mini_deepseek import hidden_states
 
 
 def mtp_forward(model, mtp_modules, tokens):
-    ### BEGIN SOLUTION
-    h = hidden_states(model, tokens)
+    """Main logits (B, T, V) and, for each depth k, logits (B, T - k, V) of token i + k + 1 at position i."""
+    h = hidden_states(model, tokens)  # depth 0, (B, T, dim)
     logits = model.head(model.norm(h))
     mtp_logits = []
     for k, module in enumerate(mtp_modules, start=1):
-        h = module(h[:, :-1], model.embed(tokens[:, k:]))
+        h = module(h[:, :-1], model.embed(tokens[:, k:]))  # (B, T - k, dim)
         mtp_logits.append(model.head(model.norm(h)))
     return logits, mtp_logits
-    ### END SOLUTION
 
-
-# %% nbgrader={"grade": true, "grade_id": "test_mtp_forward", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-import torch
-from autograder.checks import expect
-from utils.mini_deepseek import MiniDeepSeek as CourseMiniDeepSeek, MiniDeepSeekConfig
-from utils.mtp import MTPModule as CourseMTPModule
-
-small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-                           inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
-torch.manual_seed(0)
-main_small = CourseMiniDeepSeek(small).eval()
-chain = torch.nn.ModuleList([CourseMTPModule(small, 2), CourseMTPModule(small, 3)]).eval()
-with torch.no_grad():
-    main_logits, deep = mtp_forward(main_small, chain, torch.tensor([[0, 4, 9, 1, 4, 9, 1]]))
-expect(main_logits.shape == (1, 7, 64) and [tuple(d.shape) for d in deep] == [(1, 6, 64), (1, 5, 64)],
-       "With T = 7 the main logits are (1, 7, V) and depth k's are (1, 7 - k, V).",
-       "T = 7 时主 logits 为 (1, 7, V)，深度 k 的为 (1, 7 - k, V)。")
-print("✓ mtp_forward")
-
-# %% nbgrader={"grade": true, "grade_id": "test_mtp_forward_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
-### BEGIN HIDDEN TESTS
-from autograder.checks import nb12
-nb12.check_mtp_forward(mtp_forward)
-### END HIDDEN TESTS
 
 # %% [markdown]
-# ### Exercise 7 · `mtp_loss` · 练习 7
+# ### Exercise 6 · `mtp_loss` · 练习 6
 #
 # Position `i` of depth `k` predicts token `i + k + 1`. Depth `k`'s logits have `T - k` positions;
 # the last has no target inside the sequence, so compare `mtp_logits[k-1][:, :-1]` with

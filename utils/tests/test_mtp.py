@@ -37,6 +37,8 @@ def test_paper_order_is_the_same_model_with_eh_proj_halves_swapped():
 
 
 def test_forward_shapes_and_causal_chain():
+    """Depth k at position i reads token i + k: a change of token 7 reaches depth k first at position 7 - k
+    (an embedding of token i + k + 1 would reach position 6 - k, one of token i + k - 1 only 8 - k)."""
     model, modules = small()
     tokens = torch.randint(0, SMALL.vocab_size, (2, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

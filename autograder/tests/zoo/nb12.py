@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.mini_deepseek import hidden_states
 from utils.mla import MultiHeadLatentAttention
 from utils.moe import MoE, Expert
 
@@ -311,48 +310,6 @@ class MTPSplitProjection(MTPModule):  # right: the projection of a concatenation
         return self.block(self.enorm(next_embeddings) @ w_e.T + self.hnorm(h_prev) @ w_h.T, start_pos)
 
 
-# mtp_forward -----------------------------------------------------------------------------
-def _chain(model, mtp_modules, tokens, first=None, emb=lambda k: slice(k, None), chained=True, norm=True):
-    h0 = h = hidden_states(model, tokens)
-    logits = model.head(model.norm(h))
-    out = []
-    for k, module in enumerate(mtp_modules, start=1):
-        src = h if chained else h0[:, :h.shape[1]]
-        e = model.embed(tokens[:, emb(k)])
-        h = module(src[:, :e.shape[1]], e)
-        out.append(model.head(model.norm(h) if norm else h))
-    return logits, out
-
-
-def chain_embedding_behind(model, mtp_modules, tokens):
-    return _chain(model, mtp_modules, tokens, emb=lambda k: slice(k - 1, -1))
-
-
-def chain_embedding_ahead(model, mtp_modules, tokens):
-    return _chain(model, mtp_modules, tokens, emb=lambda k: slice(k + 1, None))
-
-
-def chain_not_sequential(model, mtp_modules, tokens):
-    return _chain(model, mtp_modules, tokens, chained=False)
-
-
-def chain_no_norm(model, mtp_modules, tokens):
-    return _chain(model, mtp_modules, tokens, norm=False)
-
-
-def chain_right(model, mtp_modules, tokens):  # right: same chain, written with explicit lengths
-    T = tokens.shape[1]
-    x = model.embed(tokens)
-    for layer in model.layers:
-        x = layer(x, 0)
-    outs = []
-    h = x
-    for k in range(1, len(mtp_modules) + 1):
-        h = mtp_modules[k - 1](h[:, :T - k], model.embed(tokens[:, k:T]), start_pos=0)
-        outs.append(model.head(model.norm(h)))
-    return model.head(model.norm(x)), outs
-
-
 # mtp_loss --------------------------------------------------------------------------------
 def _loss(mtp_logits, tokens, lam, shift=0, divide=True):
     total = 0.0
@@ -434,12 +391,6 @@ WRONG = {
         "no-start-pos": (MTPNoStartPos, "pass start_pos to self.block"),
         "proj-bias": (MTPProjBias, "eh_proj has no bias"),
     },
-    "mtp_forward": {
-        "embedding-i+k-1": (chain_embedding_behind, "token i + k - 1"),
-        "embedding-i+k+1": (chain_embedding_ahead, "T - k positions"),
-        "not-chained": (chain_not_sequential, "sequential"),
-        "no-norm": (chain_no_norm, "final norm"),
-    },
     "mtp_loss": {
         "targets-one-too-few": (mtp_loss_too_few, "one too few"),
         "targets-one-too-many": (mtp_loss_too_many, "one too many"),
@@ -455,6 +406,5 @@ RIGHT = {
     "MiniDeepSeek": {"reference-style": MiniDeepSeek, "indexed-loop": ModelSequential},
     "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand},
     "MTPModule": {"reference-style": MTPModule, "split-projection": MTPSplitProjection},
-    "mtp_forward": {"explicit-lengths": chain_right},
     "mtp_loss": {"stacked-mean": mtp_loss_stacked},
 }
