@@ -22,6 +22,9 @@ learner's code with these kernels.
     utils.moe         experts, routers, DeepSeek-V3's gate and bias balancing, MoE; `python -m utils.moe` (10)
     utils.quantize    absmax int8, block-wise FP8, Int8WeightOnlyLinear, quantize_model_, Int8KVCache (11)
     utils.bench_quantize  `python -m utils.bench_quantize`: decode speed and memory, fp32/bf16/int8 (11)
+    utils.mini_deepseek  the mini DeepSeek-V3: Block, MiniDeepSeek, next_token_loss, load_checkpoint (11, 12)
+    utils.mtp         multi-token prediction, self-speculative decoding; `python -m utils.mtp` (12)
+    utils.train_mini  the copying task and `python -m utils.train_mini`, which writes checkpoints/ (11, 12)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 
