@@ -15,13 +15,13 @@
 # less by how fast the processor multiplies than by how many **bytes** of weights it must read per
 # token. Store the weights in fewer bytes and decoding gets faster, and the model takes less memory.
 #
+# 语言模型写作时一次只产生一个词元，每产生一个词元就要把整个网络运行一遍。在批大小为 1 时，权重之间几乎没有复用：每个权重从内存中取出，只做一次乘加，然后就被丢掉。所以解码的速度与其说取决于处理器乘得多快，不如说取决于每个词元必须读取多少 **字节** 的权重。用更少的字节存储权重，解码就更快，模型占用的内存也更少。
+#
 # In this notebook you measure where decode time goes on your machine, build symmetric int8
 # quantization and see what one outlier weight does to it, meet the FP8 e4m3 number format, write
 # DeepSeek-V3's block-wise FP8 scaling (128 x 128 weight blocks with `weight_scale_inv`, 1 x 128
 # activation tiles), write an int8 linear layer that is really faster than float32 on a CPU, turn a
 # whole GPT into int8, and store the KV cache in int8.
-#
-# 语言模型写作时一次只产生一个词元，每产生一个词元就要把整个网络运行一遍。在批大小为 1 时，权重之间几乎没有复用：每个权重从内存中取出，只做一次乘加，然后就被丢掉。所以解码的速度与其说取决于处理器乘得多快，不如说取决于每个词元必须读取多少 **字节** 的权重。用更少的字节存储权重，解码就更快，模型占用的内存也更少。
 #
 # 在本笔记本中，你将在自己的机器上测量解码时间花在哪里，实现对称 int8 量化并看看一个离群权重会对它造成什么影响，认识 FP8 e4m3 数字格式，编写 DeepSeek-V3 的分块 FP8 缩放（128 x 128 的权重块配 `weight_scale_inv`，1 x 128 的激活分块），编写一个在 CPU 上确实比 float32 更快的 int8 线性层，把整个 GPT 变成 int8，并用 int8 存储 KV 缓存。
 
@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.bench_quantize import copy_bandwidth, decode, decode_benchmark, format_rows
+from utils.bench_quantize import bytes_read_per_token, copy_bandwidth, decode, decode_benchmark, format_rows
 from utils.gpt import GPTConfig, GPTModel, parameter_count
 from utils.kv_cache import KVCache, generate, kv_cache_bytes
 
@@ -52,16 +52,14 @@ torch.set_num_threads(1)  # steady timings on a shared machine (see below)
 # operations in the time it takes to fetch 4 bytes from main memory, so the multiply units wait for
 # memory. The best possible speed is then
 #
+# 取笔记本 07 的 GPT，用较小的尺寸，好让本笔记本运行得快。用 KV 缓存生成一个词元时，一个向量要和每个权重矩阵各乘一次：每个 float32 权重带来 4 字节的内存流量和 2 次浮点运算。从主存取 4 字节的时间里，处理器能做的运算远多于 2 次，所以乘法单元在等内存。于是最快的速度为（词元/秒 ≤ 内存带宽 / 每个词元读取的权重字节数）：
+#
 # $$\text{tokens/s} \le \frac{\text{memory bandwidth (bytes/s)}}{\text{bytes of weights read per token}}.$$
 #
 # We measure this machine's bandwidth with the simplest memory-bound operation there is, a large copy.
 # Everything in this notebook runs on **one thread** (`torch.set_num_threads(1)` above): on a
 # machine shared with other work, a multi-threaded kernel waits for its slowest thread at every
 # call, and that noise would swamp what we want to see.
-#
-# 取笔记本 07 的 GPT，用较小的尺寸，好让本笔记本运行得快。用 KV 缓存生成一个词元时，一个向量要和每个权重矩阵各乘一次：每个 float32 权重带来 4 字节的内存流量和 2 次浮点运算。从主存取 4 字节的时间里，处理器能做的运算远多于 2 次，所以乘法单元在等内存。于是最快的速度是
-#
-# $$\text{词元/秒} \le \frac{\text{内存带宽（字节/秒）}}{\text{每个词元读取的权重字节数}}。$$
 #
 # 我们用最简单的受内存限制的操作——一次大拷贝——来测量这台机器的带宽。本笔记本中的一切都在 **一个线程** 上运行（上面的 `torch.set_num_threads(1)`）：在与其他任务共享的机器上，多线程的内核每次调用都要等待它最慢的线程，这种噪声会淹没我们想看到的东西。
 
@@ -71,31 +69,35 @@ cfg = GPTConfig(vocab_size=4096, context_length=64, emb_dim=384, n_heads=6, n_la
 torch.manual_seed(0)
 gpt = GPTModel(cfg).eval()
 weights_mb = sum(p.numel() * p.element_size() for p in gpt.parameters()) / 1e6
+read_mb = bytes_read_per_token(gpt) / 1e6  # the embedding tables give one row per token
 prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
 bandwidth = copy_bandwidth(megabytes=64 if GRADING else 128)
 decode(gpt, prompt, 2)  # warm-up
 steps = 8 if GRADING else 24
 seconds, _ = decode(gpt, prompt, steps)
 measured = steps / seconds
-print(f"{parameter_count(gpt):,} parameters = {weights_mb:.1f} MB in float32")
+bound = bandwidth / (read_mb * 1e6)
+print(f"{parameter_count(gpt):,} parameters = {weights_mb:.1f} MB in float32, {read_mb:.1f} MB of them read per token")
 print(f"copy bandwidth of one thread on the machine that ran this: {bandwidth / 1e9:.1f} GB/s (read + write)")
-print(f"bound: {bandwidth / (weights_mb * 1e6):.0f} tokens/s; measured float32 decode: {measured:.0f} tokens/s "
-      f"({measured / (bandwidth / (weights_mb * 1e6)):.0%} of the bound)")
+print(f"bound: {bound:.0f} tokens/s; measured float32 decode: {measured:.0f} tokens/s ({measured / bound:.0%} of the bound)")
 
 # %% [markdown]
-# On the machine that ran this, the measured decode speed is printed next to the bound. It stays
-# below it: the token embedding table is counted but only one row of it is read per token, the
-# attention over the cache and the layer norms cost a little, and a copy streams memory more
-# smoothly than a matrix-vector product. What matters is the proportionality: **halve the bytes per
-# weight and the bound doubles**. That is what quantization buys at inference time.
+# On the machine that ran this, the measured decode speed is printed next to the bound (the
+# embedding tables are left out of the bytes: a token reads one row of each). The measured speed
+# stays below the bound: the attention over the cache, the layer norms and Python's overhead cost
+# a little, and a copy streams memory more smoothly than a matrix-vector product. What matters is
+# the proportionality: **halve the bytes per weight and the bound doubles**. That is what
+# quantization buys at inference time.
 #
-# 在运行本笔记本的机器上，测得的解码速度打印在上限旁边。它低于上限：词元嵌入表被计入了，但每个词元只读取其中一行；在缓存上做注意力和层归一化也要花一点时间；而且拷贝对内存的流式访问比矩阵乘向量更顺畅。要紧的是比例关系：**每个权重的字节数减半，上限就翻倍**。这就是量化在推理时带来的收益。
+# 在运行本笔记本的机器上，测得的解码速度打印在上限旁边（字节数不含嵌入表：每个词元只读取其中一行）。测得的速度低于上限：在缓存上做注意力、层归一化以及 Python 的开销都要花一点时间，而且拷贝对内存的流式访问比矩阵乘向量更顺畅。要紧的是比例关系：**每个权重的字节数减半，上限就翻倍**。这就是量化在推理时带来的收益。
 
 # %% [markdown]
 # ## Symmetric int8: the absmax scale · 对称 int8：absmax 缩放
 #
 # int8 holds the integers -128 to 127. Symmetric ("absmax") quantization maps the largest magnitude
 # of a tensor to 127 and everything else proportionally:
+#
+# int8 能表示 -128 到 127 的整数。对称（"absmax"）量化把张量中最大的绝对值映射到 127，其余按比例映射：
 #
 # $$s = \frac{\max |x|}{127}, \qquad q = \text{clamp}\big(\text{round}(x / s),\ -127,\ 127\big), \qquad \hat x = q \cdot s.$$
 #
@@ -104,10 +106,6 @@ print(f"bound: {bandwidth / (weights_mb * 1e6):.0f} tokens/s; measured float32 d
 # value toward 0. The scale can be one number for the whole tensor, or one per slice: with `dim`,
 # take the max **along** `dim` and keep that dimension with size 1, so that `q * scale` broadcasts.
 # For a weight of shape `(out, in)`, `dim=-1` gives one scale per output channel (per row).
-#
-# int8 能表示 -128 到 127 的整数。对称（"absmax"）量化把张量中最大的绝对值映射到 127，其余按比例映射：
-#
-# $$s = \frac{\max |x|}{127}, \qquad q = \text{clamp}\big(\text{round}(x / s),\ -127,\ 127\big), \qquad \hat x = q \cdot s。$$
 #
 # 我们不使用 -128，让网格关于 0 对称。四舍五入到最近的整数让每个元素的误差不超过 $s/2$；向零截断会把误差加倍，并让每个值都偏向 0。scale 可以是整个张量一个数，也可以每个切片一个：给定 `dim` 时，**沿着** `dim` 取最大值，并保留这个大小为 1 的维度，让 `q * scale` 能够广播。对形状为 `(out, in)` 的权重，`dim=-1` 给每个输出通道（每一行）一个 scale。
 
@@ -228,10 +226,10 @@ plt.show()
 # %% [markdown]
 # The printed table shows it: without an outlier both scalings are good; with one outlier the
 # per-tensor error jumps by more than an order of magnitude and most weights collapse to 0, while
-# per output channel barely moves. Per-channel scales cost one float per row, nothing next to the
+# per output channel the error stays small: only the other weights of the outlier's own row pay. Per-channel scales cost one float per row, nothing next to the
 # row itself. That is why int8 weight-only layers use them.
 #
-# 打印出的表格说明了一切：没有离群值时两种缩放都很好；有一个离群值时，按张量缩放的误差跃升了一个数量级以上，大多数权重坍缩为 0，而按输出通道缩放几乎不受影响。每个通道的 scale 只需每行一个浮点数，与行本身相比微不足道。这就是 int8 仅权重量化层采用它们的原因。
+# 打印出的表格说明了一切：没有离群值时两种缩放都很好；有一个离群值时，按张量缩放的误差跃升了一个数量级以上，大多数权重坍缩为 0，而按输出通道缩放的误差仍然很小：只有离群值所在那一行的其他权重受损。每个通道的 scale 只需每行一个浮点数，与行本身相比微不足道。这就是 int8 仅权重量化层采用它们的原因。
 
 # %% [markdown]
 # ## FP8 e4m3: a floating-point byte · FP8 e4m3：一个字节的浮点数
@@ -283,6 +281,8 @@ plt.tight_layout(); plt.show()
 # `block * weight_scale_inv`, where the scale is `amax / 448`. A side that is not a multiple of 128
 # gets a smaller last block; nothing is left out.
 #
+# DeepSeek-V3（技术报告第 3.3 节，"细粒度量化"）既不是每个张量一个 scale，也不是每个通道一个，而是每个 **分块** 一个：每个权重矩阵被切成 128 x 128 的块，每块有自己的 scale；每个词元的激活向量被切成 1 x 128 的分块。它发布的检查点在每个 FP8 权重旁边存了一个形状为 `(ceil(N/128), ceil(K/128))` 的 float32 张量 `weight_scale_inv`，它的推理代码（`inference/kernel.py`）用 `block * weight_scale_inv` 反量化，其中 scale 是 `amax / 448`。不是 128 整数倍的边得到一个较小的最后一块；没有任何元素被遗漏。
+#
 # Why blocks? An outlier only inflates the scale of its own 128 x 128 block (16,384 weights)
 # instead of a whole row or matrix, and a block is exactly the piece a matrix-multiply kernel works
 # on at once: DeepSeek's `fp8_gemm` multiplies each 128-long chunk of the dot product by
@@ -290,8 +290,6 @@ plt.tight_layout(); plt.show()
 # the big outliers live (a few channels carry values far larger than the rest), and they change
 # with every token, so their scales are computed on the fly, per token and per 128 channels
 # (`act_quant`).
-#
-# DeepSeek-V3（技术报告第 3.3 节，"细粒度量化"）既不是每个张量一个 scale，也不是每个通道一个，而是每个 **分块** 一个：每个权重矩阵被切成 128 x 128 的块，每块有自己的 scale；每个词元的激活向量被切成 1 x 128 的分块。它发布的检查点在每个 FP8 权重旁边存了一个形状为 `(ceil(N/128), ceil(K/128))` 的 float32 张量 `weight_scale_inv`，它的推理代码（`inference/kernel.py`）用 `block * weight_scale_inv` 反量化，其中 scale 是 `amax / 448`。不是 128 整数倍的边得到一个较小的最后一块；没有任何元素被遗漏。
 #
 # 为什么要分块？一个离群值只会抬高它所在的 128 x 128 块（16,384 个权重）的 scale，而不是整行或整个矩阵的；而且一个块恰好就是矩阵乘法内核一次处理的那一片：DeepSeek 的 `fp8_gemm` 在累加时把点积中每段长 128 的部分乘以 `a_scale * b_scale`，所以这些 scale 几乎不花代价。大的离群值主要出现在激活中（少数通道的值远大于其余通道），而且激活随每个词元变化，所以它们的 scale 是即时计算的，每个词元每 128 个通道一个（`act_quant`）。
 
@@ -592,10 +590,11 @@ for name, t in best.items():
 # far behind: it moves more bytes than float32. How far the int8 kernel gets ahead depends on the
 # processor: it reads 4 times fewer bytes, but on a CPU without int8 dot-product instructions
 # (AVX-512 VNNI) it spends time converting int8 to floats, so it falls well short of 4x, and on a
-# busy machine single timings are noisy. The hidden test compares it with float32 at 2048 x 2048,
-# over many interleaved rounds.
+# busy machine single timings are noisy. The hidden test looks inside one forward for a float
+# tensor as large as the weight (the sign of dequantizing first), then times your layer against
+# float32 at 4096 x 4096 over interleaved rounds.
 #
-# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 总是远远落后：它搬运的字节比 float32 还多。int8 内核能领先多少取决于处理器：它读取的字节少 4 倍，但在没有 int8 点积指令（AVX-512 VNNI）的 CPU 上，它要花时间把 int8 转换为浮点数，所以远达不到 4 倍；而且在繁忙的机器上单次计时噪声很大。隐藏测试在 2048 x 2048 的尺寸上，用多轮交替计时把它与 float32 比较。
+# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 总是远远落后：它搬运的字节比 float32 还多。int8 内核能领先多少取决于处理器：它读取的字节少 4 倍，但在没有 int8 点积指令（AVX-512 VNNI）的 CPU 上，它要花时间把 int8 转换为浮点数，所以远达不到 4 倍；而且在繁忙的机器上单次计时噪声很大。隐藏测试先检查一次 forward 中是否出现了与权重一样大的浮点张量（先反量化的迹象），再在 4096 x 4096 的尺寸上用多轮交替计时把你的层与 float32 比较。
 
 # %% [markdown]
 # ### Exercise 7 · `quantize_model_` · 练习 7
@@ -671,15 +670,17 @@ plt.tight_layout(); plt.show()
 # %% [markdown]
 # Read the table of the machine that ran this: the int8 model needs well under half the memory of
 # float32 (the embedding tables stay float32), and its tokens/s column compared with float32's is
-# the speed-up of your kernel on this processor. Compare it also with its bandwidth bound: where
-# the measured speed is far below the bound, the kernel is limited by arithmetic (converting int8
-# to floats), not by memory. bfloat16 halves the memory too, but on a CPU
-# without native bfloat16 arithmetic its matrix multiplies can be slower than float32's, so
-# fewer bytes do not help there. On random weights the bfloat16 model may also pick different
+# the speed-up of your kernel on this processor, on one thread. Compare it also with its bandwidth
+# bound: where the measured speed is far below the bound, the kernel is limited by arithmetic
+# (converting int8 to floats), not by memory, and more threads help it more than they help
+# float32, whose threads share one memory bus. Try
+# `.venv/bin/python -m utils.bench_quantize --small --threads 4` on your own machine.
+# bfloat16 halves the memory too, but on a CPU without native bfloat16 arithmetic its matrix
+# multiplies can be slower than float32's, so fewer bytes do not help there. On random weights the bfloat16 model may also pick different
 # tokens than float32: logits that are nearly tied flip under rounding. What a trained model loses
 # is measured on notebook 12's checkpoint below.
 #
-# 读一读运行本笔记本的机器给出的表格：int8 模型所需的内存远少于 float32 的一半（嵌入表仍是 float32），它的 tokens/s 一列与 float32 的相比，就是你的内核在这个处理器上的加速比。也把它与它的带宽上限比较一下：测得的速度远低于上限时，内核受限于算术（把 int8 转换为浮点数），而不是内存。bfloat16 同样把内存减半，但在没有原生 bfloat16 运算的 CPU 上，它的矩阵乘法可能比 float32 还慢，所以更少的字节在那里帮不上忙。在随机权重上，bfloat16 模型挑出的词元也可能与 float32 不同：几乎打平的 logits 在舍入后会翻转。训练过的模型会损失多少，在下面用笔记本 12 的检查点来测量。
+# 读一读运行本笔记本的机器给出的表格：int8 模型所需的内存远少于 float32 的一半（嵌入表仍是 float32），它的 tokens/s 一列与 float32 的相比，就是你的内核在这个处理器上的加速比。这是单线程的结果。也把它与它的带宽上限比较一下：测得的速度远低于上限时，内核受限于算术（把 int8 转换为浮点数），而不是内存；这时增加线程对它的帮助比对 float32 更大，因为 float32 的各个线程共用同一条内存总线。可以在你自己的机器上试试 `.venv/bin/python -m utils.bench_quantize --small --threads 4`。bfloat16 同样把内存减半，但在没有原生 bfloat16 运算的 CPU 上，它的矩阵乘法可能比 float32 还慢，所以更少的字节在那里帮不上忙。在随机权重上，bfloat16 模型挑出的词元也可能与 float32 不同：几乎打平的 logits 在舍入后会翻转。训练过的模型会损失多少，在下面用笔记本 12 的检查点来测量。
 
 # %% [markdown]
 # ## The KV cache in int8 · 用 int8 存储 KV 缓存
@@ -707,11 +708,53 @@ print(f"generated tokens equal to the float32 cache's: {(int8_cache[:, 16:] == p
 
 # %% [markdown]
 # The int8 cache takes about a quarter of the float32 bytes plus one scale per head vector. The
-# share of generated tokens that stayed the same is printed above; with random weights many next
-# tokens are near-ties that any rounding can flip, and once one token differs, the rest of the
-# text follows a different path.
+# share of generated tokens that stayed the same is printed above. Where some differ, it is
+# because with random weights many next tokens are near-ties that any rounding can flip, and once
+# one token differs, the rest of the text follows a different path.
 #
-# int8 缓存大约占 float32 字节数的四分之一，外加每个头向量一个 scale。上面打印出了生成词元中保持不变的比例；在随机权重下，很多下一个词元都处于几乎打平的状态，任何舍入都可能让它翻转，而一旦有一个词元不同，后面的文本就走上了另一条路。
+# int8 缓存大约占 float32 字节数的四分之一，外加每个头向量一个 scale。上面打印出了生成词元中保持不变的比例。如果有些词元不同，那是因为在随机权重下，很多下一个词元都处于几乎打平的状态，任何舍入都可能让它翻转，而一旦有一个词元不同，后面的文本就走上了另一条路。
+
+# %% [markdown]
+# ## A trained model in int8 · 训练过的模型换成 int8
+#
+# Random weights say nothing about what quantization costs a model that has learned something.
+# Notebook 12's mini DeepSeek was trained (`python -m utils.train_mini`) to continue sequences by
+# copying: `BOS a1 ... aL SEP a1 ... aL SEP ...`. We run it teacher-forced on a fresh batch of such
+# sequences, in float32 and with every `nn.Linear` turned into your `Int8WeightOnlyLinear` (the
+# MoE gate's weight is a plain parameter, not an `nn.Linear`, so routing stays float32), and
+# compare, position by position, the token each model ranks first, the next-token loss, and the
+# share of the copied tokens each gets right.
+#
+# 随机权重说明不了量化会让一个学到了东西的模型损失多少。笔记本 12 的迷你 DeepSeek 经过训练（`python -m utils.train_mini`），能通过复制来续写 `BOS a1 ... aL SEP a1 ... aL SEP ...` 这样的序列。我们在一批新的此类序列上以教师强制的方式运行它，分别用 float32 和把每个 `nn.Linear` 换成你的 `Int8WeightOnlyLinear` 的版本（MoE 门控的权重是普通参数而不是 `nn.Linear`，所以路由仍是 float32），逐个位置比较两个模型排在第一的词元、下一个词元的损失，以及各自答对的复制词元的比例。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mini_deepseek import load_checkpoint, next_token_loss
+from utils.quantize import weight_bytes
+from utils.train_mini import copy_mask, make_batch
+
+trained, mini_cfg = load_checkpoint()
+trained_int8 = quantize_model_(copy.deepcopy(trained))
+tokens = make_batch(64 if GRADING else 256, generator=torch.Generator().manual_seed(11))  # (B, T)
+copied = copy_mask(tokens)[:, 1:]  # the targets that earlier tokens determine
+with torch.no_grad():
+    logits = {"float32": trained(tokens), "int8 weight-only": trained_int8(tokens)}
+top1 = {name: l.argmax(dim=-1) for name, l in logits.items()}
+agreement = float((top1["float32"] == top1["int8 weight-only"]).float().mean())
+print(f"{tokens.numel():,} positions; top-1 agreement of int8 with float32: {agreement:.2%}")
+for name, model in [("float32", trained), ("int8 weight-only", trained_int8)]:
+    loss = float(next_token_loss(logits[name], tokens))
+    correct = float((top1[name][:, :-1] == tokens[:, 1:])[copied].float().mean())
+    print(f"{name:17} loss {loss:.4f}   copied tokens right {correct:.2%}   weights {weight_bytes(model) / 1e3:.0f} kB")
+change = float(next_token_loss(logits["int8 weight-only"], tokens) - next_token_loss(logits["float32"], tokens))
+print(f"change in loss: {change:+.5f}")
+
+# %% [markdown]
+# The printed agreement is the share of positions where both models would pick the same next
+# token, and the change in loss is what int8 costs this model on average. The weights shrink to
+# the printed size (the embedding table and the norms stay float32).
+#
+# 打印出的一致率是两个模型会选出同一个下一个词元的位置所占的比例，损失的变化则是 int8 平均让这个模型付出的代价。权重缩小到打印出的大小（嵌入表和各个归一化层仍是 float32）。
 
 # %% [markdown]
 # ## Summary · 小结
