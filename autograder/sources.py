@@ -38,8 +38,11 @@ def differences(stem: str) -> str:
     text, notebook = _cells(jupytext.read(py)), _cells(nbformat.read(ipynb, as_version=4))
     for i, (a, b) in enumerate(zip(text, notebook)):
         if a != b:
-            what = "type" if a[0] != b[0] else "nbgrader metadata" if a[2] != b[2] else "source"
-            return f"cell {i} differs ({what}): {a[1][:60]!r} in .py, {b[1][:60]!r} in .ipynb"
+            if a[0] != b[0] or a[2] != b[2]:
+                return f"cell {i} differs ({'type' if a[0] != b[0] else 'nbgrader metadata'}): {a[1][:60]!r}"
+            at = next((j for j, (x, y) in enumerate(zip(a[1], b[1])) if x != y), min(len(a[1]), len(b[1])))
+            return (f"cell {i} differs from character {at}: {a[1][max(0, at - 20):at + 40]!r} in .py, "
+                    f"{b[1][max(0, at - 20):at + 40]!r} in .ipynb")
     if len(text) != len(notebook):
         return f"{len(text)} cells in {py.name}, {len(notebook)} in {ipynb.name}"
     return ""
