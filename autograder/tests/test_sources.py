@@ -16,6 +16,6 @@ def test_a_changed_source_is_noticed(tmp_path, monkeypatch):
     assert sources.differences(stem) == ""
     py = tmp_path / f"{stem}.py"
     py.write_text(py.read_text().replace("### BEGIN SOLUTION", "### BEGIN SOLUTION\n    pass", 1))
-    assert "source" in sources.differences(stem)
+    assert "differs from character" in sources.differences(stem)
     (tmp_path / f"{stem}.ipynb").unlink()
     assert "has no notebook" in sources.differences(stem)
