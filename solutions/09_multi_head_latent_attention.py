@@ -420,7 +420,7 @@ from utils.mla import decode_benchmark
 bench_cfg = MLAConfig(dim=256, n_heads=8, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
                       v_head_dim=32, max_seq_len=4097)  # room for the step after 4096 cached tokens
 contexts = [64, 128] if os.getenv("NBGRADER_EXECUTION") else [256, 512, 1024, 2048, 4096]
-rows = decode_benchmark(bench_cfg, contexts, repeats=5, progress=tqdm)
+rows = decode_benchmark(bench_cfg, contexts, repeats=9, progress=tqdm)
 print(f"{'context':>8} {'naive ms':>9} {'absorbed ms':>12} {'naive / absorbed':>17}")
 for r in rows:
     print(f"{r['context']:>8} {r['naive_ms']:>9.2f} {r['absorbed_ms']:>12.2f} {r['speedup']:>17.2f}")
