@@ -18,12 +18,12 @@
 #
 # DeepSeek-V3 架构的每个部件现在都已摆在桌上：旋转位置编码（08），带小缓存的多头潜在注意力（09），带共享专家和负载均衡偏置的混合专家（10）。在本笔记本中，你将按照 DeepSeek-V3 推理代码的布局把它们组装成一个语言模型，训练它，观察训练好的模型内部，然后加上 DeepSeek-V3 中课程尚未讲到的第四个想法：**多词元预测**（MTP）。它训练模型看到后面两个词元，并让模型解码得更快。
 #
-# The model is tiny (about a hundred thousand parameters) so that it trains on a CPU in minutes. The
-# task is copying: a random segment of tokens, a separator, then the segment again and again.
+# The model is tiny (the table near the end counts its parameters), so that it trains on a CPU in
+# minutes. The task is copying: a random segment of tokens, a separator, then the segment again and again.
 # Nothing predicts the first segment; everything after it can be predicted exactly, by
 # a model that finds where the current token appeared before and copies the token that came next.
 #
-# 这个模型很小（大约十万个参数），所以在 CPU 上几分钟就能训练好。任务是复制：一段随机词元、一个分隔符，然后一遍又一遍地重复这段词元。第一段无法预测；之后的一切都可以被准确预测，只要模型能找到当前词元之前出现的位置，并复制紧随其后的那个词元。
+# 这个模型很小（接近末尾的表格数出了它的参数量），所以在 CPU 上几分钟就能训练好。任务是复制：一段随机词元、一个分隔符，然后一遍又一遍地重复这段词元。第一段无法预测；之后的一切都可以被准确预测，只要模型能找到当前词元之前出现的位置，并复制紧随其后的那个词元。
 
 # %%
 import math
