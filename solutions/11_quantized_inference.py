@@ -237,11 +237,12 @@ plt.show()
 # int8's 255 levels are evenly spaced. FP8 spends its 8 bits differently: 1 sign bit, 4 exponent
 # bits, 3 mantissa bits (e4m3). Its values are spaced **evenly on a log scale**: between each power
 # of two and the next there are $2^3 = 8$ values, so the relative rounding error is at most $2^{-4}$
-# wherever the value lies, from the smallest subnormal $2^{-9}$ up to the largest finite value, 448.
+# wherever the value lies in the normal range, from $2^{-6}$ up to the largest finite value, 448
+# (below $2^{-6}$, the subnormals down to $2^{-9}$ are evenly spaced and get relatively coarser).
 # PyTorch calls it `torch.float8_e4m3fn` ("fn": finite, no infinities, only NaN). DeepSeek-V3 trained
 # and serves its weights in this format. All 256 bit patterns can be listed and drawn.
 #
-# int8 的 255 个级别是均匀分布的。FP8 用另一种方式分配它的 8 个比特：1 个符号位、4 个指数位、3 个尾数位（e4m3）。它的值 **在对数尺度上均匀分布**：相邻两个 2 的幂之间有 $2^3 = 8$ 个值，所以无论数值在哪里，相对舍入误差都不超过 $2^{-4}$，从最小的次正规数 $2^{-9}$ 一直到最大的有限值 448。PyTorch 称它为 `torch.float8_e4m3fn`（"fn"：有限，没有无穷大，只有 NaN）。DeepSeek-V3 用这种格式训练并部署它的权重。全部 256 种比特模式都可以列出来并画出来。
+# int8 的 255 个级别是均匀分布的。FP8 用另一种方式分配它的 8 个比特：1 个符号位、4 个指数位、3 个尾数位（e4m3）。它的值 **在对数尺度上均匀分布**：相邻两个 2 的幂之间有 $2^3 = 8$ 个值，所以只要数值落在正规数范围内，即从 $2^{-6}$ 一直到最大的有限值 448，相对舍入误差都不超过 $2^{-4}$（低于 $2^{-6}$ 时，直到 $2^{-9}$ 的次正规数是均匀分布的，相对而言越来越粗）。PyTorch 称它为 `torch.float8_e4m3fn`（"fn"：有限，没有无穷大，只有 NaN）。DeepSeek-V3 用这种格式训练并部署它的权重。全部 256 种比特模式都可以列出来并画出来。
 
 # %%
 codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
@@ -482,13 +483,14 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # directly. The obvious forward, `F.linear(x, q.float() * scale)`, first writes a whole float32
 # copy of the weight (reading 1 byte and writing 4 per weight) and then reads it again: more memory
 # traffic than the float32 layer, so it is **slower**. PyTorch has an int8 weight-only matmul
-# kernel, `torch._weight_int8pack_mm(x, w_int8, scales)` : `x` is `(M, K)`, `w_int8` is `(N, K)` int8, `scales` is `(N,)` in the
-# dtype of `x`, and it returns `x @ (w_int8 * scales[:, None]).T` without ever building that float
-# weight. Two practical facts, measured on this course's machine: it is fast with **bfloat16**
+# kernel, the ATen operator `torch._weight_int8pack_mm(x, w_int8, scales)` (the leading underscore
+# marks it as internal: it has no documentation page, but a stable, descriptive name). `x` is
+# `(M, K)`, `w_int8` is `(N, K)` int8, `scales` is `(N,)` in the dtype of `x`, and it returns
+# `x @ (w_int8 * scales[:, None]).T` without ever building that float weight. Two practical facts, measured on this course's machine: it is fast with **bfloat16**
 # activations (in float32 it runs a slower path), and it needs `K % 8 == 0` (other sizes crash the
 # kernel, so every test here uses multiples of 8).
 #
-# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以它 **更慢**。PyTorch 有一个 int8 仅权重的矩阵乘法内核 `torch._weight_int8pack_mm(x, w_int8, scales)`：`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；它要求 `K % 8 == 0`（其他尺寸会让内核崩溃，所以这里的每个测试都用 8 的倍数）。
+# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以它 **更慢**。PyTorch 有一个 int8 仅权重的矩阵乘法内核，即 ATen 算子 `torch._weight_int8pack_mm(x, w_int8, scales)`（开头的下划线表示它是内部算子：没有文档页面，但名字稳定且含义清楚）。`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；它要求 `K % 8 == 0`（其他尺寸会让内核崩溃，所以这里的每个测试都用 8 的倍数）。
 
 # %% [markdown]
 # ### Exercise 6 · `Int8WeightOnlyLinear` · 练习 6
