@@ -11,11 +11,12 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test test-fast sync release check-release submit grade-all check-env clean
+.PHONY: help env lab test test-fast nbval sync release check-release submit grade-all check-env clean
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
-	@echo "make test                everything CI checks: unit tests, wrong solutions, nbval, submit, release"
+	@echo "make test                everything CI checks: unit tests, wrong solutions, solutions run once (full marks, stored outputs), stubs, release"
+	@echo "make nbval               execute solutions/ under nbval and compare every stored output, figures included"
 	@echo "make test-fast           reference kernels and wrong solutions only, no notebook execution (maintainers)"
 	@echo "make submit NB=PATH      grade one notebook, a score per exercise (add JSON=1 for JSON)"
 	@echo "make sync [NB=STEM]      rebuild solutions/*.ipynb from their .py text sources and execute them"
@@ -43,8 +44,13 @@ lab: $(STAMP)
 
 # Both cores: pytest-xdist, each notebook's nbval cells kept on one worker (conftest.py).
 XDIST ?= -n $(shell nproc 2>/dev/null || echo 2) --dist loadgroup
+# Each solution is executed once, by the full-marks submit test, which also compares its stored
+# outputs (autograder/tests/outputs.py); `make nbval` runs nbval itself, figures included.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST) $(NBVAL) utils autograder solutions
+	$(BIN)/python -m pytest $(XDIST) utils autograder
+
+nbval: $(STAMP)
+	$(BIN)/python -m pytest $(XDIST) $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
 test-fast: $(STAMP)

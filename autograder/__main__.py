@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--timeout", type=int, help="seconds per cell (default: nbgrader_config.py)")
     p.add_argument("--feedback-dir", help="where to write the HTML feedback (default: feedback/)")
+    p.add_argument("--workspace", help="keep nbgrader's workspace (autograded copy, gradebook) in this new folder")
     p = sub.add_parser("grade-all", help="grade every learner's notebooks into a gradebook and grades.csv")
     p.add_argument("submissions")
     p.add_argument("--out", default=str(ROOT / "grading"))
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
         if args.command == "submit":
             from autograder.submit import format_table, grade
             start = time.perf_counter()
-            report = grade(args.notebook, timeout=args.timeout, feedback_dir=args.feedback_dir)
+            report = grade(args.notebook, timeout=args.timeout, feedback_dir=args.feedback_dir,
+                           workspace=args.workspace)
             if args.json:
                 print(json.dumps(report, ensure_ascii=False))
             else:

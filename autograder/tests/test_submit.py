@@ -9,6 +9,7 @@ import nbformat
 import pytest
 
 from autograder.notebooks import COURSE, ROOT, SOLUTIONS, course_notebooks
+from autograder.tests.outputs import differences
 
 STEMS = course_notebooks()
 
@@ -52,10 +53,15 @@ def with_cells(stem, tmp_path, source_dir=SOLUTIONS, name=None, **sources):
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_solution_scores_full_marks(stem):
-    report, _ = graded(SOLUTIONS / f"{stem}.ipynb")
+def test_solution_scores_full_marks_and_reproduces_its_outputs(stem, tmp_path):
+    """The one execution of each solution in make test: full marks through the real submit path,
+    and the outputs stored in solutions/ are what it prints (nbval's rules, figures aside)."""
+    report, _ = graded(SOLUTIONS / f"{stem}.ipynb", "--workspace", str(tmp_path / "ws"))
     assert report["max_score"] > 0
     assert report["score"] == report["max_score"], report
+    executed = tmp_path / "ws" / "autograded" / "learner" / stem / f"{stem}.ipynb"
+    stale = differences(SOLUTIONS / f"{stem}.ipynb", executed)
+    assert not stale, f"stored outputs of solutions/{stem}.ipynb are stale (make sync NB={stem}): " + "; ".join(stale)
 
 
 @pytest.mark.parametrize("stem", STEMS)
