@@ -394,6 +394,8 @@ nb10.check_update_expert_bias(update_expert_bias)
 # 用你的 `Gate`（16 个专家分成 4 组，保留 2 组，top-2）在一串都偏向同一方向的输入上模拟，因此一开始就有少数专家受到偏爱。每一步把 512 个词元的一批数据路由出去，统计负载并更新偏置；$\gamma$ 取 0.01 而不是 V3 的 0.001，以便在本笔记本的时间内稳定下来。左图追踪最忙和最闲专家的份额；右图显示第一步和最后一步时每个专家的份额。
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (grading runs 30 steps instead of 300, so the printed shares differ)
 torch.manual_seed(0)
 gate = Gate(16, 16, 2, n_expert_groups=4, n_limited_groups=2)
 lean = torch.randn(16)
