@@ -25,3 +25,5 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# The learner's HTML feedback: nbgrader's template, compiled once and not parsed twice (autograder/feedback.py).
+c.GenerateFeedback.exporter_class = "autograder.feedback.FeedbackExporter"

@@ -188,6 +188,12 @@ def int8_linear(mistake=None, scale_shape="flat"):
                 xs = x.reshape(-1, self.in_features)
                 y = torch.stack([xs @ self.w_int8[i].to(x.dtype) * s[i] for i in range(self.out_features)], dim=-1)
                 y = y.reshape(*x.shape[:-1], self.out_features)
+            elif mistake == "dequantize to":  # one expression, no .float(): still a float weight per call
+                y = F.linear(x, self.w_int8.to(x.dtype) * s.unsqueeze(1))
+            elif mistake == "dequantize buffer":  # a float buffer made once, refilled in place at every call
+                if not hasattr(self, "_w"):
+                    self._w = torch.empty(self.out_features, self.in_features)
+                y = F.linear(x, self._w.copy_(self.w_int8).mul_(s[:, None]))
             elif mistake in ("dequantize", "keeps float"):
                 w = self.w_int8.float() * s[:, None] if mistake == "dequantize" else self.w_float
                 y = F.linear(x, w)
@@ -286,6 +292,8 @@ WRONG = {
     },
     "Int8WeightOnlyLinear": {
         "dequantize every call": (int8_linear("dequantize"), "whole weight at every call"),
+        "dequantize with .to": (int8_linear("dequantize to"), "whole weight at every call"),
+        "dequantize into a buffer": (int8_linear("dequantize buffer"), "whole weight at every call"),
         "python loop over rows": (int8_linear("row loop"), "far slower"),
         "keeps float weight": (int8_linear("keeps float"), "floating-point copy"),
         "no bias": (int8_linear("no bias"), "bias is dropped"),

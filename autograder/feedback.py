@@ -1,0 +1,43 @@
+"""The exporter that writes a learner's HTML feedback: nbconvert's HTMLExporter with nbgrader's
+`feedback` template (nbgrader_config.py sets `GenerateFeedback.exporter_class` to it), with two
+costs of every submit removed (about 0.7 s of 1.3 s on 2 cores, measured on notebook 06):
+
+- Jinja compiles nbgrader's and nbconvert's templates on every run; here the compiled code is
+  kept in build/jinja/, keyed by each template's source, so a changed template is compiled again.
+- HTMLExporter parses the whole page (about 250 kB) again with BeautifulSoup, to give images
+  without alternative text one and to make JupyterLab-template cells focusable. The feedback
+  template is the classic one, which has no such cells, so only the alternative text is added
+  here, by a regular expression on the `<img` tags.
+"""
+import re
+
+from jinja2 import FileSystemBytecodeCache
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+
+from autograder.workspace import CACHE
+
+_IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
+NO_ALT = "No description has been provided for this image"
+
+
+class FeedbackExporter(HTMLExporter):
+    def _create_environment(self):
+        environment = super()._create_environment()
+        (CACHE / "jinja").mkdir(parents=True, exist_ok=True)
+        # Jinja writes each entry to a temporary file and renames it: parallel graders are safe.
+        environment.bytecode_cache = FileSystemBytecodeCache(str(CACHE / "jinja"))
+        return environment
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        # HTMLExporter.from_notebook_node without its BeautifulSoup pass (see the module's docstring).
+        language = nb.metadata.get("language_info", {})
+        lexer = language.get("pygments_lexer", language.get("name"))
+        resources = self._init_resources(resources)
+        self.register_filter("highlight_code",
+                             self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+        self.register_filter("filter_data_type", WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        return _IMG_WITHOUT_ALT.sub(f'<img alt="{NO_ALT}"', html), resources
