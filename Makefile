@@ -11,7 +11,7 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test test-fast nbval sync release check-release submit grade-all check-env clean
+.PHONY: help env lab test test-fast nbval sync release check-release submit timing grade-all check-env clean
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
@@ -22,6 +22,7 @@ help:
 	@echo "make sync [NB=STEM]      rebuild solutions/*.ipynb from their .py text sources and execute them"
 	@echo "make release [NB=STEM]   regenerate course/ from solutions/ (instructors, maintainers)"
 	@echo "make check-release       fail if course/ differs from what solutions/ generates"
+	@echo "make timing [NB=STEM]    each notebook's headless run and its submits (solution, stub), side by side"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb in parallel (JOBS=N, DB=URL) into grading/: grades.csv, feedback/, gradebook"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
 
@@ -68,6 +69,10 @@ check-release: $(STAMP)
 submit: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make submit NB=course/01_dot_product_attention.ipynb"; exit 2; }
 	@$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
+
+# Exit 1 when a submit misses the goals (10 s, and headless + 3 s); run it on a quiet machine.
+timing: $(STAMP)
+	$(BIN)/python -m autograder timing $(NB)
 
 # JOBS: notebooks graded at once (default: every core); DB: a shared gradebook, e.g. PostgreSQL.
 grade-all: $(STAMP)

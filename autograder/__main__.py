@@ -4,6 +4,7 @@
     python -m autograder grade-all SUBMISSIONS [--out DIR] [--jobs N] [--db URL]   grade a class
     python -m autograder release [STEM ...] [--check]             make or check course/
     python -m autograder sync [STEM ...] [--check] [--no-execute] solutions/*.py -> .ipynb
+    python -m autograder timing [STEM ...] [--json]               headless run and submits, side by side
 
 Exit codes: 0 when grading ran (whatever the score), 1 when nbgrader failed, 2 for bad input.
 """
@@ -39,6 +40,9 @@ def main(argv=None) -> int:
     p.add_argument("stems", nargs="*", help="notebooks to sync, e.g. 07_kv_cache (default: every one out of sync)")
     p.add_argument("--check", action="store_true", help="only check that every pair is in sync")
     p.add_argument("--no-execute", action="store_true", help="do not execute (stored outputs may go stale)")
+    p = sub.add_parser("timing", help="time each notebook's headless run and its submits (solution, stub) in one run")
+    p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 07_kv_cache (default: all)")
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON object (the table goes to stderr)")
     args = parser.parse_args(argv)
 
     try:
@@ -69,6 +73,9 @@ def main(argv=None) -> int:
             else:
                 for path in release.release(only=args.stems):
                     print(f"released {path.relative_to(ROOT)}")
+        elif args.command == "timing":
+            from autograder import timing
+            return timing.main(args.stems, as_json=args.json)
         elif args.command == "sync":
             from autograder import sources
             stale = sources.out_of_sync()

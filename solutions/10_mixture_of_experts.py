@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading runs the demos smaller, or skips the one that trains
 torch.set_num_threads(1)  # every tensor here is small: one thread beats waiting for a second, busy core
 
 # DeepSeek-V3, inference/configs/config_671B.json
@@ -241,16 +242,20 @@ def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, to
     return torch.bincount(indices.flatten(), minlength=n_experts).float() / indices.numel()
 
 
-steps = 10 if os.getenv("NBGRADER_EXECUTION") else 150  # grading only needs the cell to run
-loads = {name: train_router(w, steps) for name, w in tqdm([("no balancing", 0.0), ("Switch loss x 0.1", 0.1)])}
-fig, ax = plt.subplots(figsize=(7, 3))
-for offset, (name, load) in zip((-0.2, 0.2), loads.items()):
-    ax.bar(torch.arange(16) + offset, load.sort(descending=True).values, width=0.4, label=name)
-ax.axhline(1 / 16, color="gray", ls="--", label="even share")
-ax.set_xlabel("expert (busiest first)"); ax.set_ylabel("share of assignments"); ax.legend(); plt.show()
-for name, load in loads.items():
-    top4 = load.sort(descending=True).values[:4].sum()
-    print(f"{name:18}: busiest 4 of 16 experts take {top4:.0%}, quietest gets {load.min():.1%}, busiest {load.max():.1%}")
+# The first optimizer of a Python session imports torch._dynamo, which takes seconds; this run
+# scores no points, so grading skips it.
+if GRADING:
+    print("Not run while grading: training the two routers scores no points.")
+else:
+    loads = {name: train_router(w) for name, w in tqdm([("no balancing", 0.0), ("Switch loss x 0.1", 0.1)])}
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for offset, (name, load) in zip((-0.2, 0.2), loads.items()):
+        ax.bar(torch.arange(16) + offset, load.sort(descending=True).values, width=0.4, label=name)
+    ax.axhline(1 / 16, color="gray", ls="--", label="even share")
+    ax.set_xlabel("expert (busiest first)"); ax.set_ylabel("share of assignments"); ax.legend(); plt.show()
+    for name, load in loads.items():
+        top4 = load.sort(descending=True).values[:4].sum()
+        print(f"{name:18}: busiest 4 of 16 experts take {top4:.0%}, quietest gets {load.min():.1%}, busiest {load.max():.1%}")
 
 # %% [markdown]
 # ## DeepSeek-V3's gate · DeepSeek-V3 的门控
@@ -400,7 +405,7 @@ torch.manual_seed(0)
 gate = Gate(16, 16, 2, n_expert_groups=4, n_limited_groups=2)
 lean = torch.randn(16)
 busiest, quietest, shares = [], [], []
-n_steps = 30 if os.getenv("NBGRADER_EXECUTION") else 300
+n_steps = 30 if GRADING else 300
 for step in range(n_steps):
     x = torch.randn(512, 16) + lean  # every token leans the same way
     with torch.no_grad():
@@ -513,7 +518,7 @@ nb10.check_MoE(MoE)
 # NBVAL_IGNORE_OUTPUT
 from utils.moe import dispatch_benchmark
 
-tokens = 64 if os.getenv("NBGRADER_EXECUTION") else 256
+tokens = 64 if GRADING else 256
 torch.manual_seed(0)
 layer = MoE(64, 32, n_routed_experts=64, n_activated_experts=6, n_shared_experts=1)
 r = dispatch_benchmark(tokens=tokens, moe=layer, repeats=3)

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.benchmark import expect_same
 from utils.mla import one_thread
 
 
@@ -192,7 +193,7 @@ def dispatch_benchmark(tokens=2048, dim=64, moe_inter_dim=32, n_routed_experts=6
     x = torch.randn(tokens, moe.gate.weight.shape[1])
     times = {"per-token loop": [], "vectorised": []}
     with torch.no_grad(), one_thread():
-        torch.testing.assert_close(moe_forward_per_token(moe, x), moe(x), atol=1e-5, rtol=1e-4)
+        expect_same(moe_forward_per_token(moe, x), moe(x), atol=1e-5, rtol=1e-4, what="per-token loop vs vectorised")
         for _ in range(repeats):  # interleaved rounds, so both see the same machine load
             for name, fn in (("per-token loop", lambda: moe_forward_per_token(moe, x)), ("vectorised", lambda: moe(x))):
                 t0 = time.perf_counter()

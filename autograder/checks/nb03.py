@@ -155,7 +155,9 @@ def _pair(result, q_shape, k_shape, v_shape):
     context, weights = result
     expect_tensor(context, "The context", "上下文")
     expect_tensor(weights, "The weights", "注意力权重")
-    lead = torch.broadcast_shapes(q_shape[:-2], k_shape[:-2])
+    # torch.empty(...).shape broadcasts like torch.broadcast_shapes, without its first call's
+    # import of sympy (0.7 s of grading).
+    lead = (torch.empty(*q_shape[:-2], 1, 1) + torch.empty(*k_shape[:-2], 1, 1)).shape[:-2]
     want_context, want_weights = (*lead, q_shape[-2], v_shape[-1]), (*lead, q_shape[-2], k_shape[-2])
     if tuple(context.shape) == want_weights and tuple(weights.shape) == want_context:
         fail("You returned (weights, context): return (context, weights), the context vectors first.",
