@@ -4,9 +4,12 @@ on 2 cores). `autograder.preprocessors.GradingExecute` takes it instead of start
 Light on purpose: importing this module must not import nbgrader.
 """
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 PRESTARTED = []
+_SOCKET_FOLDERS = []
 
 
 def kernel_env() -> dict:
@@ -21,14 +24,25 @@ def kernel_env() -> dict:
 KERNEL_ARGUMENTS = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.xmode=Plain"]
 
 
+def _local_sockets() -> dict:
+    """Unix sockets in a new private folder (mode 0700), not TCP ports on 127.0.0.1: no other user
+    of the machine can reach the kernel, and it has no reason to warn about unencrypted TCP. TCP
+    where there are no Unix sockets, or where the temporary folder's path is too long for one
+    (about 100 bytes)."""
+    if os.name != "posix":
+        return {}
+    folder = tempfile.mkdtemp(prefix="attention-kernel-")
+    _SOCKET_FOLDERS.append(folder)
+    path = os.path.join(folder, "k")
+    return {"transport": "ipc", "ip": path} if len(path) <= 90 else {}
+
+
 def prestart_kernel(cwd, kernel_name: str = "python3"):
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
     Path(cwd).mkdir(parents=True, exist_ok=True)
-    # Local sockets in the grading workspace, not TCP ports on 127.0.0.1: nothing else on the
-    # machine can reach them, and the kernel has no reason to warn about unencrypted TCP.
-    km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=str(Path(cwd) / "kernel-ipc"))
+    km = AsyncKernelManager(kernel_name=kernel_name, **_local_sockets())
     try:  # `import torch` at boot, binding no name in the learner's namespace
         run_sync(km.start_kernel)(cwd=str(cwd), env=kernel_env(), extra_arguments=[
             *KERNEL_ARGUMENTS, "--IPKernelApp.exec_lines=__import__('torch') and None"])
@@ -39,7 +53,8 @@ def prestart_kernel(cwd, kernel_name: str = "python3"):
 
 
 def discard_prestarted():
-    """Stop a kernel that prestart_kernel started and no GradingExecute took (grading failed early)."""
+    """Stop a kernel that prestart_kernel started and no GradingExecute took (grading failed early),
+    and remove the socket folders."""
     from jupyter_core.utils import run_sync
 
     while PRESTARTED:
@@ -48,3 +63,5 @@ def discard_prestarted():
             run_sync(km.shutdown_kernel)(now=True)
         except Exception:
             pass
+    while _SOCKET_FOLDERS:
+        shutil.rmtree(_SOCKET_FOLDERS.pop(), ignore_errors=True)

