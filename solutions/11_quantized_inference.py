@@ -73,7 +73,7 @@ read_mb = bytes_read_per_token(gpt) / 1e6  # the embedding tables give one row p
 prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
 bandwidth = copy_bandwidth(megabytes=64 if GRADING else 128)
 decode(gpt, prompt, 2)  # warm-up
-steps = 8 if GRADING else 24
+steps = 4 if GRADING else 24
 seconds, _ = decode(gpt, prompt, steps)
 measured = steps / seconds
 bound = bandwidth / (read_mb * 1e6)
@@ -660,7 +660,7 @@ nb11.check_quantize_model_(quantize_model_)
 # NBVAL_IGNORE_OUTPUT
 variants = {"float32": gpt, "bfloat16": copy.deepcopy(gpt).to(torch.bfloat16),
             "int8 weight-only": quantize_model_(copy.deepcopy(gpt))}
-rows = decode_benchmark(variants, prompt, new_tokens=8 if GRADING else 16, repeats=1 if GRADING else 3)
+rows = decode_benchmark(variants, prompt, new_tokens=4 if GRADING else 16, repeats=1 if GRADING else 3)
 print(format_rows(rows, bandwidth))
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.6))
 axes[0].barh([r["variant"] for r in rows], [r["speed / float32"] for r in rows]); axes[0].set_xlabel("decode speed / float32 (higher is faster)")
@@ -697,10 +697,10 @@ plt.tight_layout(); plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-# (grading decodes 8 tokens instead of 16)
+# (grading decodes 4 tokens instead of 16)
 from utils.quantize import Int8KVCache
 
-steps = 8 if GRADING else 16
+steps = 4 if GRADING else 16
 plain = generate(gpt, prompt, steps)
 int8_cache = generate(gpt, prompt, steps, cache_cls=Int8KVCache)
 head_dim = cfg.emb_dim // cfg.n_heads
