@@ -47,6 +47,8 @@ def main(argv=None) -> int:
 
     try:
         if args.command == "submit":
+            from autograder.prestart import prestart_kernel
+            prestart_kernel()  # first: it boots and imports torch while grading imports the rest
             from autograder.submit import format_table, grade
             start = time.perf_counter()
             report = grade(args.notebook, timeout=args.timeout, feedback_dir=args.feedback_dir,

@@ -14,7 +14,6 @@ from pathlib import Path
 # extras bring it), and that builds a parser at import time: about 3.5 s of CPU, for IRI formats
 # that no notebook schema uses. Grading processes do without it.
 sys.modules.setdefault("rfc3987_syntax", None)
-import nbformat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -30,7 +29,9 @@ def course_notebooks() -> list[str]:
     return sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def read_notebook(path) -> nbformat.NotebookNode:
+def read_notebook(path) -> "nbformat.NotebookNode":
+    import nbformat  # here, not at the top: `submit` starts its kernel before paying for it
+
     path = Path(path)
     if not path.exists():
         raise BadInput(f"no such file: {path}")

@@ -1,7 +1,8 @@
-"""A kernel started before nbgrader is even imported: it boots and imports torch while the
-grading process imports nbgrader and prepares the workspace (about 2 s of a submit's wall time
-on 2 cores). `autograder.preprocessors.GradingExecute` takes it instead of starting its own.
-Light on purpose: importing this module must not import nbgrader.
+"""A kernel started before nbgrader is even imported: it boots and imports torch (3 s on 2
+cores) while the grading process imports nbgrader and prepares the workspace (2 s), so the
+kernel's start is most of a submit's fixed cost, not the sum of both. `python -m autograder
+submit` starts it before anything else; `autograder.preprocessors.GradingExecute` takes it instead
+of starting its own. Light on purpose: importing this module must not import nbgrader.
 """
 import os
 import shutil
@@ -24,6 +25,12 @@ def kernel_env() -> dict:
 KERNEL_ARGUMENTS = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.xmode=Plain"]
 
 
+def _new_folder() -> str:
+    folder = tempfile.mkdtemp(prefix="attention-kernel-")
+    _SOCKET_FOLDERS.append(folder)
+    return folder
+
+
 def _local_sockets() -> dict:
     """Unix sockets in a new private folder (mode 0700), not TCP ports on 127.0.0.1: no other user
     of the machine can reach the kernel, and it has no reason to warn about unencrypted TCP. TCP
@@ -31,20 +38,27 @@ def _local_sockets() -> dict:
     (about 100 bytes)."""
     if os.name != "posix":
         return {}
-    folder = tempfile.mkdtemp(prefix="attention-kernel-")
-    _SOCKET_FOLDERS.append(folder)
-    path = os.path.join(folder, "k")
+    path = os.path.join(_new_folder(), "k")
     return {"transport": "ipc", "ip": path} if len(path) <= 90 else {}
 
 
-def prestart_kernel(cwd, kernel_name: str = "python3"):
+def prestart_kernel(kernel_name: str | None = None):
+    """Start the grading kernel now, unless one is waiting already; its working folder is its
+    private socket folder (or a temporary one), removed by discard_prestarted."""
+    if PRESTARTED:
+        return PRESTARTED[-1]
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
-    Path(cwd).mkdir(parents=True, exist_ok=True)
-    km = AsyncKernelManager(kernel_name=kernel_name, **_local_sockets())
+    if kernel_name is None:  # the course's Execute.kernel_name, read without importing nbgrader
+        from traitlets.config.loader import PyFileConfigLoader
+        config_dir = Path(__file__).resolve().parent
+        kernel_name = PyFileConfigLoader("nbgrader_config.py", path=str(config_dir)).load_config().Execute.kernel_name
+    sockets = _local_sockets()
+    cwd = sockets["ip"].rpartition(os.sep)[0] if sockets else _new_folder()
+    km = AsyncKernelManager(kernel_name=kernel_name, **sockets)
     try:  # `import torch` at boot, binding no name in the learner's namespace
-        run_sync(km.start_kernel)(cwd=str(cwd), env=kernel_env(), extra_arguments=[
+        run_sync(km.start_kernel)(cwd=cwd, env=kernel_env(), extra_arguments=[
             *KERNEL_ARGUMENTS, "--IPKernelApp.exec_lines=__import__('torch') and None"])
     except Exception:  # GradingExecute starts its own, as nbgrader would
         return None

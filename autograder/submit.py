@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autograder.notebooks import ROOT, exercise_of, exercises, identify, read_notebook
 from autograder.prestart import discard_prestarted, prestart_kernel
-from autograder.workspace import Workspace, load_config
+from autograder.workspace import Workspace
 
 LEARNER = "learner"
 # nbgrader's gradebook code trips SQLAlchemy's autoflush warnings; they say nothing to a learner.
@@ -49,21 +49,25 @@ def reason(cell, timeout: int) -> str:
 
 def grade(notebook, timeout: int | None = None, feedback_dir=None, workspace=None) -> dict:
     """Grade `notebook` and return the report that `--json` prints."""
-    notebook = Path(notebook)
+    # The kernel boots and imports torch while the notebook is read, nbgrader imported and the
+    # assignment prepared (`python -m autograder submit` may have started it already).
+    prestart_kernel()
+    try:
+        return _grade(Path(notebook), timeout, feedback_dir, workspace)
+    finally:
+        discard_prestarted()
+
+
+def _grade(notebook: Path, timeout, feedback_dir, workspace) -> dict:
     nb = read_notebook(notebook)
     stem = identify(notebook, nb)
     feedback_dir = Path(feedback_dir) if feedback_dir else ROOT / "feedback"
     # grade-all passes `workspace` (a folder kept afterwards) to read the per-cell grades there.
     with (contextlib.nullcontext(workspace) if workspace else tempfile.TemporaryDirectory(prefix="attention-grading-")) as tmp:
-        # The kernel boots and imports torch while nbgrader is imported and the assignment prepared.
-        prestart_kernel(Path(tmp) / "kernel", load_config(Path(tmp)).Execute.kernel_name)
-        try:
-            ws = Workspace(tmp, timeout=timeout)
-            released = ws.generate(stem)
-            ws.submit(stem, LEARNER, notebook)
-            autograded, feedback = ws.autograde(stem, LEARNER)
-        finally:
-            discard_prestarted()
+        ws = Workspace(tmp, timeout=timeout)
+        released = ws.generate(stem)
+        ws.submit(stem, LEARNER, notebook)
+        autograded, feedback = ws.autograde(stem, LEARNER)
         grades = ws.grades(stem, LEARNER)
         graded_nb = read_notebook(autograded)
         limit = ws.api.coursedir.config.Execute.timeout
