@@ -142,3 +142,17 @@ def test_course_is_generated_from_solutions():
     result = subprocess.run([sys.executable, "-m", "autograder", "release", "--check"],
                             capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert result.returncode == 0, result.stderr
+
+
+def test_timing_command_reports_each_notebook():
+    """`make timing` runs: the headless run and both submits of a notebook, with their scores.
+    Whether the goals are met depends on the machine, so the exit code is not asserted here."""
+    stem = "05_attention_dropout"
+    result = subprocess.run([sys.executable, "-m", "autograder", "timing", stem, "--json"],
+                            capture_output=True, text=True, cwd="/", timeout=600)
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    (row,) = json.loads(result.stdout)["rows"]
+    assert row["notebook"] == stem and row["headless_s"] > 0
+    assert row["solution_score"] == "6/6" and row["stub_score"] == "0/6"
+    assert row["goals_met"] == (max(row["solution_s"], row["stub_s"]) <= min(10.0, row["headless_s"] + 3.0))
+    assert "| notebook | headless |" in result.stderr
