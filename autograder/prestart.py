@@ -50,12 +50,11 @@ def prestart_kernel(kernel_name: str | None = None):
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
-    if kernel_name is None:  # the course's Execute.kernel_name, read without importing nbgrader
-        from traitlets.config.loader import PyFileConfigLoader
-        config_dir = Path(__file__).resolve().parent
-        kernel_name = PyFileConfigLoader("nbgrader_config.py", path=str(config_dir)).load_config().Execute.kernel_name
     sockets = _local_sockets()
     cwd = sockets["ip"].rpartition(os.sep)[0] if sockets else _new_folder()
+    if kernel_name is None:  # the course's Execute.kernel_name (load_config does not import nbgrader)
+        from autograder.workspace import load_config
+        kernel_name = load_config(Path(cwd)).Execute.kernel_name
     km = AsyncKernelManager(kernel_name=kernel_name, **sockets)
     try:  # `import torch` at boot, binding no name in the learner's namespace
         run_sync(km.start_kernel)(cwd=cwd, env=kernel_env(), extra_arguments=[
