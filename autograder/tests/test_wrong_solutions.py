@@ -2,12 +2,14 @@
 against every wrong solution (it must fail, with a message that names the mistake) and every
 valid alternative (it must pass)."""
 import importlib
+import subprocess
+import sys
 
 import pytest
 from torch import nn
 
 from autograder.checks import Shortcut, utils_twins
-from autograder.notebooks import SOLUTIONS, course_notebooks, read_notebook, grading_cell_sources
+from autograder.notebooks import ROOT, SOLUTIONS, course_notebooks, read_notebook, grading_cell_sources
 
 ZOO = {stem: importlib.import_module(f"autograder.tests.zoo.nb{stem[:2]}") for stem in course_notebooks()}
 SOURCES = {stem: grading_cell_sources(read_notebook(SOLUTIONS / f"{stem}.ipynb")) for stem in course_notebooks()}
@@ -128,3 +130,22 @@ def test_stubs_fail_every_test_cell():
             for source in sources:
                 with pytest.raises((NotImplementedError, AssertionError)):
                     exec(source, {exercise: stub})
+
+
+def test_checks_import_nothing_heavy():
+    """Every notebook's test cells, hidden ones included, run on a right solution in a fresh
+    process, import none of these: each costs a second or more of every submit that reaches it
+    (torch imports them on first use of, e.g., a TorchDispatchMode, torch.broadcast_shapes,
+    torch.testing.assert_close or an optimizer)."""
+    heavy = ("torch._dynamo", "sympy", "torch.distributed.tensor", "torch._inductor")
+    script = (
+        "import sys, torch\n"
+        "from autograder.tests.test_wrong_solutions import ZOO, run_test_cells\n"
+        "for stem, zoo in ZOO.items():\n"
+        "    for exercise, entries in zoo.RIGHT.items():\n"
+        "        run_test_cells(stem, exercise, next(iter(entries.values())))\n"
+        "        for name in %r:\n"
+        "            if name in sys.modules:\n"
+        "                sys.exit(f'{stem} {exercise}: the checks imported {name}')\n" % (heavy,))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
