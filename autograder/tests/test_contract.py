@@ -86,5 +86,5 @@ def test_every_check_is_called_by_exactly_one_hidden_cell(stem):
 
 def test_the_contract_parser_reads_every_notebook():
     sections = contract_exercises(CONTRACT.read_text(encoding="utf-8"))
-    assert sorted(sections) == [f"{n:02d}" for n in range(13)]
+    assert sorted(sections) == [f"{n:02d}" for n in range(15)]
     assert sections["01"][1] == "softmax" and sections["11"][-2] == "Int8WeightOnlyLinear"
