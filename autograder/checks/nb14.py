@@ -75,9 +75,9 @@ def _nbytes(*tensors):
 def _expect_tiles(watch, limit, who, bq, bk):
     expect(watch.largest <= limit,
            f"{who} created an intermediate of shape {watch.largest_shape}, larger than one (block_q, block_k) = ({bq}, {bk}) "
-           "tile and than every input and output: compute the scores and probabilities one tile at a time, never for all keys or all queries at once.",
+           "tile and than every input and output: compute the scores, probabilities and masks one tile at a time, never for all keys or all queries at once.",
            f"{who} 创建了形状为 {watch.largest_shape} 的中间张量，比一个 (block_q, block_k) = ({bq}, {bk}) 的分块以及任何输入和输出都大："
-           "请一次只计算一个分块的分数和概率，不要一次对所有键或所有查询计算。",
+           "请一次只计算一个分块的分数、概率和掩码，不要一次对所有键或所有查询计算。",
            f"{watch.largest} bytes, at most {limit} allowed")
 
 
@@ -115,6 +115,7 @@ def check_online_softmax(online_softmax):
             with watches[block]:
                 results[block] = call(online_softmax, x, block, name="online_softmax")
         pair = call(online_softmax, tiny, 1, name="online_softmax")
+        strided = call(online_softmax, x.transpose(0, 1).contiguous().transpose(0, 1), 8, name="online_softmax")
         double = call(online_softmax, x.double(), 8, name="online_softmax")
     for block, result in results.items():
         expect_tensor(result, "online_softmax's result", "online_softmax 的结果")
@@ -142,6 +143,8 @@ def check_online_softmax(online_softmax):
     expect_close(results[64], expected,
                  "online_softmax is wrong when block_size is larger than the row: the one block is the whole row.",
                  "当 block_size 大于行长时 online_softmax 不对：唯一的块就是整行。")
+    expect_close(strided, expected, "online_softmax is wrong on a non-contiguous x (a transposed view): index blocks with x[..., start:stop], not view().",
+                 "online_softmax 在非连续的 x（转置视图）上不对：用 x[..., start:stop] 取块，不要用 view()。")
     expect(bool((results[8].detach()[x == NEG_INF] == 0).all()),
            "Entries equal to -inf must get weight exactly 0.", "等于 -inf 的元素的权重必须恰好为 0。")
     expect_close(pair, torch.tensor([1 / (1 + math.e), math.e / (1 + math.e)]),
@@ -257,13 +260,14 @@ def check_flash_attention_forward(flash_attention_forward):
         default = _pair(call(fn, q, k, v, True, name=who), who, (B, H, T_q, d_v), (B, H, T_q))
         big = _pair(call(fn, q * 30, k, v, causal=True, block_q=5, block_k=6, name=who), who, (B, H, T_q, d_v), (B, H, T_q))
         double = call(fn, q.double(), k.double(), v.double(), causal=True, block_q=4, block_k=7, name=who)
+        decode = _pair(call(fn, q[..., -1:, :], k, v, causal=True, block_q=4, block_k=7, name=who), who, (B, H, 1, d_v), (B, H, 1))
         for name, causal, args in (("tiles", True, (sq, sk, sv)), ("full", False, (eq, eq, eq)), ("skip", True, (eq, eq, eq))):
             watches[name] = _Watch()
             with watches[name]:
-                call(fn, *args, causal=causal, block_q=8, block_k=16 if name == "tiles" else 8, name=who)
+                runs[name] = call(fn, *args, causal=causal, block_q=8, block_k=16 if name == "tiles" else 8, name=who)
     expect(all(torch.equal(a, b) for a, b in zip((q, k, v), copies)), f"{who} changed q, k or v in place: leave the inputs as they are.",
            f"{who} 原地修改了 q、k 或 v：请保持输入不变。")
-    for causal, (out, lse) in runs.items():
+    for causal, (out, lse) in ((c, runs[c]) for c in (False, True)):
         expect_known(out, _sdpa(q, k, v, causal), lambda: _forward_mistakes(q, k, v, causal, 4, 7),
                      f"out differs from F.scaled_dot_product_attention (causal={causal}, block_q=4, block_k=7, T_q=13, T_k=29): check the running maximum, the rescaling and the final division.",
                      f"out 与 F.scaled_dot_product_attention 不同（causal={causal}，block_q=4，block_k=7，T_q=13，T_k=29）：请检查运行最大值、重新缩放和最后的除法。")
@@ -273,6 +277,12 @@ def check_flash_attention_forward(flash_attention_forward):
                                                "lse 缺少最大值：log-sum-exp 是 m + log(l)，因为 l 累加的是 exp(s - m)。")],
                      f"lse differs from torch.logsumexp of the scaled scores (causal={causal}): lse = m + log(l) for each query, over the keys it sees.",
                      f"lse 与缩放后分数的 torch.logsumexp 不同（causal={causal}）：对每个查询，在它能看到的键上 lse = m + log(l)。")
+    expect_close(decode[0], _sdpa(q[..., -1:, :], k, v, True),
+                 "With one query (a decoding step, T_q = 1) and causal=True, the query is the last position and sees every key.",
+                 "只有一个查询（解码的一步，T_q = 1）且 causal=True 时，这个查询是最后一个位置，能看到所有的键。")
+    expect_close(_pair(runs["skip"], who, (1, 1, 64, 4), (1, 1, 64))[0], _sdpa(eq, eq, eq, True),
+                 "With T_q = T_k = 64, blocks of 8 and causal=True, out differs from causal attention: mask the tiles on the diagonal.",
+                 "T_q = T_k = 64、块大小为 8 且 causal=True 时，out 与因果注意力不同：请给对角线上的分块加掩码。")
     expect_close(default[0], _sdpa(q, k, v, True),
                  f"{who} is wrong with its default block sizes (64, 64), larger than T: a block may hold fewer rows than block_q.",
                  f"{who} 在默认分块大小 (64, 64) 下不对（比 T 还大）：一个分块的行数可能少于 block_q。")
@@ -286,10 +296,10 @@ def check_flash_attention_forward(flash_attention_forward):
            f"{who} 必须保持输入的 dtype：用 q.new_zeros / q.new_full 创建 m、l 和累加器。")
     _expect_tiles(watches["tiles"], max(_nbytes(sq, sk, sv), 2 * 8 * 16 * 4), who, 8, 16)
     full, skip = watches["full"].created, watches["skip"].created
-    expect(skip < 0.85 * full,
+    expect(skip < 0.95 * full,
            "With causal=True your forward created as many numbers as without the mask: skip the tiles entirely above the diagonal (every key after every query), they contribute nothing.",
            "causal=True 时你的前向计算创建的数和不加掩码时一样多：请跳过完全位于对角线之上的分块（所有键都在所有查询之后），它们没有任何贡献。",
-           f"T_q = T_k = 64, blocks 8: {skip} elements causal, {full} without the mask; skipping gives about 60 %")
+           f"T_q = T_k = 64, blocks 8: {skip} elements causal, {full} without the mask; skipping 28 of the 64 tiles leaves about 60 %")
 
 
 def _running_max(q, k, causal):
@@ -356,12 +366,19 @@ def check_flash_attention_backward(flash_attention_backward):
     en = f"This exercise asks you to write {who} yourself from lse (recomputing each tile), not to call autograd, F.scaled_dot_product_attention or the course's reference in utils."
     zh = f"本练习要求你根据 lse 自己实现 {who}（重新计算每个分块），而不是调用 autograd、F.scaled_dot_product_attention 或 utils 中课程的参考实现。"
     watch = _Watch()
+    copies = [t.clone() for t in (q, k, v, g, *saved[True])]
     with own_work(fn, who, extra=[*_SDPA, *_AUTOGRAD], en=en, zh=zh):
         for causal in (False, True):
             out, lse = saved[causal]
             runs[causal] = call(fn, q, k, v, out, lse, g, causal=causal, block_q=4, block_k=7, name=who)
+        default = call(fn, q, k, v, *saved[True], g, True, name=who)
+        double = call(fn, q.double(), k.double(), v.double(), *(t.double() for t in saved[True]), g.double(), True,
+                      block_q=4, block_k=7, name=who)
         with watch:
             call(fn, sq, sk, sv, *small, sg, causal=True, block_q=8, block_k=16, name=who)
+    expect(all(torch.equal(a, b) for a, b in zip((q, k, v, g, *saved[True]), copies)),
+           f"{who} changed one of its inputs in place (q, k, v, out, lse or grad_out): accumulate into new tensors such as torch.zeros_like(q).",
+           f"{who} 原地修改了某个输入（q、k、v、out、lse 或 grad_out）：请累加到新张量中，例如 torch.zeros_like(q)。")
     for causal, result in runs.items():
         expect(isinstance(result, tuple) and len(result) == 3 and all(isinstance(t, torch.Tensor) for t in result),
                f"{who} must return three tensors (dq, dk, dv).", f"{who} 必须返回三个张量 (dq, dk, dv)。")
@@ -377,6 +394,13 @@ def check_flash_attention_backward(flash_attention_backward):
                          f"{name} differs from autograd's (causal={causal}, block_q=4, block_k=7, T_q=13, T_k=29): P = exp(s - lse), dS = P * (dP - D), then dQ += dS K / sqrt(d), dK += dSᵀ Q / sqrt(d), dV += Pᵀ dO.",
                          f"{name} 与 autograd 的结果不同（causal={causal}，block_q=4，block_k=7，T_q=13，T_k=29）：P = exp(s - lse)，dS = P * (dP - D)，然后 dQ += dS K / sqrt(d)，dK += dSᵀ Q / sqrt(d)，dV += Pᵀ dO。",
                          atol=1e-4, rtol=1e-4)
+    right = _autograd_grads(q, k, v, g, True)
+    for name, ours, expected in zip(("dq", "dk", "dv"), default, right):
+        expect_close(ours, expected, f"{who} is wrong with its default block sizes (64, 64), larger than T: {name} differs from autograd's.",
+                     f"{who} 在默认分块大小 (64, 64)（比 T 还大）下不对：{name} 与 autograd 的结果不同。", atol=1e-4, rtol=1e-4)
+    expect(isinstance(double, tuple) and all(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in double),
+           f"{who} must keep the dtype of its inputs: start dq, dk and dv with torch.zeros_like.",
+           f"{who} 必须保持输入的 dtype：用 torch.zeros_like 初始化 dq、dk 和 dv。")
     _expect_tiles(watch, max(_nbytes(sq, sk, sv), 2 * 8 * 16 * 4), who, 8, 16)
 
 
@@ -399,6 +423,19 @@ def _directional_check(apply, inputs, seed):
         analytic = float(sum((leaf.grad * d).sum() for leaf, d in zip(leaves, u)))
         worst = max(worst, abs(numeric - analytic) / max(1.0, abs(numeric)))
     return worst
+
+
+def _backward_through_autograd(out, g, who):
+    def run():
+        try:
+            (out * g).sum().backward()
+        except RuntimeError as e:
+            if "number of gradients" in str(e):
+                fail(f"{who}.backward must return one gradient per input of forward, None for causal: (dq, dk, dv, None).",
+                     f"{who}.backward 必须为 forward 的每个输入返回一个梯度，causal 对应 None：(dq, dk, dv, None)。", f"RuntimeError: {e}")
+            raise
+
+    call(run, name=f"{who}.backward")
 
 
 def _saved(out):
@@ -441,13 +478,18 @@ def check_FlashAttention(FlashAttention):
                        f"{who}.apply(q, k, v, causal) 必须返回 out，一个连在计算图上的张量：forward 只返回 out，而不是 (out, lse)。",
                        f"got {type(out).__name__}")
                 saved = _saved(out)
-                call((out * g).sum().backward, name=f"{who}.backward")
+                _backward_through_autograd(out, g, who)
             runs[causal] = (out.detach(), [t.grad for t in leaves], saved)
         big = [t.clone().requires_grad_() for t in (lq, lk, lv)]
         with torch.enable_grad():
             out = call(FlashAttention.apply, *big, True, name=f"{who}.apply")
             with watch:  # called directly: the autograd engine runs backward outside this thread's function modes
                 call(FlashAttention.backward, out.grad_fn, torch.ones_like(out), name=f"{who}.backward")
+        try:
+            plain = FlashAttention.apply(q, k, v)
+        except TypeError as e:
+            fail(f"{who}.apply(q, k, v) must work without causal: give forward the default causal=False.",
+                 f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：给 forward 的 causal 加上默认值 False。", f"TypeError: {e}")
         for causal in (False, True):
             errors[causal] = _directional_check(lambda *x: FlashAttention.apply(*x, causal), small, seed=170)
     for causal, (out, grads, saved) in runs.items():
@@ -471,6 +513,10 @@ def check_FlashAttention(FlashAttention):
                          f"The gradient of {name} differs from autograd's (causal={causal}): backward must call flash_attention_backward with the saved tensors and ctx's causal.",
                          f"{name} 的梯度与 autograd 的结果不同（causal={causal}）：backward 必须用保存的张量和 ctx 中的 causal 调用 flash_attention_backward。",
                          atol=1e-4, rtol=1e-4)
+    expect(isinstance(plain, torch.Tensor), f"{who}.apply(q, k, v) must work without causal: forward(ctx, q, k, v, causal=False).",
+           f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：forward(ctx, q, k, v, causal=False)。")
+    expect_close(plain, _sdpa(q, k, v, False), f"{who}.apply(q, k, v) must default to causal=False.",
+                 f"{who}.apply(q, k, v) 的默认值必须是 causal=False。")
     _expect_tiles(watch, max(_nbytes(lq, lk, lv), 64 * 64 * 4), f"{who}.backward", 64, 64)
     for causal, error in errors.items():
         expect(error < 1e-5,

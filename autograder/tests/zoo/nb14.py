@@ -319,6 +319,19 @@ class FlashAttentionModule(torch.nn.Module):
         return _forward(q, k, v, causal)[0]
 
 
+class FlashAttentionNoDefault(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal):  # the contract's causal=False default is missing
+        out, lse = _forward(q, k, v, causal)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return (*_backward(*ctx.saved_tensors, grad_out, ctx.causal), None)
+
+
 class FlashAttentionCallsUtils(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal=False):
@@ -368,10 +381,11 @@ WRONG = {
         "saves the probabilities": (_function(save="probabilities"), "(T_q, T_k) tensor"),
         "forward returns (out, lse)": (_function(returns="pair"), "forward returns out only"),
         "backward ignores causal": (_function(backward_causal=False), "causal=True"),
-        "backward returns three gradients": (_function(n_grads=3), "crashed"),
+        "backward returns three gradients": (_function(n_grads=3), "one gradient per input of forward"),
         "backward through naive autograd": (_function(backward_fn=_naive_backward), "larger than one (block_q, block_k)"),
         "computes in float32": (_function(dtype=torch.float32), "finite differences"),
         "an nn.Module": (FlashAttentionModule, "must subclass torch.autograd.Function"),
+        "no default for causal": (FlashAttentionNoDefault, "default causal=False"),
         "calls utils": (FlashAttentionCallsUtils, "yourself"),
     },
 }
