@@ -14,10 +14,10 @@
 # $T^2$. FlashAttention (Dao et al., 2022) computes the very same result without ever holding it: it
 # walks over the keys one tile at a time, keeps for each query a running maximum and a running sum
 # that it rescales whenever the maximum grows, and saves a single number per query, the
-# log-sum-exp, for the backward pass. It is exact, not an approximation, and it is what every
-# production attention kernel runs today.
+# log-sum-exp, for the backward pass. It is exact, not an approximation, and it is the algorithm
+# behind the fused attention kernels that training and serving systems use today.
 #
-# 到目前为止，本课程里的每一种注意力都会先构造完整的 $(T_q, T_k)$ 分数矩阵，再对它做 softmax，最后才乘以值向量。笔记本 06 测量过这个矩阵随 $T^2$ 增长。FlashAttention（Dao 等，2022）在从不保存这个矩阵的情况下算出完全相同的结果：它一次处理一块键，为每个查询保存一个运行最大值和一个运行和，每当最大值变大时就重新缩放它们；为了反向传播，它每个查询只保存一个数，即 log-sum-exp。它是精确的，不是近似，今天每一个生产环境中的注意力内核都在运行它。
+# 到目前为止，本课程里的每一种注意力都会先构造完整的 $(T_q, T_k)$ 分数矩阵，再对它做 softmax，最后才乘以值向量。笔记本 06 测量过这个矩阵随 $T^2$ 增长。FlashAttention（Dao 等，2022）在从不保存这个矩阵的情况下算出完全相同的结果：它一次处理一块键，为每个查询保存一个运行最大值和一个运行和，每当最大值变大时就重新缩放它们；为了反向传播，它每个查询只保存一个数，即 log-sum-exp。它是精确的，不是近似，今天训练和推理系统所用的融合注意力内核背后正是这个算法。
 #
 # You will write it in four steps: the online softmax on one row, the tiled forward pass, the
 # backward pass that recomputes each tile from the log-sum-exp (FlashAttention-2's), and an
@@ -101,18 +101,19 @@ print("softmax:", [round(math.exp(xi - m2) / l2, 4) for xi in x])
 print("torch  :", [round(p, 4) for p in torch.softmax(torch.tensor(x), dim=0).tolist()])
 
 # %% [markdown]
-# Why subtract a maximum at all: $e^{1000}$ does not fit in a float (the largest float32 is about
-# $3.4 \times 10^{38} \approx e^{88.7}$), so the row $[1000, 1001]$ gives $\infty / \infty$ without it.
-# With the maximum subtracted the exponents are $e^{-1}$ and $e^{0}$, and the answer is
-# $[1/(1+e),\ e/(1+e)]$. The cell prints both.
+# Why subtract a maximum at all: $e^{1000}$ does not fit in a float (the cell prints the largest
+# float32), so the row $[1000, 1001]$ gives $\infty / \infty$ without it. With the maximum subtracted
+# the exponents are $e^{-1}$ and $e^{0}$, and the answer is $[1/(1+e),\ e/(1+e)]$. The cell prints both.
 #
-# 为什么要减去最大值：$e^{1000}$ 无法用浮点数表示（最大的 float32 约为 $3.4 \times 10^{38} \approx e^{88.7}$），所以不减最大值时，行 $[1000, 1001]$ 会得到 $\infty / \infty$。减去最大值后指数变为 $e^{-1}$ 和 $e^{0}$，答案是 $[1/(1+e),\ e/(1+e)]$。下面的单元格把两种结果都打印出来。
+# 为什么要减去最大值：$e^{1000}$ 无法用浮点数表示（单元格会打印最大的 float32），所以不减最大值时，行 $[1000, 1001]$ 会得到 $\infty / \infty$。减去最大值后指数变为 $e^{-1}$ 和 $e^{0}$，答案是 $[1/(1+e),\ e/(1+e)]$。下面的单元格把两种结果都打印出来。
 
 # %%
 row = torch.tensor([1000.0, 1001.0])
 print("exp(x) / sum exp(x)    :", (row.exp() / row.exp().sum()).tolist())
 print("exp(x - m) / sum(...)  :", ((row - row.max()).exp() / (row - row.max()).exp().sum()).tolist())
 print("[1/(1+e), e/(1+e)]     :", [1 / (1 + math.e), math.e / (1 + math.e)])
+big = torch.finfo(torch.float32).max
+print(f"largest float32: {big:.3g} = e^{math.log(big):.1f}; exp(1000.0) in float32: {torch.tensor(1000.0).exp()}")
 
 # %% [markdown]
 # ### Exercise 1 · `online_softmax` · 练习 1
@@ -526,6 +527,7 @@ print("saved for backward:", [tuple(t.shape) for t in out.grad_fn.saved_tensors]
 tokens = [512, 1024, 2048] if GRADING else [1024, 2048, 4096, 8192, 16384]
 rows = measure(tokens, d=64, tiled=flash_attention_forward, block=256)
 print(format_rows(rows))
+print(f"one 256 x 256 float32 tile: {256 * 256 * 4 / 2**10:.0f} KiB")
 last = rows[-1]
 ratio = last["naive MiB"] / last["tiled MiB"]
 print(f"at T = {last['T']}: naive attention needed {ratio:.0f}x the peak extra memory of your tiled forward "
