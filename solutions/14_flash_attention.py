@@ -206,10 +206,10 @@ plt.tight_layout(); plt.show()
 #
 # After the last key block the output is $A / \ell$ (one division per query, not one per tile), and
 # the log-sum-exp of the query's scores is $\mathrm{lse} = m + \log \ell$. Only $(b_q, b_k)$ scores
-# ever exist at a time. The output depends on neither the block sizes nor the order of the key
-# blocks: that is why the result is exact.
+# ever exist at a time. Thanks to the rescaling, the result depends on neither the block sizes nor
+# the order of the key blocks: it is the softmax of the whole row, up to float rounding.
 #
-# 处理完最后一块键之后，输出就是 $A / \ell$（每个查询只除一次，而不是每个分块除一次），查询分数的 log-sum-exp 是 $\mathrm{lse} = m + \log \ell$。任何时刻都只存在 $(b_q, b_k)$ 个分数。输出既不依赖于分块大小，也不依赖于键块的顺序：这就是结果精确的原因。
+# 处理完最后一块键之后，输出就是 $A / \ell$（每个查询只除一次，而不是每个分块除一次），查询分数的 log-sum-exp 是 $\mathrm{lse} = m + \log \ell$。任何时刻都只存在 $(b_q, b_k)$ 个分数。由于重新缩放，结果既不依赖于分块大小，也不依赖于键块的顺序：它就是整行的 softmax，只差浮点舍入。
 #
 # With `causal=True` the mask is bottom-right aligned as in notebook 04: with $T_q \le T_k$ the
 # queries are the last $T_q$ positions, and query $i$ sees key $j$ iff $j \le i + (T_k - T_q)$. A tile
@@ -555,11 +555,11 @@ left.legend(); right.legend(); plt.tight_layout(); plt.show()
 # Python loops that launch a few small PyTorch operations per tile; each launch costs microseconds
 # of overhead and reads its operands from memory again. SDPA is a **fused kernel**: one C++ function
 # that keeps a tile in cache while it computes the scores, the exponentials, the running sums and
-# the product with $V$, with no intermediate written out, and that spreads the tiles over the cores.
+# the product with $V$, with no intermediate larger than a tile, and that spreads the tiles over the cores.
 # Compare the tiled and SDPA columns of the times printed above: that is what fusing is worth on
 # this machine. Yours is a teaching kernel: it has the memory of FlashAttention, not its speed.
 #
-# 时间则是另一回事。你的分块前向计算与朴素实现做的算术相同，但它是 Python 循环，每个分块启动几个小的 PyTorch 运算；每次启动都有几微秒的开销，而且要重新从内存读取操作数。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，不写出任何中间结果，并把各个分块分配到多个核心上。比较上面打印的时间中分块与 SDPA 两列：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存，却没有它的速度。
+# 时间则是另一回事。你的分块前向计算与朴素实现做的算术相同，但它是 Python 循环，每个分块启动几个小的 PyTorch 运算；每次启动都有几微秒的开销，而且要重新从内存读取操作数。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。比较上面打印的时间中分块与 SDPA 两列：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存，却没有它的速度。
 #
 # On a GPU the point is speed as much as memory. An A100 has 40-80 GB of high-bandwidth memory (HBM)
 # at 1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of its 108 streaming multiprocessors at about
