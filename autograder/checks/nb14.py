@@ -12,7 +12,7 @@ the learner's code makes and records the largest storage created. It is not a To
 whose first use imports torch._dynamo (a second of every submit). Rules, from the contract:
 - no intermediate larger than one (block_q, block_k) tile of every batch item and head, unless it
   is no larger than an input or an output;
-- online_softmax makes no reduction (max, sum, softmax, ...) over a whole row longer than a block;
+- online_softmax makes no reduction (max, sum, softmax, ...) over more than block_size entries of a row;
 - a causal forward skips the tiles above the diagonal: it creates markedly fewer numbers than the
   same call without the mask.
 torch.autograd.gradcheck imports sympy, so FlashAttention's float64 check compares directional
@@ -35,16 +35,17 @@ _REDUCTIONS = {"amax", "max", "sum", "logsumexp", "softmax", "log_softmax", "mea
 
 class _Watch(TorchFunctionMode):
     """Sees every torch call of the learner's code: the largest storage created, the total number
-    of elements created, and (for online_softmax) reductions over a whole row."""
+    of elements created, and (for online_softmax, rows of `row_ndim` dims) the first reduction
+    over more than `block_size` entries of a row."""
 
-    def __init__(self, row_length=None, block_size=None):
+    def __init__(self, row_ndim=None, block_size=None):
         super().__init__()
-        self.row_length, self.block_size = row_length, block_size
+        self.row_ndim, self.block_size = row_ndim, block_size
         self.largest, self.largest_shape, self.created, self.full_row = 0, None, 0, None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.row_length is not None and self.full_row is None:
+        if self.row_ndim is not None and self.full_row is None:
             self._look_for_full_row(func, args, kwargs)
         result = func(*args, **kwargs)
         for t in result if isinstance(result, (tuple, list)) else (result,):
@@ -64,7 +65,8 @@ class _Watch(TorchFunctionMode):
             return  # elementwise max of two tensors
         dim = args[1] if len(args) > 1 and not isinstance(args[1], torch.Tensor) else kwargs.get("dim")
         dims = range(x.dim()) if dim is None else (dim if isinstance(dim, (tuple, list)) else (dim,))
-        if x.shape[-1] == self.row_length and any(int(d) % x.dim() == x.dim() - 1 for d in dims):
+        if (x.dim() == self.row_ndim and x.shape[-1] > self.block_size
+                and any(int(d) % x.dim() == x.dim() - 1 for d in dims)):
             self.full_row = f"{name} over a tensor of shape {tuple(x.shape)}"
 
 
@@ -111,7 +113,7 @@ def check_online_softmax(online_softmax):
     results, watches = {}, {}
     with own_work(online_softmax, "online_softmax"):
         for block in (8, 5, 1, 64):
-            watches[block] = _Watch(row_length=37, block_size=block)
+            watches[block] = _Watch(row_ndim=x.dim(), block_size=block)
             with watches[block]:
                 results[block] = call(online_softmax, x, block, name="online_softmax")
         pair = call(online_softmax, tiny, 1, name="online_softmax")
@@ -126,8 +128,8 @@ def check_online_softmax(online_softmax):
     for block in (8, 5, 1):
         found = watches[block].full_row
         expect(found is None,
-               f"online_softmax reduced a whole row at once ({found}, block_size {block}): keep a running maximum and a running sum, one block of block_size entries at a time.",
-               f"online_softmax 一次对整行做了归约（{found}，block_size 为 {block}）：请保持一个运行最大值和一个运行和，每次只处理 block_size 个元素。")
+               f"online_softmax reduced more than block_size entries of a row at once ({found}, block_size {block}): keep a running maximum and a running sum, one block of block_size entries at a time.",
+               f"online_softmax 一次对一行中多于 block_size 个元素做了归约（{found}，block_size 为 {block}）：请保持一个运行最大值和一个运行和，每次只处理 block_size 个元素。")
     expected = torch.softmax(x, dim=-1)
     for block in (8, 5, 1):
         mistakes = [(_online_variant(x, block, rescale=False),

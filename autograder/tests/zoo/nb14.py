@@ -40,6 +40,10 @@ def softmax_two_passes(x, block_size):
     return torch.exp(x - m) / l
 
 
+def softmax_fixed_blocks(x, block_size):
+    return _online(x, 8)  # block_size ignored: blocks of 8 whatever the caller asks
+
+
 def softmax_torch(x, block_size):
     return torch.softmax(x, dim=-1)
 
@@ -134,6 +138,10 @@ def forward_no_skip(q, k, v, causal=False, block_q=64, block_k=64):
 
 def forward_diagonal_unmasked(q, k, v, causal=False, block_q=64, block_k=64):
     return _forward(q, k, v, causal, block_q, block_k, mask=False)
+
+
+def forward_ignores_block_sizes(q, k, v, causal=False, block_q=64, block_k=64):
+    return _forward(q, k, v, causal)  # always tiles of 64 x 64
 
 
 def forward_lse_keepdim(q, k, v, causal=False, block_q=64, block_k=64):
@@ -237,6 +245,10 @@ def backward_no_scale(q, k, v, out, lse, grad_out, causal=False, block_q=64, blo
 
 def backward_ignores_causal(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
     return _backward(q, k, v, out, lse, grad_out, causal, block_q, block_k, use_causal=False)
+
+
+def backward_ignores_block_sizes(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
+    return _backward(q, k, v, out, lse, grad_out, causal)  # always tiles of 64 x 64
 
 
 def backward_full_p(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
@@ -350,8 +362,9 @@ WRONG = {
         "running sum not rescaled": (softmax_sum_not_rescaled, "running sum was not rescaled"),
         "no maximum subtracted": (softmax_no_maximum, "NaN or inf"),
         "-inf - (-inf) on a row of -inf": (softmax_inf_minus_inf, "NaN or inf"),
-        "full-row maximum first": (softmax_two_passes, "reduced a whole row at once"),
-        "torch.softmax": (softmax_torch, "reduced a whole row at once"),
+        "full-row maximum first": (softmax_two_passes, "more than block_size entries of a row at once"),
+        "ignores block_size": (softmax_fixed_blocks, "more than block_size entries of a row at once"),
+        "torch.softmax": (softmax_torch, "more than block_size entries of a row at once"),
         "calls utils": (lambda x, block_size: ref.online_softmax(x, block_size), "yourself"),
     },
     "flash_attention_forward": {
@@ -364,6 +377,7 @@ WRONG = {
         "diagonal tiles not masked": (forward_diagonal_unmasked, "were not masked"),
         "no tile skipped": (forward_no_skip, "skip the tiles entirely above the diagonal"),
         "lse with keepdim": (forward_lse_keepdim, "no trailing dimension of 1"),
+        "ignores block_q and block_k": (forward_ignores_block_sizes, "larger than one (block_q, block_k)"),
         "full softmax materialised": (forward_full_softmax, "larger than one (block_q, block_k)"),
         "F.scaled_dot_product_attention": (forward_sdpa, "yourself"),
         "calls utils": (forward_calls_utils, "yourself"),
@@ -373,6 +387,7 @@ WRONG = {
         "dV from unnormalised probabilities": (backward_dv_unnormalised, "unnormalised probabilities"),
         "no 1/sqrt(d) in dQ and dK": (backward_no_scale, "miss the factor 1/sqrt(d)"),
         "causal ignored": (backward_ignores_causal, "causal=True"),
+        "ignores block_q and block_k": (backward_ignores_block_sizes, "larger than one (block_q, block_k)"),
         "full probability matrix": (backward_full_p, "larger than one (block_q, block_k)"),
         "autograd through the forward": (backward_autograd, "yourself"),
         "calls utils": (backward_calls_utils, "yourself"),
