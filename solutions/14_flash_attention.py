@@ -169,9 +169,9 @@ nb14.check_online_softmax(online_softmax)
 # Your function on a row of 64 random scores read in blocks of 8: the picture shows the running
 # maximum after each block, and the running sum $\ell$ just before and just after the rescaling.
 # Each time the maximum jumps, the sum drops by the factor $e^{m - m'}$ and then grows again by the
-# new block's terms. The cell prints the largest difference from `torch.softmax`.
+# new block's terms. The cell also checks your result against `torch.softmax`.
 #
-# 用你的函数处理一行 64 个随机分数，每块 8 个：图中画出每块之后的运行最大值，以及重新缩放前后的运行和 $\ell$。每当最大值跳升，和就按因子 $e^{m - m'}$ 下降，然后再加上新块的各项而增长。单元格会打印与 `torch.softmax` 的最大差值。
+# 用你的函数处理一行 64 个随机分数，每块 8 个：图中画出每块之后的运行最大值，以及重新缩放前后的运行和 $\ell$。每当最大值跳升，和就按因子 $e^{m - m'}$ 下降，然后再加上新块的各项而增长。单元格还会把你的结果与 `torch.softmax` 相比较。
 
 # %%
 scores = torch.randn(64, generator=torch.Generator().manual_seed(4)) * 3
@@ -184,7 +184,7 @@ for start in range(0, 64, 8):
     l = before[-1] + torch.exp(block - m_new).sum().item()
     m = m_new
     ms.append(m); after.append(l)
-print("largest difference from torch.softmax:", (online_softmax(scores, 8) - torch.softmax(scores, 0)).abs().max().item())
+print("equal to torch.softmax within 1e-6:", torch.allclose(online_softmax(scores, 8), torch.softmax(scores, 0), atol=1e-6))
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3))
 left.step(range(1, 9), ms, where="post"); left.set_title("running maximum m"); left.set_xlabel("blocks read")
 right.plot(range(1, 9), before, "v", label="old sum × exp(m - m')")
