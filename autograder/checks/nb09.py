@@ -5,6 +5,10 @@ wkv_b's rows per head [nope keys | values], query heads [nope | rope], rope pair
 built from seeds by parameter name and loaded into the learner's module. Outputs are compared
 with utils.mla at prefill, at a one-token decode step and at a chunk with start_pos > 0, on
 both paths; when they differ, a restatement of MLA with one known mistake at a time names it.
+Values cannot tell the two paths apart, so the caches of both are read back, and an absorbed
+decode step's multiply-adds (autograder.checks.cost, counted at every torch matrix product) are
+bounded: a module whose `absorb` flag changes nothing, or that re-expands the cached latents
+through wkv_b at every step, does the naive path's work or more.
 """
 import torch
 from torch import nn
@@ -12,6 +16,7 @@ from torch import nn
 import utils.mla as ref
 from autograder.checks import (call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
                                randn, seeded_state)
+from autograder.checks.cost import MatmulCost
 from utils.rope import apply_rope
 
 CONFIGS = (  # rope_theta not the default, T and widths all different, q compressed or not
@@ -20,6 +25,11 @@ CONFIGS = (  # rope_theta not the default, T and widths all different, q compres
     (ref.MLAConfig(dim=18, n_heads=2, q_lora_rank=0, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=6,
                    v_head_dim=3, max_seq_len=12, rope_theta=50.0), 95),
 )
+# Heads wide against the latent, so that the naive path reads far more per cached position than
+# the absorbed one (H * (nope + rope + v) = 272 against H * (2 * c + rope) = 80).
+COST_CFG = ref.MLAConfig(dim=16, n_heads=8, q_lora_rank=8, kv_lora_rank=4, qk_nope_head_dim=16, qk_rope_head_dim=2,
+                         v_head_dim=16, max_seq_len=72, rope_theta=100.0)
+COST_CONTEXT, COST_SLACK = 64, 1.25
 SEGMENTS = ((0, 5), (5, 6), (6, 8))  # prefill, one decode step, a chunk at start_pos 6
 N = SEGMENTS[-1][1]
 
@@ -144,6 +154,61 @@ def _expect_cache(module, reference, x, cfg):
                  "pe_cache 必须保存每个词元的 rope 键，并且已经按其位置旋转。")
 
 
+def _expect_naive_cache(module, reference, x, cfg):
+    buffers = dict(module.named_buffers())
+    expect("k_cache" in buffers and "v_cache" in buffers,
+           "The naive path must cache the expanded keys in k_cache and the values in v_cache (absorb=False), as DeepSeek-V3 does.",
+           "朴素路径（absorb=False）必须把展开后的键缓存在 k_cache、把值缓存在 v_cache 中，与 DeepSeek-V3 一致。",
+           f"buffers: {sorted(buffers)}")
+    B, n = x.shape[:2]
+    with torch.no_grad():
+        latent, k_pe = reference._latent_and_rope_key(x, torch.arange(n))
+        keys, values = reference._expand(latent, k_pe)  # (B, n, H, nope + rope), (B, n, H, dv)
+    k_cache, v_cache = buffers["k_cache"], buffers["v_cache"]
+    expect(k_cache.dim() == 4 and k_cache.shape[1:] == (cfg.max_seq_len, *keys.shape[2:])
+           and v_cache.shape[1:] == (cfg.max_seq_len, *values.shape[2:]),
+           "The naive path caches every head's key [k_nope | k_pe] and value: k_cache (B, max_seq_len, n_heads, qk_nope_head_dim + qk_rope_head_dim), v_cache (B, max_seq_len, n_heads, v_head_dim).",
+           "朴素路径缓存每个头的键 [k_nope | k_pe] 和值：k_cache (B, max_seq_len, n_heads, qk_nope_head_dim + qk_rope_head_dim)，v_cache (B, max_seq_len, n_heads, v_head_dim)。",
+           f"k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}")
+    expect_close(k_cache[:B, :n], keys, "k_cache must hold, for every token written so far, each head's key: wkv_b's key rows times the latent, then the rotated rope key.",
+                 "k_cache 必须为到目前为止的每个词元保存每个头的键：wkv_b 的键行乘以潜在向量，再接上旋转后的 rope 键。")
+    expect_close(v_cache[:B, :n], values, "v_cache must hold, for every token written so far, each head's value (wkv_b's value rows times the latent).",
+                 "v_cache 必须为到目前为止的每个词元保存每个头的值（wkv_b 的值行乘以潜在向量）。")
+
+
+def _decode_cost(run, x, absorb):
+    """Multiply-adds of one decode step after COST_CONTEXT cached tokens, on the given path."""
+    run(x[:, :COST_CONTEXT], 0, absorb)
+    with MatmulCost() as cost:
+        run(x[:, COST_CONTEXT:], COST_CONTEXT, absorb)
+    return cost.macs
+
+
+def _expect_absorbed_cost(cls):
+    cfg = COST_CFG
+    with own_work(cls, "MultiHeadLatentAttention"):
+        module = own_module(cls, cfg)
+    reference = ref.MultiHeadLatentAttention(cfg)
+    state = seeded_state(reference, 97)
+    reference.load_state_dict(state)
+    load_state(module, state, "MultiHeadLatentAttention")
+    x = randn(1, COST_CONTEXT + 1, cfg.dim, seed=98)
+    with torch.no_grad():
+        bound = COST_SLACK * _decode_cost(reference, x, True)
+    learner = lambda x, start, absorb: _run(cls, module, x, start, absorb)
+    absorbed = _decode_cost(learner, x, True)
+    if absorbed <= bound:
+        return
+    naive = _decode_cost(learner, x, False)
+    evidence = f"{absorbed:,} multiply-adds at absorb=True, {naive:,} at absorb=False, at most {bound:,.0f} expected"
+    if absorbed <= 1.05 * naive:
+        fail("With absorb=True your decode step does the naive path's work: score the query, folded through wkv_b's key rows, against the cached latents, and apply the value rows after attending over them.",
+             "absorb=True 时你的解码步骤做的是朴素路径的计算：应把经 wkv_b 键行折叠后的查询与缓存的潜在向量打分，并在对潜在向量做注意力之后再乘以值行。", evidence)
+    fail("Your absorbed decode step multiplies every cached latent by wkv_b again (re-expanding keys or values of the whole prefix): fold wkv_b into the query and the output instead, so a step's work per cached position is kv_lora_rank + qk_rope_head_dim per head.",
+         "你的吸收路径解码步骤又把每个缓存的潜在向量乘了一遍 wkv_b（把整个前缀的键或值重新展开）：应把 wkv_b 折叠进查询和输出，使每一步在每个缓存位置、每个头上的计算量为 kv_lora_rank + qk_rope_head_dim。",
+         evidence)
+
+
 def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
     cls = MultiHeadLatentAttention
     for cfg, seed in CONFIGS:
@@ -166,7 +231,8 @@ def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
                              f"MultiHeadLatentAttention's output is wrong ({path} path, {step}, q_lora_rank={cfg.q_lora_rank}): "
                              "compare each step with the description of the two paths above the exercise.",
                              f"MultiHeadLatentAttention 的输出不对（{path} 路径，{step}，q_lora_rank={cfg.q_lora_rank}）：请对照练习上方对两条路径的说明逐步检查。")
-        _expect_cache(module, reference, x, cfg)
+            (_expect_cache if absorb else _expect_naive_cache)(module, reference, x, cfg)
+    _expect_absorbed_cost(cls)
 
 
 def check_mla_cache_elements_per_token(mla_cache_elements_per_token):

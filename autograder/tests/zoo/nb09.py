@@ -91,7 +91,19 @@ def mla_class(mistake=None, style="einsum"):
             scale = {"scale nope": nope, "scale v": dv}.get(mistake, nope + rope) ** -0.5
             w = self.wkv_b.weight.view(H, nope + dv, c)
             w_k, w_v = (w[:, dv:], w[:, :dv]) if mistake == "values first" else (w[:, :nope], w[:, nope:])
-            if absorb and mistake != "rope on whole head":
+            if mistake == "only absorbed":
+                absorb = True
+            if mistake == "only naive" and absorb:  # fills the latent caches, then computes as the naive path
+                self._write("kv_cache", latent, start_pos), self._write("pe_cache", k_pe, start_pos)
+                absorb = False
+            if absorb and mistake == "re-expands":  # caches the latent, expands the whole prefix every step
+                cached = self._write("kv_cache", latent, start_pos)
+                pe = self._write("pe_cache", k_pe, start_pos)
+                kvb = torch.einsum("bsc,hdc->bhsd", cached, torch.cat([w_k, w_v], 1))
+                k = torch.cat([kvb[..., :nope], pe.unsqueeze(1).expand(B, H, end, rope)], -1)
+                scores = q_full @ k.transpose(-2, -1)
+                v, absorb = kvb[..., nope:], False
+            elif absorb and mistake != "rope on whole head":
                 stored = raw if mistake == "caches raw latent" else latent
                 cached = self._write("kv_cache", stored, start_pos)  # (B, end, c)
                 if mistake == "caches raw latent":
@@ -177,6 +189,9 @@ WRONG = {
         "wkv_b values first": (mla_class("values first"), "[nope keys | values]"),
         "absorbed path caches the raw latent": (mla_class("caches raw latent"), "un-normalised latent"),
         "linear layers with bias": (mla_class("linear bias"), "without bias"),
+        "absorb ignored, naive path only": (mla_class("only naive"), "naive path's work"),
+        "absorb ignored, latent cache only": (mla_class("only absorbed"), "k_cache"),
+        "absorbed path re-expands the prefix": (mla_class("re-expands"), "multiplies every cached latent by wkv_b"),
         "subclasses utils": (Borrowed, "yourself"),
     },
     "mla_cache_elements_per_token": {
