@@ -14,10 +14,10 @@
 # with many smaller ones, the *experts*, and a *router* that sends each token to a few of them. The
 # model holds the parameters of all experts but each token uses only a few. This notebook builds the
 # pieces, watches a router collapse onto a few experts and the two cures (the Switch Transformer's
-# auxiliary loss and DeepSeek-V3's bias), and ends with DeepSeek-V3's 671B parameters, 37B of them
-# active per token, recomputed from its config. Names and layouts follow DeepSeek-V3's inference code.
+# auxiliary loss and DeepSeek-V3's bias), and ends with DeepSeek-V3's 671B parameters, and the
+# 36.7B of them active per token, recomputed from its config. Names and layouts follow DeepSeek-V3's inference code.
 #
-# 在注意力之后，每个 Transformer 块都对每个词元运行一个前馈网络，而大模型的大部分参数就在这里。**混合专家（MoE）** 把这一个网络换成许多较小的网络，即 *专家*，再加上一个 *路由器*，把每个词元送到其中少数几个专家。模型持有所有专家的参数，但每个词元只用到其中几个。本笔记本构建这些部件，观察路由器如何坍缩到少数专家上，以及两种解决办法（Switch Transformer 的辅助损失和 DeepSeek-V3 的偏置），最后根据 DeepSeek-V3 的配置重新算出它的 6710 亿参数，以及每个词元激活的 370 亿参数。名称和布局遵循 DeepSeek-V3 的推理代码。
+# 在注意力之后，每个 Transformer 块都对每个词元运行一个前馈网络，而大模型的大部分参数就在这里。**混合专家（MoE）** 把这一个网络换成许多较小的网络，即 *专家*，再加上一个 *路由器*，把每个词元送到其中少数几个专家。模型持有所有专家的参数，但每个词元只用到其中几个。本笔记本构建这些部件，观察路由器如何坍缩到少数专家上，以及两种解决办法（Switch Transformer 的辅助损失和 DeepSeek-V3 的偏置），最后根据 DeepSeek-V3 的配置重新算出它的 6710 亿参数，以及其中每个词元激活的 367 亿参数。名称和布局遵循 DeepSeek-V3 的推理代码。
 
 # %%
 import os
@@ -112,12 +112,15 @@ print(f"MoE:   holds {held_moe:,} ({held_moe / held_dense:.0f}x), uses {used_moe
 # %% [markdown]
 # ## The classic router: softmax, top-k, renormalise · 经典路由器：softmax、top-k、再归一化
 #
-# A linear layer scores every expert for every token (`logits`, shape `(N, E)`). The classic router
-# (Shazeer et al. 2017, Switch Transformer, Mixtral) takes a softmax over **all** experts, keeps the
-# `k` largest probabilities and renormalises them to sum 1; the token's output is the weighted sum of
-# its `k` experts' outputs.
+# A linear layer scores every expert for every token (`logits`, shape `(N, E)`). The classic top-k
+# router takes a softmax over **all** experts, keeps the `k` largest probabilities and renormalises
+# them to sum 1; the token's output is the weighted sum of its `k` experts' outputs. Shazeer et al.
+# (2017) and Mixtral write it as a softmax over the `k` largest logits, which gives the same weights.
+# The Switch Transformer is the exception: it sends each token to `k = 1` expert and keeps the raw
+# probability $p_i(x)$ as the weight, because one renormalised probability is always 1 (the cell
+# below shows it) and the router would get no gradient from the task.
 #
-# 一个线性层为每个词元给每个专家打分（`logits`，形状 `(N, E)`）。经典路由器（Shazeer 等 2017、Switch Transformer、Mixtral）对 **所有** 专家做 softmax，保留最大的 `k` 个概率，并把它们重新归一化使其和为 1；词元的输出是它的 `k` 个专家输出的加权和。
+# 一个线性层为每个词元给每个专家打分（`logits`，形状 `(N, E)`）。经典的 top-k 路由器对 **所有** 专家做 softmax，保留最大的 `k` 个概率，并把它们重新归一化使其和为 1；词元的输出是它的 `k` 个专家输出的加权和。Shazeer 等（2017）和 Mixtral 把它写成对最大的 `k` 个 logits 做 softmax，得到的权重相同。Switch Transformer 是例外：它把每个词元只送到 `k = 1` 个专家，并把原始概率 $p_i(x)$ 直接作为权重，因为单个概率重新归一化后总是 1（下面的单元格展示了这一点），路由器就得不到来自任务的梯度。
 
 # %% [markdown]
 # ### Exercise 2 · `topk_router` · 练习 2
@@ -152,6 +155,12 @@ from autograder.checks import nb10
 nb10.check_topk_router(topk_router)
 ### END HIDDEN TESTS
 
+# %%
+logits = torch.tensor([[2.0, 0.5, -1.0, 0.0], [0.1, 0.3, 0.2, 0.0]])
+weights, indices = topk_router(logits, 1)
+print("top-1, renormalised:", weights.flatten().tolist())
+print("top-1, raw probability (Switch):", [round(p, 3) for p in torch.softmax(logits, -1).gather(1, indices).flatten().tolist()])
+
 # %% [markdown]
 # ## Load collapse and the Switch loss · 负载坍缩与 Switch 损失
 #
@@ -164,11 +173,13 @@ nb10.check_topk_router(topk_router)
 # $$\mathcal{L}_{\text{aux}} = E \sum_{i=1}^{E} f_i \, P_i ,$$
 #
 # where $f_i$ is the share of the $N k$ assignments that went to expert $i$ (counted, so it carries no
-# gradient) and $P_i$ is the mean router probability of expert $i$ (differentiable). It is smallest
-# when both are uniform, where it equals 1; the gradient flows through $P$, pushing probability away
-# from the busiest experts.
+# gradient) and $P_i$ is the mean router probability of expert $i$ (differentiable). When either $f$
+# or $P$ is uniform ($1/E$ everywhere) the loss is exactly 1, since the other sums to 1. That is not
+# its minimum: a router whose busiest experts have low mean probability scores below 1 (a cell after
+# the exercise prints a case with $E = 3$, $k = 1$). The gradient flows through $P$ only, so it lowers
+# the probability of the experts that received the most assignments.
 #
-# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。当二者都均匀时它最小，等于 1；梯度通过 $P$ 传播，把概率从最忙的专家那里推开。
+# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。只要 $f$ 或 $P$ 之一是均匀的（处处为 $1/E$），损失就正好是 1，因为另一个之和为 1。但这并不是它的最小值：如果最忙的专家平均概率较低，路由器的得分会低于 1（练习之后的一个单元格打印了 $E = 3$、$k = 1$ 的例子）。梯度只通过 $P$ 传播，因此它降低的是得到最多分配的那些专家的概率。
 
 # %% [markdown]
 # ### Exercise 3 · `load_balancing_loss` · 练习 3
@@ -206,18 +217,38 @@ nb10.check_load_balancing_loss(load_balancing_loss)
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# Three routers with $E = 3$ experts and $k = 1$: one whose $P$ is uniform although every token goes
+# to expert 0, one whose $f$ is uniform, and two tokens that each pick an expert whose mean
+# probability is low.
+#
+# 三个 $E = 3$、$k = 1$ 的路由器：一个的 $P$ 是均匀的，但每个词元都去了专家 0；一个的 $f$ 是均匀的；还有两个词元，各自选中一个平均概率较低的专家。
+
+# %%
+cases = {
+    "P uniform, all tokens on expert 0": torch.full((3, 3), 1 / 3),
+    "f uniform": torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.3, 0.3, 0.4]]),
+    "busy experts, low mean P": torch.tensor([[0.34, 0.33, 0.33], [0.0, 0.51, 0.49]]),
+}
+for name, probs in cases.items():
+    chosen = torch.zeros(3, 1, dtype=torch.long) if name.startswith("P") else probs.argmax(-1, keepdim=True)
+    f = torch.bincount(chosen.flatten(), minlength=3) / chosen.numel()
+    print(f"{name:34}: f = {[round(v, 2) for v in f.tolist()]}, P = {[round(v, 3) for v in probs.mean(0).tolist()]}, "
+          f"loss = {float(load_balancing_loss(probs, chosen, 3)):.3f}")
+
+# %% [markdown]
 # The experiment: 16 small experts, top-2, learn to imitate a fixed random network on random inputs.
 # To keep it quick, every expert runs on every token and only the chosen weights are kept (the
 # output is the same as dispatching; the work is not). Two runs from the same start: without the
-# auxiliary loss, and with it at weight 0.1. The plot shows each expert's share of the assignments
-# after training, busiest first.
+# auxiliary loss, and with it at weight 0.1. Both are measured on the same 4096 held-out tokens
+# before training and after 150 steps: each expert's share of the assignments (the plot, busiest
+# first) and the task loss, the mean squared error against the network they imitate.
 #
-# 实验：16 个小专家，top-2，学习在随机输入上模仿一个固定的随机网络。为了快速，每个专家都在每个词元上运行，只保留被选中的权重（输出与真正分派相同，计算量则不同）。两次运行从同一起点开始：不加辅助损失，以及以 0.1 的权重加上它。图中按从忙到闲的顺序显示训练后每个专家所占的分配比例。
+# 实验：16 个小专家，top-2，学习在随机输入上模仿一个固定的随机网络。为了快速，每个专家都在每个词元上运行，只保留被选中的权重（输出与真正分派相同，计算量则不同）。两次运行从同一起点开始：不加辅助损失，以及以 0.1 的权重加上它。两次运行都在同样的 4096 个留出词元上测量，训练前测一次，150 步之后再测一次：每个专家所占的分配比例（图中按从忙到闲排列），以及任务损失，即与被模仿网络之间的均方误差。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, tokens=128, seed=0):
-    """Train a tiny top-k MoE to imitate a random network; return each expert's share of assignments."""
+    """Train a tiny top-k MoE to imitate a random network; return {"before"/"after": (shares, task loss)}."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     teacher = nn.Sequential(nn.Linear(dim, 64), nn.Tanh(), nn.Linear(64, dim))
@@ -225,21 +256,31 @@ def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, to
     w1, w3 = (nn.Parameter(torch.randn(n_experts, dim, hidden) / dim ** 0.5) for _ in range(2))
     w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) / hidden ** 0.5)
     opt = torch.optim.Adam([*router.parameters(), w1, w2, w3], lr=3e-2)
-    for _ in range(steps):
-        x = torch.randn(tokens, dim, generator=g)
+    held_out = torch.randn(4096, dim, generator=torch.Generator().manual_seed(seed + 1))
+
+    def moe(x):  # (N, dim) -> output, router logits, chosen experts
         logits = router(x)
         weights, indices = topk_router(logits, k)
-        gates = torch.zeros(tokens, n_experts).scatter(1, indices, weights)  # (N, E), k non-zeros per row
+        gates = torch.zeros(x.shape[0], n_experts).scatter(1, indices, weights)  # (N, E), k non-zeros per row
         h = F.silu(torch.einsum("nd,edh->neh", x, w1)) * torch.einsum("nd,edh->neh", x, w3)
-        y = torch.einsum("neh,ehd,ne->nd", h, w2, gates)
+        return torch.einsum("neh,ehd,ne->nd", h, w2, gates), logits, indices
+
+    def measure():
+        with torch.no_grad():
+            y, _, indices = moe(held_out)
+            shares = torch.bincount(indices.flatten(), minlength=n_experts).float() / indices.numel()
+            return shares, F.mse_loss(y, teacher(held_out)).item()
+
+    before = measure()
+    for _ in range(steps):
+        x = torch.randn(tokens, dim, generator=g)
+        y, logits, indices = moe(x)
         loss = F.mse_loss(y, teacher(x).detach())
         loss = loss + aux_weight * load_balancing_loss(logits.softmax(-1), indices, n_experts)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    with torch.no_grad():
-        _, indices = topk_router(router(torch.randn(4096, dim, generator=g)), k)
-    return torch.bincount(indices.flatten(), minlength=n_experts).float() / indices.numel()
+    return {"before": before, "after": measure()}
 
 
 # The first optimizer of a Python session imports torch._dynamo, which takes seconds; this run
@@ -247,15 +288,28 @@ def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, to
 if GRADING:
     print("Not run while grading: training the two routers scores no points.")
 else:
-    loads = {name: train_router(w) for name, w in tqdm([("no balancing", 0.0), ("Switch loss x 0.1", 0.1)])}
+    runs = {name: train_router(w) for name, w in tqdm([("no balancing", 0.0), ("Switch loss x 0.1", 0.1)])}
+    rows = {"before training": runs["no balancing"]["before"],
+            **{f"{name}, after": run["after"] for name, run in runs.items()}}
     fig, ax = plt.subplots(figsize=(7, 3))
-    for offset, (name, load) in zip((-0.2, 0.2), loads.items()):
-        ax.bar(torch.arange(16) + offset, load.sort(descending=True).values, width=0.4, label=name)
+    for offset, (name, (shares, _)) in zip((-0.27, 0, 0.27), rows.items()):
+        ax.bar(torch.arange(16) + offset, shares.sort(descending=True).values, width=0.27, label=name)
     ax.axhline(1 / 16, color="gray", ls="--", label="even share")
     ax.set_xlabel("expert (busiest first)"); ax.set_ylabel("share of assignments"); ax.legend(); plt.show()
-    for name, load in loads.items():
-        top4 = load.sort(descending=True).values[:4].sum()
-        print(f"{name:18}: busiest 4 of 16 experts take {top4:.0%}, quietest gets {load.min():.1%}, busiest {load.max():.1%}")
+    for name, (shares, task) in rows.items():
+        top4 = shares.sort(descending=True).values[:4].sum()
+        print(f"{name:26}: busiest 4 of 16 experts take {top4:.0%}, quietest {shares.min():.1%}, task loss {task:.4f}")
+
+# %% [markdown]
+# Read the lines the cell printed. Before training (both runs start there) the random router
+# already gives the busiest four experts more than their even quarter. Without balancing, training
+# concentrates the tokens further: the busiest four take a larger share and the quietest gets almost
+# nothing. With the Switch loss the shares end closer to even than they started, and the task loss
+# after the same 150 steps is higher than without it: the gradient of
+# the auxiliary loss moves the router away from what the task alone would choose. That cost is what
+# DeepSeek-V3's bias avoids (below).
+#
+# 请读上面单元格打印的几行。训练前（两次运行都从这里开始），随机的路由器已经让最忙的四个专家拿到多于均分的四分之一。不加均衡时，训练让词元进一步集中：最忙的四个专家拿到更大的份额，最闲的几乎什么也得不到。加上 Switch 损失后，份额最终比开始时更接近均匀，而同样 150 步之后的任务损失比不加时更高：辅助损失的梯度把路由器从仅凭任务会做的选择上拉开。DeepSeek-V3 的偏置要避免的正是这个代价（见下文）。
 
 # %% [markdown]
 # ## DeepSeek-V3's gate · DeepSeek-V3 的门控
@@ -271,13 +325,17 @@ else:
 # 3. **Group-limited routing**: the experts are split into `n_expert_groups` groups (in V3, 8 groups
 #    of 32, one per node); a group's score is the sum of its two highest biased scores (for softmax,
 #    its maximum); only the `n_limited_groups` best groups stay (4 in V3), and the top-`k` experts
-#    are chosen among them. This bounds how many nodes a token's data must travel to.
+#    are chosen among them. This bounds how many nodes a token's data must travel to. V3's code
+#    decides the group score differently: by whether the gate has a bias (the maximum without one,
+#    the top-2 sum with one), and it creates the bias only for the 671B model (`dim == 7168`), whose
+#    scores are sigmoid. The course's gate always has a bias (zeros choose as no bias does), so it
+#    ties the rule to the score function instead; for V3's sigmoid gate both rules take the top-2 sum.
 # 4. **Weights**: the chosen $s_i$, renormalised to sum 1 (sigmoid only; softmax weights are used as
 #    they are), then multiplied by `route_scale` (2.5 in V3).
 #
 # 1. **Sigmoid 亲和度**：每个专家 $s_{i} = \sigma(x \cdot w_i)$，彼此独立（V2 用的是 softmax；当 `score_func="softmax"` 时门控改用 softmax）。
 # 2. **只用于选择的偏置**：专家按 $s_i + b_i$ 排序，但权重只由 $s_i$ 构成。偏置用来调节负载，而不会扭曲专家输出的价值。
-# 3. **分组限制路由**：专家被分成 `n_expert_groups` 个组（V3 中为 8 组，每组 32 个，每组对应一个节点）；一个组的分数是它最高的两个带偏置分数之和（softmax 时取最大值）；只保留最好的 `n_limited_groups` 个组（V3 中为 4 个），并在其中选出前 `k` 个专家。这限制了一个词元的数据需要传送到的节点数。
+# 3. **分组限制路由**：专家被分成 `n_expert_groups` 个组（V3 中为 8 组，每组 32 个，每组对应一个节点）；一个组的分数是它最高的两个带偏置分数之和（softmax 时取最大值）；只保留最好的 `n_limited_groups` 个组（V3 中为 4 个），并在其中选出前 `k` 个专家。这限制了一个词元的数据需要传送到的节点数。V3 的代码用另一种方式决定组分数：看门控有没有偏置（没有偏置取最大值，有偏置取前两个之和），而它只为 671B 模型（`dim == 7168`）创建偏置，该模型的分数是 sigmoid。本课程的门控总是有偏置（全零偏置的选择与没有偏置相同），所以改为按分数函数决定规则；对 V3 的 sigmoid 门控，两种规则都取前两个之和。
 # 4. **权重**：被选中的 $s_i$，重新归一化使其和为 1（仅 sigmoid；softmax 的权重直接使用），再乘以 `route_scale`（V3 中为 2.5）。
 
 # %% [markdown]
@@ -348,14 +406,14 @@ nb10.check_Gate(Gate)
 # %% [markdown]
 # ## Balancing without an auxiliary loss · 无辅助损失的负载均衡
 #
-# An auxiliary loss balances the load but also pulls on the model's main objective. DeepSeek-V3
+# An auxiliary loss balances the load but, as the experiment above printed, costs task loss. DeepSeek-V3
 # balances with the bias instead (report, section 2.1.2): after each training step, every expert
 # that received more than the mean load has its bias lowered by $\gamma$, every expert below the mean
 # has it raised by $\gamma$ (V3 used $\gamma = 0.001$ for most of training). Only the choice changes,
 # so the weights, and the gradients, stay those of the task. (V3 keeps a very small sequence-wise
 # auxiliary loss as a safeguard; it is left out here.)
 #
-# 辅助损失能均衡负载，但也会牵扯模型的主要目标。DeepSeek-V3 改用偏置来均衡（报告第 2.1.2 节）：每个训练步骤之后，负载高于平均值的专家把偏置降低 $\gamma$，低于平均值的专家把偏置提高 $\gamma$（V3 在大部分训练中使用 $\gamma = 0.001$）。只有选择发生变化，因此权重和梯度仍然是任务本身的。（V3 还保留了一个非常小的序列级辅助损失作为保险；这里略去。）
+# 辅助损失能均衡负载，但正如上面的实验所打印的，它会让任务损失变高。DeepSeek-V3 改用偏置来均衡（报告第 2.1.2 节）：每个训练步骤之后，负载高于平均值的专家把偏置降低 $\gamma$，低于平均值的专家把偏置提高 $\gamma$（V3 在大部分训练中使用 $\gamma = 0.001$）。只有选择发生变化，因此权重和梯度仍然是任务本身的。（V3 还保留了一个非常小的序列级辅助损失作为保险；这里略去。）
 
 # %% [markdown]
 # ### Exercise 5 · `update_expert_bias` · 练习 5
@@ -531,9 +589,11 @@ print(f"On this machine, with {tokens} tokens, your dispatch was {r['speedup']:.
 #
 # DeepSeek-V3 has 61 layers; the first 3 use a dense SwiGLU of width `inter_dim`, the other 58 an MoE
 # of 256 routed experts and 1 shared expert of width `moe_inter_dim`, 8 routed experts active per
-# token. The published figures are 671B parameters in total and 37B activated per token.
+# token. The published figures (`README_WEIGHTS.md` of the DeepSeek-V3 repository) are 671B parameters
+# in the main model and 36.7B activated per token, the latter including 0.9B for the embedding and 0.9B
+# for the output head.
 #
-# DeepSeek-V3 有 61 层；前 3 层使用宽度为 `inter_dim` 的稠密 SwiGLU，其余 58 层使用 MoE：256 个路由专家和 1 个宽度为 `moe_inter_dim` 的共享专家，每个词元激活 8 个路由专家。公开的数字是总共 6710 亿参数，每个词元激活 370 亿参数。
+# DeepSeek-V3 有 61 层；前 3 层使用宽度为 `inter_dim` 的稠密 SwiGLU，其余 58 层使用 MoE：256 个路由专家和 1 个宽度为 `moe_inter_dim` 的共享专家，每个词元激活 8 个路由专家。公开的数字（DeepSeek-V3 仓库的 `README_WEIGHTS.md`）是主模型 6710 亿参数，每个词元激活 367 亿参数，后者包括嵌入的 9 亿和输出头的 9 亿。
 
 # %% [markdown]
 # ### Exercise 7 · `moe_parameter_counts` · 练习 7
@@ -594,37 +654,54 @@ body = c["n_layers"] * (attention + 2 * c["dim"]) + c["n_dense_layers"] * dense_
 total = body + n_moe * moe_total + 2 * embedding
 active = body + n_moe * moe_active + 2 * embedding
 print(f"one MLA layer {attention / 1e6:.1f}M, one MoE layer {moe_total / 1e9:.2f}B ({moe_active / 1e6:.1f}M active)")
-print(f"total:  {total / 1e9:.2f}B   (published: 671B)")
-print(f"active: {active / 1e9:.2f}B   (published: 37B); without the embedding table: {(active - embedding) / 1e9:.2f}B")
-mtp = attention + 2 * c["dim"] + moe_total + 2 * c["dim"] * c["dim"] + 2 * c["dim"] + c["dim"]
-print(f"MTP module: {mtp / 1e9:.2f}B, {(mtp + 2 * embedding) / 1e9:.2f}B with its stored copies of embedding and head; "
-      f"main model + that: {(total + mtp + 2 * embedding) / 1e9:.1f}B")
+print(f"embedding {embedding / 1e9:.2f}B, output head {embedding / 1e9:.2f}B")
+print(f"total:  {total / 1e9:.2f}B   (README_WEIGHTS.md: 671B)")
+print(f"active: {active / 1e9:.2f}B   (README_WEIGHTS.md: 36.7B, embedding and head included); "
+      f"difference {(active - 36.7e9) / 1e9:.2f}B")
+# The MTP module (layer 61): one more MLA + MoE block with its two norms, enorm, hnorm, eh_proj
+# (2 * dim -> dim) and its own final norm (shared_head.norm); embedding and head are the main model's.
+mtp = attention + 2 * c["dim"] + moe_total + 2 * c["dim"] + 2 * c["dim"] * c["dim"] + c["dim"]
+print(f"MTP module: {mtp / 1e9:.2f}B of its own (README_WEIGHTS.md: 11.5B unique); "
+      f"671B + that + embedding and head counted again: {(total + mtp + 2 * embedding) / 1e9:.1f}B")
 
 # %% [markdown]
-# The total lands on the published 671B. The active count lands near 37B, within the uncertainty
-# of what is counted: a token reads one row of the embedding table, and counting the whole table or
-# not moves the figure by the amount printed above. The 685B of the released checkpoint adds the
-# multi-token-prediction (MTP) module of notebook 12: one more MLA + MoE block, the projection
-# `eh_proj` (`2 * dim -> dim`) and its norms, and the checkpoint stores its own copies of the
-# embedding and the head, which brings it to about the 14B that the DeepSeek-V3 README gives.
+# The total lands on the published 671B. The active count is above the published 36.7B by the
+# difference printed above (about 2%), and the embedding and the head cannot explain it:
+# `README_WEIGHTS.md` includes both in its 36.7B (0.9B each, as printed), as this count does. The
+# README does not break its figure down, so which part it counts differently is not known from the
+# published material; the technical report and the main README round the figure to 37B.
 #
-# 总数正好落在公开的 6710 亿上。激活参数量落在 370 亿附近，差别在于统计口径：一个词元只读取嵌入表的一行，是否计入整张表会让数字变化上面打印的那么多。发布的检查点的 6850 亿还包括笔记本 12 中的多词元预测（MTP）模块：再一个 MLA + MoE 块、投影 `eh_proj`（`2 * dim -> dim`）及其归一化，并且检查点为它单独存储了嵌入和输出头的副本，合起来约为 DeepSeek-V3 README 给出的 140 亿。
+# 总数正好落在公开的 6710 亿上。激活参数量比公开的 367 亿多出上面打印的差值（约 2%），而这个差值不能用嵌入和输出头来解释：`README_WEIGHTS.md` 的 367 亿已经包括了这两者（如上所打印，各 9 亿），本计数也包括了。该 README 没有给出数字的分项，所以仅凭公开材料无法知道它在哪一部分的统计口径不同；技术报告和主 README 把这个数字取整为 370 亿。
+#
+# The 685B of the released checkpoint adds the multi-token-prediction (MTP) module of notebook 12:
+# one more MLA + MoE block, the projection `eh_proj` (`2 * dim -> dim`) and its norms, 11.5B
+# parameters of its own by `README_WEIGHTS.md` (the cell printed this count's figure). The module
+# shares the embedding and the output head with the main model, it does not have copies; the
+# checkpoint file stores the two tables a second time under layer 61's names
+# (`model.layers.61.embed_tokens`, `model.layers.61.shared_head.head`), and counting them again is
+# what makes the sum printed above about 685B.
+#
+# 发布的检查点的 6850 亿还包括笔记本 12 中的多词元预测（MTP）模块：再一个 MLA + MoE 块、投影 `eh_proj`（`2 * dim -> dim`）及其归一化，按 `README_WEIGHTS.md` 是 115 亿个它自己的参数（单元格打印了本计数的数字）。该模块与主模型共享嵌入和输出头，并没有副本；检查点文件在第 61 层的名字下（`model.layers.61.embed_tokens`、`model.layers.61.shared_head.head`）把这两张表又存了一遍，再计入一次，才使上面打印的和约为 6850 亿。
 
 # %% [markdown]
 # ## What comes next · 接下来
 #
 # Notebook 11 makes these weights small enough to serve: int8 and DeepSeek-V3's FP8 block
-# quantization. Notebook 12 assembles a mini DeepSeek from your MLA, `Gate`, `Expert` and `MoE`.
+# quantization. Notebook 12 assembles a mini DeepSeek from the same pieces, but it imports the
+# course's versions, not yours: MLA from `utils.mla`, and `Expert` and `MoE` (which builds its `Gate`)
+# from `utils.moe`, so a mistake left here does not follow you there. What you write there is what
+# joins them: the norm, the block, the model and multi-token prediction.
 #
-# 笔记本 11 让这些权重小到足以部署：int8 以及 DeepSeek-V3 的 FP8 分块量化。笔记本 12 用你的 MLA、`Gate`、`Expert` 和 `MoE` 组装一个迷你 DeepSeek。
+# 笔记本 11 让这些权重小到足以部署：int8 以及 DeepSeek-V3 的 FP8 分块量化。笔记本 12 用同样的部件组装一个迷你 DeepSeek，但它导入的是课程的版本，而不是你的：MLA 来自 `utils.mla`，`Expert` 和 `MoE`（由它构建自己的 `Gate`）来自 `utils.moe`，因此这里遗留的错误不会跟到那里。你在那里要写的是把它们连起来的部分：归一化、块、模型和多词元预测。
 #
 # Sources: N. Shazeer et al., *Outrageously Large Neural Networks: The Sparsely-Gated
 # Mixture-of-Experts Layer* (2017); W. Fedus, B. Zoph, N. Shazeer, *Switch Transformers* (2021),
 # section 2.2 (the auxiliary loss); N. Shazeer, *GLU Variants Improve Transformer* (2020, SwiGLU);
 # D. Dai et al., *DeepSeekMoE* (2024, shared experts); DeepSeek-AI, *DeepSeek-V3 Technical Report*
 # (2024), section 2.1.2 (sigmoid gate, auxiliary-loss-free balancing, node-limited routing) and its
-# README (671B total, 37B activated, 685B with the MTP module); DeepSeek-V3's public inference code,
-# `inference/model.py` (`Gate`, `Expert`, `MoE`) and `inference/configs/config_671B.json`;
+# README (685B with the MTP module) and `README_WEIGHTS.md` (671B, 36.7B activated, MTP module 11.5B,
+# shared embedding and head); DeepSeek-V3's public inference code, `inference/model.py` (`Gate`,
+# `Expert`, `MoE`) and `inference/configs/config_671B.json`;
 # R. Dandekar, *Build DeepSeek from Scratch* lectures on MoE.
 #
-# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 门控、无辅助损失的负载均衡、节点限制路由）及其 README（总计 6710 亿、激活 370 亿、含 MTP 模块 6850 亿）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；R. Dandekar，《Build DeepSeek from Scratch》中关于 MoE 的讲座。
+# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 门控、无辅助损失的负载均衡、节点限制路由）及其 README（含 MTP 模块 6850 亿）和 `README_WEIGHTS.md`（6710 亿、激活 367 亿、MTP 模块 115 亿、共享的嵌入与输出头）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；R. Dandekar，《Build DeepSeek from Scratch》中关于 MoE 的讲座。
