@@ -1,5 +1,6 @@
 """Solutions of notebook 14 that grading must reject (WRONG) or accept (RIGHT)."""
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -22,30 +23,10 @@ def _online(x, block_size, rescale=True, guard=True, subtract=True):
     return torch.exp(x - shift[..., None]) / l[..., None]
 
 
-def softmax_sum_not_rescaled(x, block_size):
-    return _online(x, block_size, rescale=False)
-
-
-def softmax_no_maximum(x, block_size):
-    return _online(x, block_size, subtract=False)
-
-
-def softmax_inf_minus_inf(x, block_size):
-    return _online(x, block_size, guard=False)
-
-
 def softmax_two_passes(x, block_size):
     m = x.amax(dim=-1, keepdim=True)  # a full-row maximum first: not online
     l = sum(torch.exp(x[..., s:s + block_size] - m).sum(dim=-1, keepdim=True) for s in range(0, x.shape[-1], block_size))
     return torch.exp(x - m) / l
-
-
-def softmax_fixed_blocks(x, block_size):
-    return _online(x, 8)  # block_size ignored: blocks of 8 whatever the caller asks
-
-
-def softmax_torch(x, block_size):
-    return torch.softmax(x, dim=-1)
 
 
 def softmax_logaddexp(x, block_size):
@@ -76,9 +57,11 @@ def _mask(i0, i1, j0, j1, offset):
 
 
 def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, rescale_acc=True, divide_inside=False,
-             lse_max=True, top_left=False, skip="right", mask=True):
+             lse="m + log l", top_left=False, skip="right", mask=">", scale="d", lse_dtype=None):
+    """The tiled forward, with one switch per mistake (all defaults: right)."""
     T_q, T_k = q.shape[-2], k.shape[-2]
-    scale, offset = 1 / math.sqrt(q.shape[-1]), 0 if top_left else T_k - T_q
+    scale = {"d": q.shape[-1] ** -0.5, "d_v": v.shape[-1] ** -0.5, "1/d": 1 / q.shape[-1], "none": 1.0}[scale]
+    offset = 0 if top_left else T_k - T_q
     outs, lses = [], []
     for i0 in range(0, T_q, block_q):
         i1 = min(i0 + block_q, T_q)
@@ -94,59 +77,36 @@ def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, resc
                 continue
             s = q_i @ k[..., j0:j1, :].transpose(-2, -1) * scale
             if causal and mask:
-                s = s.masked_fill(_mask(i0, i1, j0, j1, offset), NEG_INF)
+                cols, rows = torch.arange(j0, j1)[None, :], torch.arange(i0, i1)[:, None] + offset
+                s = s.masked_fill({">": cols > rows, ">=": cols >= rows, "<": cols < rows}[mask], NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))
-            p = torch.exp(s - m_new[..., None])
-            alpha = torch.exp(m - m_new)
+            shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # a reversed mask can block a whole first tile
+            p = torch.exp(s - shift[..., None])
+            alpha = torch.exp(m - shift)
             l = (alpha * l if rescale_l else l) + p.sum(dim=-1)
             acc = (alpha[..., None] * acc if rescale_acc else acc) + p @ v[..., j0:j1, :]
             if divide_inside:
                 acc = acc / l[..., None]
             m = m_new
         outs.append(acc if divide_inside else acc / l[..., None])
-        lses.append(m + torch.log(l) if lse_max else torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
-
-
-def forward_sum_not_rescaled(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, rescale_l=False)
-
-
-def forward_acc_not_rescaled(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, rescale_acc=False)
-
-
-def forward_divides_inside(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, divide_inside=True)
-
-
-def forward_lse_without_max(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, lse_max=False)
-
-
-def forward_top_left(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, top_left=True)
-
-
-def forward_skips_partial_tiles(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, skip="partial")
-
-
-def forward_no_skip(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, skip="never")
-
-
-def forward_diagonal_unmasked(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal, block_q, block_k, mask=False)
-
-
-def forward_ignores_block_sizes(q, k, v, causal=False, block_q=64, block_k=64):
-    return _forward(q, k, v, causal)  # always tiles of 64 x 64
+        lses.append({"m + log l": m + torch.log(l), "log l": torch.log(l), "m": m}[lse])
+    out, lse = torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+    return out, lse if lse_dtype is None else lse.to(lse_dtype)
 
 
 def forward_lse_keepdim(q, k, v, causal=False, block_q=64, block_k=64):
     out, lse = _forward(q, k, v, causal, block_q, block_k)
     return out, lse[..., None]
+
+
+def forward_lse_unscaled(q, k, v, causal=False, block_q=64, block_k=64):
+    out, _ = _forward(q, k, v, causal, block_q, block_k)
+    _, lse = _forward(q * q.shape[-1] ** 0.5, k, v, causal, block_q, block_k)  # the scores without 1/sqrt(d)
+    return out, lse
+
+
+def forward_ignores_block_sizes(q, k, v, causal=False, block_q=64, block_k=64):
+    return _forward(q, k, v, causal)  # always tiles of 64 x 64
 
 
 def forward_full_softmax(q, k, v, causal=False, block_q=64, block_k=64):
@@ -202,49 +162,63 @@ def forward_per_head(q, k, v, causal=False, block_q=64, block_k=64):
     return outs, lses
 
 
+def forward_running_lse(q, k, v, causal=False, block_q=64, block_k=64):
+    """A running log-sum-exp per query instead of (m, l), the output kept normalised, keys read
+    through a transposed view, torch.where for the mask and a break at the diagonal."""
+    k_t, offset = k.transpose(-2, -1), k.shape[-2] - q.shape[-2]  # (B, H, d, T_k), a view
+    out, lse_all = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype), torch.empty(q.shape[:-1], dtype=q.dtype)
+    for i0 in range(0, q.shape[-2], block_q):
+        i1 = min(i0 + block_q, q.shape[-2])
+        lse = torch.full(q.shape[:-2] + (i1 - i0,), NEG_INF, dtype=q.dtype)
+        o = torch.zeros(*lse.shape, v.shape[-1], dtype=q.dtype)
+        for j0 in range(0, k.shape[-2], block_k):
+            if causal and j0 > i1 - 1 + offset:
+                break
+            j1 = min(j0 + block_k, k.shape[-2])
+            s = torch.matmul(q[..., i0:i1, :], k_t[..., j0:j1]) / math.sqrt(q.shape[-1])
+            if causal:
+                s = torch.where(_mask(i0, i1, j0, j1, offset), NEG_INF, s)
+            tile = torch.logsumexp(s, dim=-1)
+            new = torch.logaddexp(lse, tile)
+            o = (torch.exp(lse - new)[..., None] * o
+                 + torch.exp(tile - new)[..., None] * (torch.softmax(s, dim=-1).nan_to_num(0.0) @ v[..., j0:j1, :]))
+            lse = new
+        out[..., i0:i1, :], lse_all[..., i0:i1] = o, lse
+    return out, lse_all
+
+
+def forward_in_float64(q, k, v, causal=False, block_q=64, block_k=64):
+    out, lse = _forward(q.double(), k.double(), v.double(), causal, block_q, block_k)  # input-sized copies
+    return out.to(q.dtype), lse.to(q.dtype)
+
+
 # flash_attention_backward ----------------------------------------------------------------
-def _backward(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64, d_from_p=False, p_for_dv="lse",
-              scale_grads=True, use_causal=True):
+def _backward(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64, D="dO * O", p_for_dv="lse",
+              scale="d", use_causal=True, skip=True, p="exp(s - lse)"):
+    """The tiled backward, with one switch per mistake (all defaults: right)."""
     T_q, T_k = q.shape[-2], k.shape[-2]
-    scale, offset = 1 / math.sqrt(q.shape[-1]), T_k - T_q
+    s_scale, offset = 1 / math.sqrt(q.shape[-1]), T_k - T_q
+    scale = {"d": s_scale, "d_v": v.shape[-1] ** -0.5, "none": 1.0}[scale]
     causal = causal and use_causal
-    D = (grad_out * out).sum(-1)
+    D_all = (grad_out * out).sum(-1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for j0 in range(0, T_k, block_k):
         j1 = min(j0 + block_k, T_k)
         for i0 in range(0, T_q, block_q):
             i1 = min(i0 + block_q, T_q)
-            if causal and j0 > i1 - 1 + offset:
+            if causal and skip and j0 > i1 - 1 + offset:
                 continue
-            s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) * scale
+            s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) * s_scale
             if causal:
                 s = s.masked_fill(_mask(i0, i1, j0, j1, offset), NEG_INF)
-            p = torch.exp(s - lse[..., i0:i1, None])
-            p_v = p if p_for_dv == "lse" else torch.exp(s)
-            dv[..., j0:j1, :] += p_v.transpose(-2, -1) @ grad_out[..., i0:i1, :]
+            P = torch.exp(s - lse[..., i0:i1, None]) if p == "exp(s - lse)" else torch.softmax(s, -1).nan_to_num(0.0)
+            dv[..., j0:j1, :] += (P if p_for_dv == "lse" else torch.exp(s)).transpose(-2, -1) @ grad_out[..., i0:i1, :]
             dp = grad_out[..., i0:i1, :] @ v[..., j0:j1, :].transpose(-2, -1)
-            D_i = (p * dp).sum(-1) if d_from_p else D[..., i0:i1]
-            ds = p * (dp - D_i[..., None])
-            c = scale if scale_grads else 1.0
-            dq[..., i0:i1, :] += ds @ k[..., j0:j1, :] * c
-            dk[..., j0:j1, :] += ds.transpose(-2, -1) @ q[..., i0:i1, :] * c
+            D_i = {"dO * O": D_all[..., i0:i1], "P * dP": (P * dp).sum(-1), "none": 0.0 * D_all[..., i0:i1]}[D]
+            ds = P * (dp - D_i[..., None])
+            dq[..., i0:i1, :] += ds @ k[..., j0:j1, :] * scale
+            dk[..., j0:j1, :] += ds.transpose(-2, -1) @ q[..., i0:i1, :] * scale
     return dq, dk, dv
-
-
-def backward_d_from_p(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
-    return _backward(q, k, v, out, lse, grad_out, causal, block_q, block_k, d_from_p=True)
-
-
-def backward_dv_unnormalised(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
-    return _backward(q, k, v, out, lse, grad_out, causal, block_q, block_k, p_for_dv="exp")
-
-
-def backward_no_scale(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
-    return _backward(q, k, v, out, lse, grad_out, causal, block_q, block_k, scale_grads=False)
-
-
-def backward_ignores_causal(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
-    return _backward(q, k, v, out, lse, grad_out, causal, block_q, block_k, use_causal=False)
 
 
 def backward_ignores_block_sizes(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
@@ -281,6 +255,8 @@ def backward_queries_outside(q, k, v, out, lse, grad_out, causal=False, block_q=
         i1 = min(i0 + block_q, T_q)
         for j0 in range(0, T_k, block_k):
             j1 = min(j0 + block_k, T_k)
+            if causal and j0 > i1 - 1 + offset:
+                break  # this tile and the later ones are above the diagonal
             s = torch.einsum("...id,...jd->...ij", q[..., i0:i1, :], k[..., j0:j1, :]) * scale
             if causal:
                 s = torch.where(_mask(i0, i1, j0, j1, offset), NEG_INF, s)
@@ -293,9 +269,20 @@ def backward_queries_outside(q, k, v, out, lse, grad_out, causal=False, block_q=
     return dq, dk, dv
 
 
+def backward_per_head_in_float64(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
+    """One (batch item, head) at a time, computed in float64, returned in the inputs' dtype."""
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            one = [t[b, h].double() for t in (q, k, v, out, lse, grad_out)]
+            for grad, part in zip(grads, _backward(*one, causal, block_q, block_k)):
+                grad[b, h] = part
+    return tuple(grads)
+
+
 # FlashAttention --------------------------------------------------------------------------
 def _function(forward_fn=_forward, backward_fn=_backward, save="lse", returns="out", backward_causal=True,
-              n_grads=4, dtype=None):
+              n_grads=4, dtype=None, keep="ctx"):
     class FlashAttention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal=False):
@@ -305,15 +292,25 @@ def _function(forward_fn=_forward, backward_fn=_backward, save="lse", returns="o
             if save == "probabilities":
                 s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
                 ctx.save_for_backward(q, k, v, out, lse, torch.exp(s - lse[..., None]))
+            elif keep == "lse on ctx":
+                ctx.save_for_backward(q, k, v, out)
+                ctx.lse = lse
             else:
                 ctx.save_for_backward(q, k, v, out, lse)
             ctx.causal = causal
+            if keep == "class":  # shared by every call: the last forward wins
+                FlashAttention.kept = (q, k, v, out, lse, causal)
             return (out, lse) if returns == "pair" else out
 
         @staticmethod
         def backward(ctx, grad_out, *rest):
-            q, k, v, out, lse = ctx.saved_tensors[:5]
-            grads = backward_fn(q, k, v, out, lse, grad_out, ctx.causal and backward_causal)
+            if keep == "class":
+                *saved, causal = FlashAttention.kept
+            elif keep == "lse on ctx":
+                saved, causal = (*ctx.saved_tensors, ctx.lse), ctx.causal
+            else:
+                saved, causal = ctx.saved_tensors[:5], ctx.causal
+            grads = backward_fn(*saved, grad_out, causal and backward_causal)
             return (*grads, None)[:n_grads]
 
     return FlashAttention
@@ -357,25 +354,41 @@ class FlashAttentionCallsUtils(torch.autograd.Function):
         return (*ref.flash_attention_backward(*ctx.saved_tensors, grad_out, ctx.causal), None)
 
 
+def _forward_with(**mistake):
+    return partial(_forward, **mistake)
+
+
+def _backward_with(**mistake):
+    return partial(_backward, **mistake)
+
+
 WRONG = {
     "online_softmax": {
-        "running sum not rescaled": (softmax_sum_not_rescaled, "running sum was not rescaled"),
-        "no maximum subtracted": (softmax_no_maximum, "NaN or inf"),
-        "-inf - (-inf) on a row of -inf": (softmax_inf_minus_inf, "NaN or inf"),
+        "running sum not rescaled": (partial(_online, rescale=False), "running sum was not rescaled"),
+        "no maximum subtracted": (partial(_online, subtract=False), "NaN or inf"),
+        "-inf - (-inf) on a row of -inf": (partial(_online, guard=False), "NaN or inf"),
         "full-row maximum first": (softmax_two_passes, "more than block_size entries of a row at once"),
-        "ignores block_size": (softmax_fixed_blocks, "more than block_size entries of a row at once"),
-        "torch.softmax": (softmax_torch, "more than block_size entries of a row at once"),
+        "ignores block_size": (lambda x, block_size: _online(x, 8), "more than block_size entries of a row at once"),
+        "torch.softmax": (lambda x, block_size: torch.softmax(x, dim=-1), "more than block_size entries of a row at once"),
         "calls utils": (lambda x, block_size: ref.online_softmax(x, block_size), "yourself"),
     },
     "flash_attention_forward": {
-        "running sum not rescaled": (forward_sum_not_rescaled, "running sum l was not rescaled"),
-        "accumulator not rescaled": (forward_acc_not_rescaled, "output accumulator was not rescaled"),
-        "divides by the sum inside the loop": (forward_divides_inside, "inside the loop"),
-        "lse without the maximum": (forward_lse_without_max, "lse is missing the maximum"),
-        "causal top-left when T_q != T_k": (forward_top_left, "top-left aligned"),
-        "skips a tile partly above the diagonal": (forward_skips_partial_tiles, "only partly above the diagonal"),
-        "diagonal tiles not masked": (forward_diagonal_unmasked, "were not masked"),
-        "no tile skipped": (forward_no_skip, "skip the tiles entirely above the diagonal"),
+        "running sum not rescaled": (_forward_with(rescale_l=False), "running sum l was not rescaled"),
+        "accumulator not rescaled": (_forward_with(rescale_acc=False), "output accumulator was not rescaled"),
+        "divides by the sum inside the loop": (_forward_with(divide_inside=True), "inside the loop"),
+        "scores not scaled": (_forward_with(scale="none"), "multiplied by 1/sqrt(d)"),
+        "scores scaled by 1/d": (_forward_with(scale="1/d"), "multiplied by 1/sqrt(d)"),
+        "scores scaled by 1/sqrt(d_v)": (_forward_with(scale="d_v"), "multiplied by 1/sqrt(d)"),
+        "lse without the maximum": (_forward_with(lse="log l"), "lse is missing the maximum"),
+        "lse is the maximum only": (_forward_with(lse="m"), "lse is only the running maximum"),
+        "lse of unscaled scores": (forward_lse_unscaled, "unscaled scores"),
+        "lse returned in float32": (_forward_with(lse_dtype=torch.float32), "lse torch.float32"),
+        "causal top-left when T_q != T_k": (_forward_with(top_left=True), "top-left aligned"),
+        "skips a tile partly above the diagonal": (_forward_with(skip="partial"), "only partly above the diagonal"),
+        "diagonal tiles not masked": (_forward_with(mask=False), "were not masked"),
+        "mask blocks the query's own key": (_forward_with(mask=">="), "must see its own position"),
+        "mask reversed": (_forward_with(mask="<"), "lets a query see later keys"),
+        "no tile skipped": (_forward_with(skip="never"), "skip the tiles entirely above the diagonal"),
         "lse with keepdim": (forward_lse_keepdim, "no trailing dimension of 1"),
         "ignores block_q and block_k": (forward_ignores_block_sizes, "larger than one (block_q, block_k)"),
         "full softmax materialised": (forward_full_softmax, "larger than one (block_q, block_k)"),
@@ -383,10 +396,14 @@ WRONG = {
         "calls utils": (forward_calls_utils, "yourself"),
     },
     "flash_attention_backward": {
-        "D from P": (backward_d_from_p, "D was computed from one tile"),
-        "dV from unnormalised probabilities": (backward_dv_unnormalised, "unnormalised probabilities"),
-        "no 1/sqrt(d) in dQ and dK": (backward_no_scale, "miss the factor 1/sqrt(d)"),
-        "causal ignored": (backward_ignores_causal, "causal=True"),
+        "D from P": (_backward_with(D="P * dP"), "D was computed from one tile"),
+        "D left out": (_backward_with(D="none"), "D was left out"),
+        "P normalised within the tile": (_backward_with(p="softmax(s)"), "normalised within each tile"),
+        "dV from unnormalised probabilities": (_backward_with(p_for_dv="exp"), "unnormalised probabilities"),
+        "no 1/sqrt(d) in dQ and dK": (_backward_with(scale="none"), "need the factor 1/sqrt(d)"),
+        "1/sqrt(d_v) in dQ and dK": (_backward_with(scale="d_v"), "need the factor 1/sqrt(d)"),
+        "causal ignored": (_backward_with(use_causal=False), "causal=True"),
+        "no tile skipped": (_backward_with(skip=False), "skip the tiles entirely above the diagonal"),
         "ignores block_q and block_k": (backward_ignores_block_sizes, "larger than one (block_q, block_k)"),
         "full probability matrix": (backward_full_p, "larger than one (block_q, block_k)"),
         "autograd through the forward": (backward_autograd, "yourself"),
@@ -399,6 +416,7 @@ WRONG = {
         "backward returns three gradients": (_function(n_grads=3), "one gradient per input of forward"),
         "backward through naive autograd": (_function(backward_fn=_naive_backward), "larger than one (block_q, block_k)"),
         "computes in float32": (_function(dtype=torch.float32), "finite differences"),
+        "keeps causal and tensors on the class": (_function(keep="class"), "a later call of forward"),
         "an nn.Module": (FlashAttentionModule, "must subclass torch.autograd.Function"),
         "no default for causal": (FlashAttentionNoDefault, "default causal=False"),
         "calls utils": (FlashAttentionCallsUtils, "yourself"),
@@ -408,8 +426,12 @@ WRONG = {
 RIGHT = {
     "online_softmax": {"running log-sum-exp": softmax_logaddexp, "padded blocks, torch.max": softmax_padded_blocks},
     "flash_attention_forward": {"key blocks outside, normalised output, einsum": forward_keys_outside,
-                                "one head at a time": forward_per_head},
-    "flash_attention_backward": {"query blocks outside, einsum": backward_queries_outside},
+                                "one head at a time": forward_per_head,
+                                "running log-sum-exp, transposed k, break at the diagonal": forward_running_lse,
+                                "computed in float64": forward_in_float64},
+    "flash_attention_backward": {"query blocks outside, einsum": backward_queries_outside,
+                                 "one head at a time, in float64": backward_per_head_in_float64},
     "FlashAttention": {"zoo forward and backward": _function(),
-                       "einsum kernels, FA-1 loop order": _function(forward_keys_outside, backward_queries_outside)},
+                       "einsum kernels, FA-1 loop order": _function(forward_keys_outside, backward_queries_outside),
+                       "lse kept as a ctx attribute, running log-sum-exp": _function(forward_running_lse, keep="lse on ctx")},
 }
