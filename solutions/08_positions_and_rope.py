@@ -244,15 +244,16 @@ nb08.check_rope_inverse_frequencies(rope_inverse_frequencies)
 # each pair $(x_1, x_2) \mapsto (x_1\cos a - x_2\sin a,\; x_1\sin a + x_2\cos a)$. Which coordinates
 # form pair $i$ depends on the layout: by default **half-split**, $(i,\ i + \text{head\_dim}/2)$ (Hugging
 # Face, GPT-NeoX); with `interleaved=True`, **adjacent** $(2i,\ 2i + 1)$ (the RoPE paper, Meta's Llama
-# code, DeepSeek-V3). Return a new tensor of the same shape and dtype.
+# code, DeepSeek-V3). Return a new tensor of the same shape and dtype, and leave `x` unchanged; `x` may
+# be a non-contiguous view (heads split by a transpose are).
 #
-# `x` 的形状为 `(..., T, head_dim)`，`positions` 是这 `T` 个位置组成的 LongTensor。计算形状为 `(T, head_dim/2)` 的角度 `positions[:, None] * rope_inverse_frequencies(head_dim, theta)`，并旋转每一对 $(x_1, x_2) \mapsto (x_1\cos a - x_2\sin a,\; x_1\sin a + x_2\cos a)$。哪些坐标组成第 $i$ 对取决于布局：默认是 **前后两半**，$(i,\ i + \text{head\_dim}/2)$（Hugging Face、GPT-NeoX）；`interleaved=True` 时是 **相邻**，$(2i,\ 2i + 1)$（RoPE 论文、Meta 的 Llama 代码、DeepSeek-V3）。返回一个形状和 dtype 都相同的新张量。
+# `x` 的形状为 `(..., T, head_dim)`，`positions` 是这 `T` 个位置组成的 LongTensor。计算形状为 `(T, head_dim/2)` 的角度 `positions[:, None] * rope_inverse_frequencies(head_dim, theta)`，并旋转每一对 $(x_1, x_2) \mapsto (x_1\cos a - x_2\sin a,\; x_1\sin a + x_2\cos a)$。哪些坐标组成第 $i$ 对取决于布局：默认是 **前后两半**，$(i,\ i + \text{head\_dim}/2)$（Hugging Face、GPT-NeoX）；`interleaved=True` 时是 **相邻**，$(2i,\ 2i + 1)$（RoPE 论文、Meta 的 Llama 代码、DeepSeek-V3）。返回一个形状和 dtype 都相同的新张量，并保持 `x` 不变；`x` 可能是非连续的视图（经 transpose 拆分出的头就是这样）。
 
 # %% nbgrader={"grade": false, "grade_id": "apply_rope", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def apply_rope(x, positions, theta=10000.0, interleaved=False):
     ### BEGIN SOLUTION
     hd = x.shape[-1]
-    angles = positions.float()[:, None] * rope_inverse_frequencies(hd, theta)  # (T, hd/2)
+    angles = positions.float()[:, None] * rope_inverse_frequencies(hd, theta).to(positions.device)  # (T, hd/2)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     if interleaved:
         x1, x2 = x[..., 0::2], x[..., 1::2]
@@ -309,24 +310,44 @@ for interleaved in (False, True):
 print(f"score(5, 2) = {score(5, 2):.3f}, score(105, 102) = {score(105, 102):.3f}, score(5, 5) = {score(5, 5):.3f}")
 
 # %% [markdown]
-# **Decay with distance.** RoFormer (section 3.4.3) shows that RoPE gives a long-term decay: for a
-# query and key that agree in every coordinate (here all ones), the score shrinks, with
-# oscillations, as the offset grows, because the pairs turn at different speeds and fall out of step.
-# Nearby tokens are favoured unless the content says otherwise.
+# **Decay with distance, for a query and key that agree.** RoFormer (section 3.4.3) shows that RoPE
+# gives a long-term decay: for a query and key that agree in every coordinate (here all ones), the
+# score shrinks, with oscillations, as the offset grows, because the pairs turn at different speeds
+# and fall out of step. The same holds on average for a random query and a key *equal* to it. It does
+# not hold for a random query and an unrelated random key: their expected score is 0 at every
+# distance, and its spread does not shrink either. RoPE does not make nearby tokens win by itself;
+# it makes a match between query and key count less the farther apart they are. The cell computes
+# all three, the random ones averaged over 200 draws.
 #
-# **随距离衰减。** RoFormer（第 3.4.3 节）指出 RoPE 带来一种长程衰减：对一个每个坐标都一致的查询和键（这里全为 1），随着偏移增大，分数会一边振荡一边缩小，因为各对以不同的速度转动，逐渐不再同步。除非内容另有所指，否则距离近的词元更受青睐。
+# **随距离衰减：针对一致的查询和键。** RoFormer（第 3.4.3 节）指出 RoPE 带来一种长程衰减：对一个每个坐标都一致的查询和键（这里全为 1），随着偏移增大，分数会一边振荡一边缩小，因为各对以不同的速度转动，逐渐不再同步。对一个随机查询和一个 *等于* 它的键，平均而言也是如此。但对一个随机查询和一个与之无关的随机键，这并不成立：它们的分数在任何距离上的期望都是 0，其离散程度也不会缩小。RoPE 本身并不会让近处的词元胜出；它让查询与键之间的匹配随距离增大而分量变轻。下面的单元格计算这三种情况，随机的情况对 200 次抽样取平均。
 
 # %%
+offsets = torch.arange(0, 2000, 4)  # every 4th distance keeps the random draws small
+g = torch.Generator().manual_seed(5)
+q_rand, k_rand = torch.randn(200, 128, generator=g), torch.randn(200, 128, generator=g)
+
+
+def scores_by_offset(q, k):
+    """(N, 128) queries at position 0 against their keys rotated to each offset: (N, offsets)."""
+    keys = apply_rope(k[:, None, :].expand(len(q), len(offsets), 128), offsets)  # (N, offsets, 128)
+    return (keys @ q[:, :, None]).squeeze(-1)
+
+
 ones = torch.ones(1, 128)
-offsets = torch.arange(0, 2000)
-rotated = apply_rope(ones.expand(len(offsets), 128), offsets)
-decay = rotated @ ones[0]  # score of a key at offset t from a query at position 0
+independent = scores_by_offset(q_rand, k_rand)
+curves = {"q = k = all ones": scores_by_offset(ones, ones)[0],
+          "random q, k = q (mean)": scores_by_offset(q_rand, q_rand).mean(0),
+          "random q, independent k (mean)": independent.mean(0)}
 fig, ax = plt.subplots(figsize=(8, 3))
-ax.plot(offsets, decay / decay[0])
-ax.set_xlabel("relative distance m - n (tokens)"); ax.set_ylabel("score / score at distance 0")
-ax.set_title("RoPE, head_dim 128, theta 10,000: q = k = all ones")
-plt.show()
-print(f"relative score at distance 0, 10, 100, 1000: {[round((decay[d] / decay[0]).item(), 3) for d in (0, 10, 100, 1000)]}")
+for label, curve in curves.items():
+    ax.plot(offsets, curve / 128, label=label, lw=1)
+ax.set_xlabel("relative distance m - n (tokens)"); ax.set_ylabel("score / 128")
+ax.set_title("RoPE, head_dim 128, theta 10,000"); ax.legend(); plt.show()
+at = [0, 3, 25, 250]  # distances 0, 12, 100, 1000
+for label, curve in curves.items():
+    print(f"{label:32} score / 128 at distance 0, 12, 100, 1000: {[round(curve[i].item() / 128, 3) for i in at]}")
+spread = independent.std(0) / 128
+print(f"random q, independent k: spread (std / 128) at distance 0 and 1000: {spread[0]:.3f}, {spread[250]:.3f}")
 
 # %% [markdown]
 # ## Two layouts, one rotation · 两种布局，同一种旋转
@@ -397,25 +418,41 @@ hf = scores(interleaved_to_half_split(W_q, H), interleaved_to_half_split(W_k, H)
 print("half-split on the permuted weights equals interleaved:", torch.allclose(hf, meta, atol=1e-3))
 
 # %% [markdown]
-# ## theta: how far the slowest pair reaches · theta：最慢的一对能走多远
+# ## theta: how many pairs turn within the context · theta：上下文中有多少对转过一圈
 #
 # Pair $i$ completes a turn every $2\pi / w_i = 2\pi\,\theta^{2i/d}$ tokens: its **wavelength**. With
 # $\theta$ = 10,000 (RoFormer, Llama 2, DeepSeek-V3's base) and head_dim 128, the slowest pair's
-# wavelength is a few tens of thousands of tokens; Llama 3 raised $\theta$ to 500,000, which stretches
-# every wavelength except the first, so that positions far apart in a long context still get distinct
-# angles.
+# wavelength is already far longer than Llama 3's 8,192-token context (the cell prints both), so
+# distinct angles for far-apart positions are not what a larger $\theta$ buys. What it changes is
+# how many pairs turn less than once over the context: those pairs never come back to an angle they
+# had, and they change slowly enough to tell far positions apart. Llama 3 raised $\theta$ to
+# 500,000 for **long context**: its report says this "enables us to better support longer
+# contexts", citing Xiong et al. (2023), who found a larger base effective for context lengths up to
+# 32,768; Llama 3.1 was then extended to 128K tokens. The cell counts the pairs at both values of
+# $\theta$ for an 8K and a 128K context.
 #
-# 第 $i$ 对每 $2\pi / w_i = 2\pi\,\theta^{2i/d}$ 个词元转一圈：这就是它的 **波长**。当 $\theta$ = 10,000（RoFormer、Llama 2、DeepSeek-V3 的基础值）且 head_dim 为 128 时，最慢一对的波长是几万个词元；Llama 3 把 $\theta$ 提高到 500,000，拉长了除第一对以外的所有波长，使长上下文中相距很远的位置仍能得到不同的角度。
+# 第 $i$ 对每 $2\pi / w_i = 2\pi\,\theta^{2i/d}$ 个词元转一圈：这就是它的 **波长**。当 $\theta$ = 10,000（RoFormer、Llama 2、DeepSeek-V3 的基础值）且 head_dim 为 128 时，最慢一对的波长已经远远长于 Llama 3 的 8,192 个词元的上下文（单元格打印了两者），所以更大的 $\theta$ 换来的并不是让相距很远的位置得到不同的角度。它改变的是在整个上下文中转不满一圈的对有多少：这些对永远不会回到曾经有过的角度，而且变化得足够慢，能把远处的位置区分开。Llama 3 把 $\theta$ 提高到 500,000 是为了 **长上下文**：它的技术报告说这"使我们能更好地支持更长的上下文"，并引用了 Xiong 等（2023），他们发现更大的基数对长达 32,768 的上下文有效；Llama 3.1 随后被扩展到 128K 个词元。单元格在两种 $\theta$ 下、针对 8K 和 128K 的上下文统计这些对的个数。
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.2))
 for theta in (10_000.0, 500_000.0):
     wavelengths = 2 * math.pi / rope_inverse_frequencies(128, theta).double()
     ax.semilogy(wavelengths, label=f"theta = {theta:,.0f}")
-    print(f"theta {theta:>9,.0f}: wavelengths from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} tokens")
+    slow = {context: int((wavelengths > context).sum()) for context in (8192, 131_072)}
+    print(f"theta {theta:>9,.0f}: wavelengths from {wavelengths[0]:.2f} to {wavelengths[-1]:,.0f} tokens; "
+          f"pairs (of 64) turning less than once over 8,192 tokens: {slow[8192]}, over 131,072: {slow[131_072]}")
 ax.axhline(8192, color="gray", ls="--", label="8,192 tokens (Llama 3 context)")
+ax.axhline(131_072, color="gray", ls=":", label="131,072 tokens (Llama 3.1 context)")
 ax.set_xlabel("pair i"); ax.set_ylabel("wavelength (tokens, log scale)"); ax.legend()
 plt.show()
+
+# %% [markdown]
+# The counts printed: at $\theta$ = 10,000, 14 of the 64 pairs turn less than once over 8,192 tokens
+# and none over 131,072; at $\theta$ = 500,000, 29 and 15. A model trained at 8K with $\theta$ =
+# 10,000 and then stretched to 128K would have every pair wrap around at least once over its
+# context; with 500,000, a quarter of the pairs still change slowly from one end to the other.
+#
+# 打印出的个数：$\theta$ = 10,000 时，64 对中有 14 对在 8,192 个词元中转不满一圈，而在 131,072 个词元中一对也没有；$\theta$ = 500,000 时，分别是 29 对和 15 对。一个用 $\theta$ = 10,000 在 8K 上训练、再被拉长到 128K 的模型，其每一对在整个上下文中都至少转过一圈；用 500,000 时，仍有四分之一的对从上下文的一端到另一端只缓慢变化。
 
 # %% [markdown]
 # ## RoPE inside attention, with the KV cache · 注意力中的 RoPE，以及 KV 缓存
@@ -436,9 +473,11 @@ plt.show()
 # `bias=qkv_bias`, `out_proj` with a bias) plus RoPE: in `forward(x, kv_cache=None)`, positions are
 # `start, ..., start + T - 1` with `start = kv_cache.seq_len` (0 without a cache); after splitting
 # heads, apply your `apply_rope` with `self.theta` and `self.interleaved` to the queries and keys (not
-# the values); then update the cache and attend with the bottom-right causal mask.
+# the values); then update the cache and attend with the bottom-right causal mask. Keep `self.num_heads`
+# and `self.head_dim`: notebook 07's GPT reads them to size each layer's cache. Keep nothing in the
+# module between calls: the cache holds the past.
 #
-# 笔记本 07 的 `CachedMultiHeadAttention`（层相同：`W_query`、`W_key`、`W_value` 使用 `bias=qkv_bias`，`out_proj` 带偏置）加上 RoPE：在 `forward(x, kv_cache=None)` 中，位置是 `start, ..., start + T - 1`，其中 `start = kv_cache.seq_len`（没有缓存时为 0）；拆分头之后，用 `self.theta` 和 `self.interleaved` 对查询和键（不包括值）应用你的 `apply_rope`；然后更新缓存，并用右下对齐的因果掩码做注意力。
+# 笔记本 07 的 `CachedMultiHeadAttention`（层相同：`W_query`、`W_key`、`W_value` 使用 `bias=qkv_bias`，`out_proj` 带偏置）加上 RoPE：在 `forward(x, kv_cache=None)` 中，位置是 `start, ..., start + T - 1`，其中 `start = kv_cache.seq_len`（没有缓存时为 0）；拆分头之后，用 `self.theta` 和 `self.interleaved` 对查询和键（不包括值）应用你的 `apply_rope`；然后更新缓存，并用右下对齐的因果掩码做注意力。保留属性 `self.num_heads` 和 `self.head_dim`：笔记本 07 的 GPT 读取它们来确定每一层缓存的大小。不要在调用之间把任何东西保存在模块里：过去的内容由缓存保存。
 
 # %% nbgrader={"grade": false, "grade_id": "RoPEMultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class RoPEMultiHeadAttention(nn.Module):
@@ -459,14 +498,14 @@ class RoPEMultiHeadAttention(nn.Module):
         ### BEGIN SOLUTION
         T = x.shape[1]
         start = 0 if kv_cache is None else kv_cache.seq_len  # before the update
-        positions = torch.arange(start, start + T)
+        positions = torch.arange(start, start + T, device=x.device)
         q = apply_rope(split_heads(self.W_query(x), self.num_heads), positions, self.theta, self.interleaved)
         k = apply_rope(split_heads(self.W_key(x), self.num_heads), positions, self.theta, self.interleaved)
         v = split_heads(self.W_value(x), self.num_heads)  # values are not rotated
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(causal_mask(T, k.shape[2]), float("-inf"))
+        scores = scores.masked_fill(causal_mask(T, k.shape[2], device=x.device), float("-inf"))
         return self.out_proj(merge_heads(torch.softmax(scores, dim=-1) @ v))
         ### END SOLUTION
 
@@ -516,7 +555,11 @@ print("same 30 tokens with and without the cache:", torch.equal(with_cache, with
 
 # %% [markdown]
 # RoPE in this form is what Llama uses. DeepSeek-V3 uses it too, but only on a small slice of each
-# query and key (64 of 192 coordinates), with one rotated key shared by all heads, so that the rest of
-# the key can be compressed: that is notebook 09, multi-head latent attention.
+# query and key (64 of 192 coordinates), with one rotated key shared by all heads. The reason is not
+# only that the rest of the key can be compressed into a short cached latent, but that it can be
+# *absorbed*: a key rebuilt from the latent by a fixed matrix lets that matrix be folded into the
+# query once, so decoding never rebuilds the keys. A rotation that depends on the key's position,
+# between the query and that matrix, would forbid the folding. That is notebook 09, multi-head latent
+# attention.
 #
-# 这种形式的 RoPE 就是 Llama 所用的。DeepSeek-V3 也使用它，但只用在每个查询和键的一小部分上（192 个坐标中的 64 个），并且所有头共享同一个旋转后的键，这样键的其余部分就可以被压缩：这就是笔记本 09 的多头潜在注意力。
+# 这种形式的 RoPE 就是 Llama 所用的。DeepSeek-V3 也使用它，但只用在每个查询和键的一小部分上（192 个坐标中的 64 个），并且所有头共享同一个旋转后的键。原因不只是键的其余部分可以被压缩成一个较短的、被缓存的潜在向量，更在于它可以被 *吸收*：由潜在向量经一个固定矩阵重建的键，允许把这个矩阵一次性折叠进查询，于是解码时永远不必重建键。如果在查询和这个矩阵之间夹着一个取决于键位置的旋转，折叠就不可能了。这就是笔记本 09 的多头潜在注意力。

@@ -11,6 +11,7 @@ import torch
 import utils.rope as ref
 from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state, own_module,
                                own_work, randn, seeded_state)
+from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.kv_cache import KVCache
 from utils.multihead import merge_heads, split_heads
 
@@ -53,6 +54,8 @@ def check_sinusoidal_positions(sinusoidal_positions):
     right = torch.stack((torch.sin(t * w), torch.cos(t * w)), dim=-1).flatten(1)
     expect(tuple(out.shape) == (9, 6), "sinusoidal_positions must return (num_positions, d_model).",
            "sinusoidal_positions 必须返回 (num_positions, d_model)。", f"shape {tuple(out.shape)}")
+    expect(out.dtype == torch.float32, "sinusoidal_positions must return float32, the dtype of the embeddings it is added to.",
+           "sinusoidal_positions 必须返回 float32，即它要加上去的嵌入的 dtype。", f"got {out.dtype}")
     mistakes = [
         (torch.stack((torch.cos(t * w), torch.sin(t * w)), dim=-1).flatten(1),
          "sin and cos are swapped: even columns 2i hold sin(t * w_i), odd columns 2i+1 hold cos(t * w_i).",
@@ -81,6 +84,8 @@ def check_rope_inverse_frequencies(rope_inverse_frequencies):
     expect_tensor(out, "rope_inverse_frequencies' result", "rope_inverse_frequencies 的结果")
     expect(tuple(out.shape) == (32,), "rope_inverse_frequencies(head_dim) returns one frequency per pair: head_dim // 2 values.",
            "rope_inverse_frequencies(head_dim) 为每一对返回一个频率：共 head_dim // 2 个值。", f"shape {tuple(out.shape)}")
+    expect(out.dtype == torch.float32, "rope_inverse_frequencies must return float32.", "rope_inverse_frequencies 必须返回 float32。",
+           f"got {out.dtype}")
     mistakes = [
         (_freqs(64, 1e4, lambda i, d: i / d), "theta^(-i/d) was used: the exponent of pair i is 2i/head_dim, so w_i = theta^(-2i/head_dim).",
          "用了 theta^(-i/d)：第 i 对的指数是 2i/head_dim，所以 w_i = theta^(-2i/head_dim)。"),
@@ -122,8 +127,10 @@ def check_apply_rope(apply_rope):
     pos = torch.tensor([3, 4, 5, 6, 9])
     for interleaved in (False, True):
         with own_work(apply_rope, "apply_rope"):
-            out = call(apply_rope, x, pos, 100.0, interleaved=interleaved, name="apply_rope")
-            flat = call(apply_rope, x[0, 0], pos, interleaved=interleaved, name="apply_rope")
+            out = call(apply_rope, given := x.clone(), pos, 100.0, interleaved=interleaved, name="apply_rope")
+            flat = call(apply_rope, x[0, 0].clone(), pos, interleaved=interleaved, name="apply_rope")
+        expect(torch.equal(given, x), "apply_rope must return a new tensor and leave x unchanged: do not write the rotated pairs into x.",
+               "apply_rope 必须返回一个新张量并保持 x 不变：不要把旋转后的坐标对写回 x。")
         expect_tensor(out, "apply_rope's result", "apply_rope 的结果")
         expect(tuple(out.shape) == tuple(x.shape), "apply_rope must keep the shape (..., T, head_dim).",
                "apply_rope 必须保持形状 (..., T, head_dim)。", f"shape {tuple(out.shape)}")
@@ -142,6 +149,24 @@ def check_apply_rope(apply_rope):
     expect_close(near[0, 0] @ far[1, 0], rope(q[None], torch.tensor([0]))[0] @ rope(k[None], torch.tensor([100]))[0],
                  "The score of a rotated query and key must depend only on their offset: score(7, 107) = score(0, 100).",
                  "旋转后的查询与键的分数只能取决于它们的偏移：score(7, 107) = score(0, 100)。", atol=1e-4)
+    for interleaved in (False, True):
+        _expect_rope_probes(apply_rope, interleaved)
+
+
+def _expect_rope_probes(apply_rope, interleaved):
+    """Heads as split_heads leaves them (non-contiguous), float64 and bfloat16 kept."""
+    x, pos = randn(2, 5, 3, 8, seed=86).transpose(1, 2), torch.tensor([2, 3, 4, 5, 6])  # (B, H, T, hd)
+    with own_work(apply_rope, "apply_rope"):
+        out = attempt(apply_rope, x, pos, 100.0, interleaved=interleaved,
+                      en="apply_rope must accept a non-contiguous x, as heads split by a transpose are: use reshape or slicing, not view.",
+                      zh="apply_rope 必须接受非连续的 x（经 transpose 拆分出的头就是这样）：请用 reshape 或切片，而不是 view。")
+        expect_close(out, rope(x, pos, 100.0, interleaved), "apply_rope must give the same result on a non-contiguous x (heads split by a transpose).",
+                     "apply_rope 在非连续的 x（经 transpose 拆分出的头）上必须给出相同的结果。")
+        for dtype, atol in ((torch.float64, 1e-6), (torch.bfloat16, 3e-2)):
+            got = call(apply_rope, x.to(dtype), pos, 100.0, interleaved=interleaved, name="apply_rope")
+            expect_dtype(got, dtype, "apply_rope")
+            expect_close(got.double(), rope(x.double(), pos, 100.0, interleaved), f"apply_rope is wrong on {dtype} inputs.",
+                         f"apply_rope 在 {dtype} 输入上的结果不对。", atol=atol, rtol=atol)
 
 
 # interleaved_to_half_split ---------------------------------------------------------------------
@@ -168,6 +193,11 @@ def check_interleaved_to_half_split(interleaved_to_half_split):
     expect_known(out, weight[right_rows], mistakes,
                  "Within each head, rows (0, 2, 4, ...) come first and (1, 3, 5, ...) second, so the pair (2i, 2i+1) lands on (i, i + hd/2).",
                  "在每个头内部，先放第 (0, 2, 4, ...) 行，再放第 (1, 3, 5, ...) 行，这样一对 (2i, 2i+1) 落到 (i, i + hd/2)。")
+    bias = torch.arange(12.0)
+    en, zh = "interleaved_to_half_split must work on a 1-D bias of length d_out too.", "interleaved_to_half_split 也必须适用于长度为 d_out 的一维偏置。"
+    with own_work(interleaved_to_half_split, "interleaved_to_half_split"):
+        got = attempt(interleaved_to_half_split, bias, 2, en=en, zh=zh)
+    expect(isinstance(got, torch.Tensor) and torch.equal(got, bias[[0, 2, 4, 1, 3, 5, 6, 8, 10, 7, 9, 11]]), en, zh)
     x, pos = randn(6, 7, seed=83), torch.arange(6)
     heads = lambda y: y.view(6, 3, 4).transpose(0, 1)
     meta = rope(heads(x @ random_w.T), pos, interleaved=True)
@@ -209,11 +239,15 @@ def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
         with own_work(RoPEMultiHeadAttention, name):
             module = own_module(RoPEMultiHeadAttention, d_in, d_out, ctx, H, theta=theta, interleaved=interleaved,
                                 qkv_bias=bias).eval()
+            _expect_gpt_attributes(module, H, d_out // H)
             load_state(module, state, name)
             with torch.no_grad():
                 full = call(module, x, name=f"{name}.forward")
                 cache = KVCache(2, ctx, H, d_out // H)
                 steps = [call(module, x[:, a:b], kv_cache=cache, name=f"{name}.forward") for a, b in chunks]
+                again = call(module, x, name=f"{name}.forward")
+        expect_close(again, full, f"{name} without a cache must give the same output on every call: keep no keys, values or positions in the module between calls (the cache holds them).",
+                     f"{name} 在没有缓存时每次调用都必须给出相同的输出：不要在调用之间把键、值或位置保存在模块里（它们由缓存保存）。")
         expect_tensor(full, f"{name}'s output", f"{name} 的输出")
         with torch.no_grad():
             want = _rope_mha(reference, x, 0, interleaved, theta)
@@ -243,3 +277,29 @@ def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
                          "给了缓存时位置从 0 重新开始：新词元的位置是 kv_cache.seq_len、seq_len + 1、……（要在更新缓存之前读取 seq_len）。")],
                          f"With a cache, the outputs for tokens {a}..{b - 1} must equal one pass over the whole sequence.",
                          f"有缓存时，词元 {a}..{b - 1} 的输出必须与对整个序列做一次计算的结果相同。")
+    _expect_mha_probes(RoPEMultiHeadAttention, name, d_in, d_out, H, ctx, theta)
+
+
+def _expect_gpt_attributes(module, num_heads, head_dim):
+    got = (getattr(module, "num_heads", None), getattr(module, "head_dim", None))
+    expect(got == (num_heads, head_dim),
+           "RoPEMultiHeadAttention must keep num_heads and head_dim as attributes: notebook 07's GPT reads them to size each layer's KV cache.",
+           "RoPEMultiHeadAttention 必须把 num_heads 和 head_dim 保存为属性：笔记本 07 的 GPT 读取它们来确定每一层 KV 缓存的大小。",
+           f"(num_heads, head_dim) = {got}, expected {(num_heads, head_dim)}")
+
+
+def _expect_mha_probes(cls, name, d_in, d_out, H, ctx, theta):
+    """float64 kept, gradients to every weight."""
+    reference = ref.RoPEMultiHeadAttention(d_in, d_out, ctx, H, theta, True, True)
+    state = seeded_state(reference, 87)
+    reference.load_state_dict(state)
+    x = randn(2, 6, d_in, seed=88)
+    with own_work(cls, name):
+        module = load_state(own_module(cls, d_in, d_out, ctx, H, theta=theta, interleaved=True, qkv_bias=True), state, name)
+        out = call(module, x, name=f"{name}.forward")
+        out.square().sum().backward()
+        expect_gradients(module, name)
+        with torch.no_grad():
+            wide = call(module.double(), x.double(), name=f"{name}.forward")
+            expect_dtype(wide, torch.float64, name)
+            expect_close(wide, reference.double()(x.double()), f"{name} is wrong on float64 inputs.", f"{name} 在 float64 输入上的结果不对。")

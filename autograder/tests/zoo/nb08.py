@@ -49,7 +49,8 @@ def rope_fn(mistake=None, style="split"):
             positions = torch.arange(x.shape[-2])
         i = torch.arange(hd // 2, dtype=torch.float32)
         exponent = {"i over d": i / hd, "over half": 2 * i / (hd // 2)}.get(mistake, 2 * i / hd)
-        angles = positions.float()[:, None] * theta ** -exponent  # (T, hd/2)
+        inv_freq = (theta ** -exponent).to(positions.device)
+        angles = positions.float()[:, None] * inv_freq  # (T, hd/2)
         if mistake == "reverse":
             angles = -angles
         if mistake == "always interleaved":
@@ -58,6 +59,16 @@ def rope_fn(mistake=None, style="split"):
             interleaved = False
         elif mistake == "layouts swapped":
             interleaved = not interleaved
+        if mistake == "view":  # leading dimensions flattened with view: fails on heads split by a transpose
+            out = rotated(x.view(-1, *x.shape[-2:]), angles, interleaved).view(x.shape)
+        else:
+            out = rotated(x, angles, interleaved)
+        if mistake == "in place":
+            return x.copy_(out)
+        return out if mistake == "float32 result" else out.to(x.dtype)
+
+    def rotated(x, angles, interleaved):
+        hd = x.shape[-1]
         if interleaved:
             if style == "complex":
                 z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], hd // 2, 2).contiguous())
@@ -67,8 +78,7 @@ def rope_fn(mistake=None, style="split"):
         cos, sin = torch.cat((angles.cos(),) * 2, -1), torch.cat((angles.sin(),) * 2, -1)
         if mistake == "swapped":
             cos, sin = sin, cos
-        rotated = torch.cat((-x[..., hd // 2:], x[..., : hd // 2]), dim=-1)
-        return x * cos + rotated * sin
+        return x * cos + torch.cat((-x[..., hd // 2:], x[..., : hd // 2]), dim=-1) * sin
     return apply_rope
 
 
@@ -83,6 +93,8 @@ def permute_fn(mistake=None):
             return torch.cat((weight[:, 0::2], weight[:, 1::2]), dim=1)
         if mistake == "identity":
             return weight.clone()
+        if mistake == "2-D only":  # (H, hd/2, 2, d_in) -> (H, 2, hd/2, d_in)
+            return weight.view(num_heads, hd // 2, 2, weight.shape[1]).transpose(1, 2).reshape(weight.shape)
         rows = []
         for h in range(num_heads):
             if mistake == "inverse":
@@ -102,6 +114,8 @@ def rope_mha_class(mistake=None, style="matmul"):
         def __init__(self, d_in, d_out, context_length, num_heads, theta=10000.0, interleaved=False, qkv_bias=False):
             super().__init__()
             self.h, self.hd, self.theta, self.interleaved = num_heads, d_out // num_heads, theta, interleaved
+            if mistake != "other names":  # what notebook 07's GPT reads to size the cache
+                self.num_heads, self.head_dim = num_heads, d_out // num_heads
             self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
             self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
             self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -110,7 +124,7 @@ def rope_mha_class(mistake=None, style="matmul"):
         def forward(self, x, kv_cache=None):
             B, T, _ = x.shape
             start = 0 if kv_cache is None or mistake == "restart" else kv_cache.seq_len
-            pos = torch.arange(start, start + T)
+            pos = torch.arange(start, start + T, device=x.device)
             interleaved = (not self.interleaved) if mistake == "layout ignored" else self.interleaved
             rot = (lambda t: t) if mistake == "no rope" else (lambda t: _rope(t, pos, self.theta, interleaved))
             heads = lambda t: t.reshape(B, T, self.h, self.hd).permute(0, 2, 1, 3)
@@ -118,17 +132,23 @@ def rope_mha_class(mistake=None, style="matmul"):
                 q, k = heads(rot(self.W_query(x))), heads(rot(self.W_key(x)))
             else:
                 q, k = rot(heads(self.W_query(x))), rot(heads(self.W_key(x)))
+            if mistake == "detached":
+                k = k.detach()
             v = heads(self.W_value(x))
             if mistake == "values":
                 v = rot(v)
             if kv_cache is not None:
                 k, v = kv_cache.update(k, v)
+            elif mistake == "own cache":  # keys and values kept in the module between calls
+                if hasattr(self, "past"):
+                    k, v = torch.cat((self.past[0], k), 2), torch.cat((self.past[1], v), 2)
+                self.past = (k, v)
             S = k.shape[2]
             if style == "einsum":
                 scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(self.hd)
             else:
                 scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
-            allowed = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            allowed = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
             weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
             return self.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, T, self.h * self.hd))
     return Layer
@@ -156,12 +176,16 @@ WRONG = {
         "rotates backwards": (rope_fn("reverse"), "wrong way"),
         "sin and cos swapped": (rope_fn("swapped"), "sin and cos are swapped"),
         "ignores positions": (rope_fn("ignores positions"), "ignores the positions"),
+        "view on split heads": (rope_fn("view"), "non-contiguous"),
+        "writes into x": (rope_fn("in place"), "leave x unchanged"),
+        "float32 result for other dtypes": (rope_fn("float32 result"), "input's dtype"),
     },
     "interleaved_to_half_split": {
         "across all rows": (permute_fn("global"), "across the whole matrix"),
         "inverse": (permute_fn("inverse"), "inverse permutation"),
         "columns": (permute_fn("columns"), "columns were permuted"),
         "identity": (permute_fn("identity"), "Within each head"),
+        "2-D weights only": (permute_fn("2-D only"), "1-D bias"),
     },
     "RoPEMultiHeadAttention": {
         "rotates values": (rope_mha_class("values"), "values are rotated"),
@@ -169,6 +193,9 @@ WRONG = {
         "layout ignored": (rope_mha_class("layout ignored"), "layout is wrong"),
         "no rope": (rope_mha_class("no rope"), "No RoPE"),
         "positions restart with a cache": (rope_mha_class("restart"), "Positions restart at 0"),
+        "other attribute names": (rope_mha_class("other names"), "num_heads and head_dim"),
+        "keys kept in the module across calls": (rope_mha_class("own cache"), "same output on every call"),
+        "keys detached": (rope_mha_class("detached"), "Gradients must reach"),
     },
 }
 
