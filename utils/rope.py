@@ -11,6 +11,9 @@ of the pairs are in use, and they are NOT interchangeable:
 They agree after a row permutation of W_q and W_k (`interleaved_to_half_split`), which is what
 checkpoint converters do.
 
+YaRN (`yarn_inverse_frequencies`, `yarn_softmax_factor`) is how DeepSeek-V3 stretches RoPE past
+its original 4096-token context (notebook 09 says when its code switches it on).
+
 Shapes: x (..., T, hd), positions (T,); inside attention (B, H, T, hd).
 Run its tests: `.venv/bin/pytest utils/tests/test_rope.py`.
 """
@@ -45,6 +48,30 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) 
     """(T, hd/2): the angle of pair i at position t is t * theta^(-2i/hd)."""
     inv_freq = rope_inverse_frequencies(head_dim, theta).to(positions.device)
     return positions.to(torch.float32)[..., None] * inv_freq
+
+
+def yarn_inverse_frequencies(head_dim: int, theta: float = 10000.0, factor: float = 40.0,
+                             original_seq_len: int = 4096, beta_fast: int = 32, beta_slow: int = 1) -> torch.Tensor:
+    """(hd/2,): YaRN's frequencies, as DeepSeek-V3's `precompute_freqs_cis` computes them when
+    max_seq_len > original_seq_len (Peng et al., 2023, "YaRN").
+
+    Pairs that turn more than beta_fast times over the original context keep their frequency;
+    pairs that turn less than beta_slow times are slowed down `factor` times (interpolated);
+    the pairs in between blend the two along a linear ramp.
+    """
+    def pair_turning(rotations):  # the pair index that turns `rotations` times over original_seq_len
+        return head_dim * math.log(original_seq_len / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(pair_turning(beta_fast)), 0)
+    high = min(math.ceil(pair_turning(beta_slow)), head_dim - 1)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / max(high - low, 1e-3)).clamp(0, 1)
+    inv_freq = rope_inverse_frequencies(head_dim, theta)
+    return inv_freq * (1 - ramp) + inv_freq / factor * ramp
+
+
+def yarn_softmax_factor(factor: float = 40.0, mscale: float = 1.0) -> float:
+    """What DeepSeek-V3 multiplies its softmax scale by under YaRN: mscale'**2, mscale' = 0.1 mscale ln(factor) + 1."""
+    return (0.1 * mscale * math.log(factor) + 1.0) ** 2
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0,

@@ -111,3 +111,15 @@ def test_rope_attention_cache_continues_positions():
         steps = [attn(x[:, :4], cache)] + [attn(x[:, t:t + 1], cache) for t in range(4, 7)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
     assert cache.seq_len == 7
+
+
+def test_yarn_keeps_fast_pairs_slows_slow_pairs_and_sharpens_the_softmax():
+    # DeepSeek-V3's defaults: rope dim 64, theta 10,000, factor 40, original 4096, beta 32 / 1.
+    base, yarn = rope.rope_inverse_frequencies(64), rope.yarn_inverse_frequencies(64)
+    ratio = base / yarn
+    torch.testing.assert_close(ratio[:11], torch.ones(11))  # pairs turning > 32 times over 4096 tokens
+    torch.testing.assert_close(ratio[23:], torch.full((9,), 40.0))  # pairs turning < once: interpolated
+    assert bool((ratio[11:23] > 1).all() and (ratio[11:23] < 40).all() and (ratio.diff() >= -1e-6).all())
+    assert abs(rope.yarn_softmax_factor(40.0) - (0.1 * math.log(40) + 1) ** 2) < 1e-12
+    assert abs(rope.yarn_softmax_factor(40.0) - 1.8739) < 1e-4
+    torch.testing.assert_close(rope.yarn_inverse_frequencies(64, factor=1.0), base)
