@@ -245,15 +245,21 @@ print("tiles computed:", int((kinds < 2).sum()), "of", kinds.numel())
 #
 # Return `(out, lse)` for `q` of shape `(B, H, T_q, d)`, `k` of shape `(B, H, T_k, d)` and `v` of shape
 # `(B, H, T_k, d_v)`: `out` of shape `(B, H, T_q, d_v)` equal to `softmax(q kᵀ / sqrt(d)) v`, and `lse` of
-# shape `(B, H, T_q)`. Loop over query blocks of `block_q` rows and, inside, over key blocks of
-# `block_k` rows (the last block of each may be shorter: `min(i0 + block_q, T_q)`); work on all
-# batch items and heads at once with `...` indexing. No score or probability tensor larger than one
-# `(block_q, block_k)` tile per head, no `F.scaled_dot_product_attention`. With `causal=True` skip
-# the tiles entirely above the diagonal and mask the others with `masked_fill(..., float("-inf"))`.
+# shape `(B, H, T_q)`, the log-sum-exp of each query's scaled scores over the keys it sees:
+# $\mathrm{lse}_i = \log \sum_j e^{q_i \cdot k_j / \sqrt d} = m_i + \log \ell_i$, with $d$ the width of the queries
+# and keys (`q.shape[-1]`, not `d_v`). Both come back in the dtype of the inputs. Loop over query
+# blocks of `block_q` rows and, inside, over key blocks of `block_k` rows (the last block of each may
+# be shorter: `min(i0 + block_q, T_q)`); work on all batch items and heads at once with `...` indexing,
+# or loop over them. The grader watches what your function creates: nothing may hold more numbers than
+# one `(block_q, block_k)` tile of every batch item and head unless it is no larger than an input or the
+# output (so compute scores, probabilities and masks tile by tile, and slice the inputs as they are,
+# without padding), and no `F.scaled_dot_product_attention`. With `causal=True` (bottom-right aligned,
+# $T_q \le T_k$) skip the tiles entirely above the diagonal, which the grader sees as less arithmetic
+# than the same call without the mask, and mask the others with `masked_fill(..., float("-inf"))`.
 # The first key tile (keys from 0 on) holds a key that every query sees, so $m$ is finite after it;
 # a later tile that masks a whole row leaves that row's $m$, $\ell$ and accumulator as they were.
 #
-# 对形状为 `(B, H, T_q, d)` 的 `q`、`(B, H, T_k, d)` 的 `k` 和 `(B, H, T_k, d_v)` 的 `v`，返回 `(out, lse)`：`out` 的形状为 `(B, H, T_q, d_v)`，等于 `softmax(q kᵀ / sqrt(d)) v`；`lse` 的形状为 `(B, H, T_q)`。外层循环遍历每块 `block_q` 行的查询，内层循环遍历每块 `block_k` 行的键（每一维的最后一块可以更短：`min(i0 + block_q, T_q)`）；用 `...` 索引同时处理所有样本和头。每个头的分数或概率张量都不能大于一个 `(block_q, block_k)` 分块，也不能调用 `F.scaled_dot_product_attention`。当 `causal=True` 时，跳过完全位于对角线之上的分块，其他分块用 `masked_fill(..., float("-inf"))` 加掩码。第一个键块（从键 0 开始）含有每个查询都能看到的键，所以它之后 $m$ 就是有限的；之后某个分块若把一整行都屏蔽掉，这一行的 $m$、$\ell$ 和累加器都保持不变。
+# 对形状为 `(B, H, T_q, d)` 的 `q`、`(B, H, T_k, d)` 的 `k` 和 `(B, H, T_k, d_v)` 的 `v`，返回 `(out, lse)`：`out` 的形状为 `(B, H, T_q, d_v)`，等于 `softmax(q kᵀ / sqrt(d)) v`；`lse` 的形状为 `(B, H, T_q)`，是每个查询在它能看到的键上缩放后分数的 log-sum-exp：$\mathrm{lse}_i = \log \sum_j e^{q_i \cdot k_j / \sqrt d} = m_i + \log \ell_i$，其中 $d$ 是查询和键的宽度（`q.shape[-1]`，不是 `d_v`）。两者都以输入的 dtype 返回。外层循环遍历每块 `block_q` 行的查询，内层循环遍历每块 `block_k` 行的键（每一维的最后一块可以更短：`min(i0 + block_q, T_q)`）；用 `...` 索引同时处理所有样本和头，或者对它们循环。评分程序会观察你的函数创建了什么：任何张量所含的数都不能多于每个样本和每个头的一个 `(block_q, block_k)` 分块，除非它不比某个输入或输出大（所以要逐个分块计算分数、概率和掩码，并直接对输入切片，不要填充），也不能调用 `F.scaled_dot_product_attention`。当 `causal=True`（右下对齐，$T_q \le T_k$）时，跳过完全位于对角线之上的分块（评分程序会看到比不加掩码的同一调用更少的运算），其他分块用 `masked_fill(..., float("-inf"))` 加掩码。第一个键块（从键 0 开始）含有每个查询都能看到的键，所以它之后 $m$ 就是有限的；之后某个分块若把一整行都屏蔽掉，这一行的 $m$、$\ell$ 和累加器都保持不变。
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_forward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_forward(q, k, v, causal: bool = False, block_q: int = 64, block_k: int = 64):
@@ -317,10 +323,11 @@ nb14.check_flash_attention_forward(flash_attention_forward)
 # ### Against PyTorch · 与 PyTorch 对照
 #
 # Random shapes, $T_q \ne T_k$, block sizes that divide nothing, causal and not: the cell prints
-# the largest difference between your `out` and `F.scaled_dot_product_attention`'s. Differences
-# around $10^{-7}$ are float32 rounding: the tiles add the same terms in another order.
+# the largest difference between your `out` and `F.scaled_dot_product_attention`'s, and float32's
+# rounding unit `torch.finfo(torch.float32).eps`. Differences of a few rounding units are float32
+# rounding: the tiles add the same terms in another order.
 #
-# 随机形状、$T_q \ne T_k$、不能整除任何长度的块大小、因果与非因果：单元格打印你的 `out` 与 `F.scaled_dot_product_attention` 结果之间的最大差值。$10^{-7}$ 左右的差值是 float32 的舍入误差：分块只是以另一种顺序把同样的项加起来。
+# 随机形状、$T_q \ne T_k$、不能整除任何长度的块大小、因果与非因果：单元格打印你的 `out` 与 `F.scaled_dot_product_attention` 结果之间的最大差值，以及 float32 的舍入单位 `torch.finfo(torch.float32).eps`。只有几个舍入单位的差值就是 float32 的舍入误差：分块只是以另一种顺序把同样的项加起来。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -332,6 +339,7 @@ for (B, H, T_q, T_k, d, d_v), (bq, bk) in [((1, 4, 37, 100, 16, 16), (16, 24)), 
         ours, _ = flash_attention_forward(q, k, v, causal=causal, block_q=bq, block_k=bk)
         theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T_q, T_k) if causal else None)
         print(f"T_q={T_q:3d} T_k={T_k:3d} blocks ({bq}, {bk}) causal={causal!s:5}: max difference {(ours - theirs).abs().max():.1e}")
+print(f"float32 rounding unit (eps): {torch.finfo(torch.float32).eps:.1e}")
 
 # %% [markdown]
 # ## The backward pass from the log-sum-exp · 由 log-sum-exp 计算反向传播
@@ -346,11 +354,11 @@ for (B, H, T_q, T_k, d, d_v), (bq, bk) in [((1, 4, 37, 100, 16, 16), (16, 24)), 
 # $$dV_j \mathrel{+}= P^\top dO_i, \quad dP = dO_i V_j^\top, \quad dS = P \circ (dP - D_i), \quad dQ_i \mathrel{+}= \frac{dS\, K_j}{\sqrt d}, \quad dK_j \mathrel{+}= \frac{dS^\top Q_i}{\sqrt d} .$$
 #
 # $D$ is one number per query: $D_i = \sum_j P_{ij}\, dP_{ij}$, a sum over all keys, which no single
-# tile knows. FlashAttention-2's observation: $\sum_j P_{ij}\,(dO_i \cdot v_j) = dO_i \cdot \sum_j P_{ij} v_j
-# = dO_i \cdot O_i$, so $D = \operatorname{rowsum}(dO \circ O)$, computed once from the output before the
-# loops. The cell checks the identity on a small example with the full matrix.
+# tile knows. But $dP_{ij} = dO_i \cdot v_j$, so $\sum_j P_{ij}\,(dO_i \cdot v_j) = dO_i \cdot \sum_j P_{ij} v_j
+# = dO_i \cdot O_i$: $D = \operatorname{rowsum}(dO \circ O)$, which FlashAttention-2 computes once from the
+# output, before the loops. The cell checks the identity on a small example with the full matrix.
 #
-# $D$ 是每个查询一个数：$D_i = \sum_j P_{ij}\, dP_{ij}$，它是对所有键求和，任何单个分块都不知道它。FlashAttention-2 的观察是：$\sum_j P_{ij}\,(dO_i \cdot v_j) = dO_i \cdot \sum_j P_{ij} v_j = dO_i \cdot O_i$，所以 $D = \operatorname{rowsum}(dO \circ O)$，在循环之前由输出算一次即可。下面的单元格在一个使用完整矩阵的小例子上验证这个恒等式。
+# $D$ 是每个查询一个数：$D_i = \sum_j P_{ij}\, dP_{ij}$，它是对所有键求和，任何单个分块都不知道它。但 $dP_{ij} = dO_i \cdot v_j$，所以 $\sum_j P_{ij}\,(dO_i \cdot v_j) = dO_i \cdot \sum_j P_{ij} v_j = dO_i \cdot O_i$：$D = \operatorname{rowsum}(dO \circ O)$，FlashAttention-2 在循环之前由输出把它算一次。下面的单元格在一个使用完整矩阵的小例子上验证这个恒等式。
 
 # %%
 g = torch.Generator().manual_seed(6)
@@ -365,12 +373,14 @@ print("rowsum(dO * O):", (dO * O).sum(-1))
 #
 # Return `(dq, dk, dv)`, the gradients of the forward's `out` for the incoming gradient `grad_out`,
 # given `q, k, v`, the forward's `out` and `lse`. Compute `D = (grad_out * out).sum(-1)` once, start
-# `dq, dk, dv` at zero, and loop over tiles (FlashAttention-2 puts the key blocks outside and the
-# query blocks inside; either order is right), recomputing `P = exp(s - lse[..., i0:i1, None])` with
-# the same mask and the same skipped tiles as the forward. Never build the full probability matrix,
-# and do not call autograd: this is the backward pass.
+# `dq, dk, dv` at zero (`torch.zeros_like`, so they keep the inputs' dtype), and loop over tiles
+# (FlashAttention-2 puts the key blocks outside and the query blocks inside; either order is right),
+# recomputing `P = exp(s - lse[..., i0:i1, None])` with the same mask and the same skipped tiles as
+# the forward. The grader watches this function as it watches the forward: nothing larger than a tile
+# of every head unless it is no larger than an input or output, and with `causal=True` less
+# arithmetic than without the mask. Do not call autograd: this is the backward pass.
 #
-# 给定 `q, k, v` 以及前向计算的 `out` 和 `lse`，对传入的梯度 `grad_out` 返回前向 `out` 的梯度 `(dq, dk, dv)`。先算一次 `D = (grad_out * out).sum(-1)`，把 `dq, dk, dv` 初始化为零，然后遍历各个分块（FlashAttention-2 把键块放在外层循环、查询块放在内层；两种顺序都对），用与前向相同的掩码和相同的跳过规则重新计算 `P = exp(s - lse[..., i0:i1, None])`。永远不要构造完整的概率矩阵，也不要调用自动求导：这本身就是反向传播。
+# 给定 `q, k, v` 以及前向计算的 `out` 和 `lse`，对传入的梯度 `grad_out` 返回前向 `out` 的梯度 `(dq, dk, dv)`。先算一次 `D = (grad_out * out).sum(-1)`，把 `dq, dk, dv` 初始化为零（用 `torch.zeros_like`，使它们保持输入的 dtype），然后遍历各个分块（FlashAttention-2 把键块放在外层循环、查询块放在内层；两种顺序都对），用与前向相同的掩码和相同的跳过规则重新计算 `P = exp(s - lse[..., i0:i1, None])`。评分程序像观察前向计算一样观察这个函数：除非不比某个输入或输出大，任何张量都不能大于每个头的一个分块；并且 `causal=True` 时的运算要比不加掩码时少。不要调用自动求导：这本身就是反向传播。
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_backward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_backward(q, k, v, out, lse, grad_out, causal: bool = False, block_q: int = 64, block_k: int = 64):
@@ -432,9 +442,11 @@ nb14.check_flash_attention_backward(flash_attention_backward)
 # computes the output and stores what the backward needs with `ctx.save_for_backward(...)` (tensors)
 # or as attributes of `ctx` (anything else), and `backward(ctx, grad_out)` returns one gradient per
 # input of `forward`, `None` for an input that is not a tensor. Call it as `FlashAttention.apply(q,
-# k, v, causal)`. Save `q, k, v, out, lse`, never the probabilities; use the default block sizes.
+# k, v, causal)`. Save `q, k, v, out, lse`, never the probabilities; use the default block sizes. Keep
+# `causal` on `ctx` too, not on the class or in a global: a model can run two calls' forwards before
+# either backward, and the grader does.
 #
-# 把两者接入自动求导。`torch.autograd.Function` 有两个静态方法：`forward(ctx, ...)` 计算输出，并用 `ctx.save_for_backward(...)`（张量）或 `ctx` 的属性（其他东西）保存反向传播需要的内容；`backward(ctx, grad_out)` 为 `forward` 的每个输入返回一个梯度，非张量的输入返回 `None`。调用方式是 `FlashAttention.apply(q, k, v, causal)`。保存 `q, k, v, out, lse`，绝不保存概率；使用默认的分块大小。
+# 把两者接入自动求导。`torch.autograd.Function` 有两个静态方法：`forward(ctx, ...)` 计算输出，并用 `ctx.save_for_backward(...)`（张量）或 `ctx` 的属性（其他东西）保存反向传播需要的内容；`backward(ctx, grad_out)` 为 `forward` 的每个输入返回一个梯度，非张量的输入返回 `None`。调用方式是 `FlashAttention.apply(q, k, v, causal)`。保存 `q, k, v, out, lse`，绝不保存概率；使用默认的分块大小。`causal` 也要放在 `ctx` 上，不要放在类上或全局变量里：模型可能先运行两次调用的 forward，再运行其中任何一次的 backward，评分程序就会这样做。
 
 # %% nbgrader={"grade": false, "grade_id": "FlashAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class FlashAttention(torch.autograd.Function):
@@ -551,15 +563,19 @@ left.legend(); right.legend(); plt.tight_layout(); plt.show()
 #
 # 请阅读单元格打印的表格。$T$ 每翻一倍，朴素注意力的内存大约增长 4 倍：同时存在两个 $(T, T)$ 矩阵。分块前向计算的内存增长得慢得多：只有几个 $256 \times 256$ 的分块（float32 下每个 256 KiB）加上输出，而输出与 $T$ 成线性关系。最后一行打印出最大 $T$ 时的比值。PyTorch 在 CPU 上的 SDPA 本身就是一个 FlashAttention 式的内核，所以它的内存也很低。
 #
-# Time is another story. Your tiled forward does the same arithmetic as the naive one, but as
-# Python loops that launch a few small PyTorch operations per tile; each launch costs microseconds
-# of overhead and reads its operands from memory again. SDPA is a **fused kernel**: one C++ function
-# that keeps a tile in cache while it computes the scores, the exponentials, the running sums and
-# the product with $V$, with no intermediate larger than a tile, and that spreads the tiles over the cores.
-# Compare the tiled and SDPA columns of the times printed above: that is what fusing is worth on
-# this machine. Yours is a teaching kernel: it has the memory of FlashAttention, not its speed.
+# Time depends on more than arithmetic. Your tiled forward does the same arithmetic as the naive one,
+# organised differently. Naive attention runs a few large operations, but writes two $(T, T)$ matrices
+# to main memory and reads them back (at 16384 tokens, two of the 1024 MiB matrices the first cell
+# printed). Your tiled forward keeps every intermediate as small as a tile, but it is a Python loop
+# that launches a few PyTorch operations per tile, $(T / 256)^2$ tiles in all, and each launch costs
+# microseconds. Which of the two costs more depends on $T$ and on the machine: read the naive and
+# tiled time columns above. SDPA is a **fused kernel**: one C++ function that keeps a tile in cache
+# while it computes the scores, the exponentials, the running sums and the product with $V$, with no
+# intermediate larger than a tile, and that spreads the tiles over the cores. Compare its column with
+# the other two: that is what fusing is worth on this machine. Yours is a teaching kernel: it has the
+# memory of FlashAttention; the speed is what a fused kernel adds.
 #
-# 时间则是另一回事。你的分块前向计算与朴素实现做的算术相同，但它是 Python 循环，每个分块启动几个小的 PyTorch 运算；每次启动都有几微秒的开销，而且要重新从内存读取操作数。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。比较上面打印的时间中分块与 SDPA 两列：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存，却没有它的速度。
+# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：请阅读上面朴素与分块两列的时间。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的。
 #
 # On a GPU the point is speed as much as memory. An A100 has 40-80 GB of high-bandwidth memory (HBM)
 # at 1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of its 108 streaming multiprocessors at about
