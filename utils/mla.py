@@ -18,9 +18,12 @@ Two paths, same outputs:
 
 Layouts are DeepSeek-V3's `inference/model.py`: parameter names, wkv_a's output as
 [latent | rope key], wkv_b's rows per head as [nope keys | values], wq(_b)'s rows per head as
-[nope | rope]; so its MLA state_dict loads unchanged. Omitted: YaRN (V3 multiplies the softmax
-scale by mscale**2 and stretches the rope frequencies when max_seq_len exceeds its original
-4096); keep max_seq_len <= 4096 to compare with V3's code.
+[nope | rope]; so the state_dict of V3's MLA (after V3's own convert.py, one rank) loads
+unchanged. Omitted: YaRN. V3's code multiplies the softmax scale by mscale**2 and stretches the
+slow rope pairs whenever its max_seq_len exceeds original_seq_len = 4096 (the default
+max_seq_len is 16384, so as shipped it always does); this module equals V3's code built with
+max_seq_len <= 4096 (utils.rope.yarn_* computes what YaRN changes). `LatentAttention` is the
+stepping stone: the latent cache and the absorption, without RoPE.
 
 Cache and batch: the buffers k_cache, v_cache (naive) and kv_cache, pe_cache (absorbed) have
 shape (B, max_seq_len, ...). A prefill (start_pos == 0) allocates them for the batch B of its
@@ -149,6 +152,49 @@ class MultiHeadLatentAttention(nn.Module):
         return self.wo(out.flatten(2))  # (B, T, H * dv) -> (B, T, dim)
 
 
+class LatentAttention(nn.Module):
+    """MLA's core without positions: one cached latent per token, keys and values rebuilt per head.
+
+    The stepping stone of notebook 09 (no RoPE, no query compression, no norm). Both paths cache
+    only the latent (kv_lora_rank numbers per token). absorb=False rebuilds every cached
+    latent's keys and values at every step; absorb=True folds wkv_b's key rows into the query
+    and applies its value rows after attending over the latents, and never rebuilds them.
+    """
+
+    def __init__(self, dim: int, n_heads: int, kv_lora_rank: int, head_dim: int, max_seq_len: int):
+        super().__init__()
+        self.n_heads, self.head_dim, self.kv_lora_rank = n_heads, head_dim, kv_lora_rank
+        self.wq = nn.Linear(dim, n_heads * head_dim, bias=False)
+        self.wkv_a = nn.Linear(dim, kv_lora_rank, bias=False)  # down: the latent
+        self.wkv_b = nn.Linear(kv_lora_rank, n_heads * 2 * head_dim, bias=False)  # up: [keys | values] per head
+        self.wo = nn.Linear(n_heads * head_dim, dim, bias=False)
+        self.register_buffer("kv_cache", torch.zeros(0, max_seq_len, kv_lora_rank), persistent=False)
+
+    def forward(self, x: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:
+        B, T, _ = x.shape
+        H, hd, end = self.n_heads, self.head_dim, start_pos + T
+        if start_pos == 0:
+            self.kv_cache = x.new_zeros(B, self.kv_cache.shape[1], self.kv_lora_rank)
+        latent = self.wkv_a(x)  # (B, T, c)
+        self.kv_cache[:, start_pos:end] = latent.detach()
+        c = torch.cat([self.kv_cache[:, :start_pos], latent], dim=1)  # (B, end, c)
+        q = self.wq(x).view(B, T, H, hd)
+        w = self.wkv_b.weight.view(H, 2 * hd, self.kv_lora_rank)  # rows per head: [W_UK | W_UV]
+        if absorb:
+            q_latent = torch.einsum("bshd,hdc->bshc", q, w[:, :hd])  # W_UK folded into the query
+            scores = torch.einsum("bshc,btc->bsht", q_latent, c)
+        else:
+            k, v = self.wkv_b(c).view(B, end, H, 2 * hd).split([hd, hd], dim=-1)  # every latent rebuilt
+            scores = torch.einsum("bshd,bthd->bsht", q, k)
+        scores = scores.masked_fill(causal_mask(T, end, device=x.device).unsqueeze(1), float("-inf"))
+        weights = (scores / hd ** 0.5).softmax(dim=-1)
+        if absorb:
+            out = torch.einsum("bshc,hdc->bshd", torch.einsum("bsht,btc->bshc", weights, c), w[:, hd:])
+        else:
+            out = torch.einsum("bsht,bthd->bshd", weights, v)
+        return self.wo(out.flatten(2))
+
+
 def mla_cache_elements_per_token(n_layers: int, kv_lora_rank: int, qk_rope_head_dim: int) -> int:
     """Numbers cached per token by the absorbed path: the latent and the shared rope key, every layer."""
     return n_layers * (kv_lora_rank + qk_rope_head_dim)
@@ -177,22 +223,32 @@ def one_thread():
         torch.set_num_threads(saved)
 
 
-def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progress=None) -> list[dict]:
+def prefill_in_chunks(module: nn.Module, x: torch.Tensor, absorb: bool, chunk: int = 256):
+    """Fill any MLA's cache with x through forward(x, start_pos, absorb), `chunk` tokens at a
+    time, so that the (chunk, context) scores stay small; `fill_cache` when the module has it."""
+    if hasattr(module, "fill_cache"):
+        return module.fill_cache(x, absorb)
+    for start in range(0, x.shape[1], chunk):
+        module(x[:, start:start + chunk], start, absorb)
+
+
+def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progress=None, module=None) -> list[dict]:
     """Median seconds of one decode step (1 new token after `context` cached ones), naive vs absorbed.
 
-    Both paths share one module and its weights. Each path's cache is filled once, up to the
-    largest context (`fill_cache`: what a prefill stores, without its attention); a step at
-    start_pos=context then reads context + 1 positions. Rounds are interleaved so both paths see the same machine load, and the outputs
-    of the two paths are checked equal at every context.
+    `module` is any MLA with `forward(x, start_pos, absorb)` (a learner's, in notebook 09); by
+    default this file's, with random weights. Each path's cache is filled once, up to the
+    largest context; a step at start_pos=context then reads context + 1 positions. Rounds are
+    interleaved so both paths see the same machine load, the median of `repeats` is kept
+    (robust to a busy moment), and the two paths' outputs are checked equal at every context.
     """
     torch.manual_seed(seed)
-    mla = MultiHeadLatentAttention(cfg).eval()
+    mla = (module if module is not None else MultiHeadLatentAttention(cfg)).eval()
     longest = max(contexts)
     x = torch.randn(batch, longest + 1, cfg.dim)
     rows = []
     with torch.no_grad(), one_thread():
         for absorb in (False, True):
-            mla.fill_cache(x[:, :longest], absorb)
+            prefill_in_chunks(mla, x[:, :longest], absorb)
         for context in (progress(contexts) if progress else contexts):
             new = x[:, longest:]  # any token will do; only the amount of cache read matters
             times = {False: [], True: []}
