@@ -18,12 +18,12 @@
 #
 # DeepSeek-V3 架构的每个部件现在都已摆在桌上：旋转位置编码（08），带小缓存的多头潜在注意力（09），带共享专家和负载均衡偏置的混合专家（10）。在本笔记本中，你将按照 DeepSeek-V3 推理代码的布局把它们组装成一个语言模型，训练它，观察训练好的模型内部，然后加上 DeepSeek-V3 中课程尚未讲到的第四个想法：**多词元预测**（MTP）。它训练模型看到后面两个词元，并让模型解码得更快。
 #
-# The model is tiny (the table near the end counts its parameters), so that it trains on a CPU in
-# minutes. The task is copying: a random segment of tokens, a separator, then the segment again and again.
+# The model is tiny (the table near the end counts its parameters), so that it trains on a CPU;
+# the checkpoint below records how long its run took. The task is copying: a random segment of tokens, a separator, then the segment again and again.
 # Nothing predicts the first segment; everything after it can be predicted exactly, by
 # a model that finds where the current token appeared before and copies the token that came next.
 #
-# 这个模型很小（接近末尾的表格数出了它的参数量），所以在 CPU 上几分钟就能训练好。任务是复制：一段随机词元、一个分隔符，然后一遍又一遍地重复这段词元。第一段无法预测；之后的一切都可以被准确预测，只要模型能找到当前词元之前出现的位置，并复制紧随其后的那个词元。
+# 这个模型很小（接近末尾的表格数出了它的参数量），所以能在 CPU 上训练；下面的检查点记录了那次训练用了多长时间。任务是复制：一段随机词元、一个分隔符，然后一遍又一遍地重复这段词元。第一段无法预测；之后的一切都可以被准确预测，只要模型能找到当前词元之前出现的位置，并复制紧随其后的那个词元。
 
 # %%
 import math
@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from utils.mini_deepseek import CHECKPOINT, MiniDeepSeekConfig, attention_maps
 from utils.mla import MultiHeadLatentAttention, mla_cache_elements_per_token
 from utils.moe import MoE, Expert
-from utils.train_mini import BOS, SEP, copy_mask, copy_prompts, make_batch
+from utils.copy_task import BOS, SEP, copy_mask, copy_prompts, make_batch
 
 GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading only needs every cell to run: smaller sizes, no training run
 torch.set_num_threads(1)  # this model is so small that a second thread only adds overhead
@@ -134,15 +134,18 @@ nb12.check_RMSNorm(RMSNorm)
 # DeepSeek-V3 的每一层都是一个 **前归一化** 的残差块：每个子层读取残差流的归一化副本，再把结果加回去。残差流本身从不被归一化，所以梯度总有一条从损失通往第一层的畅通路径。
 #
 # ```
-# x = x + attn(attn_norm(x), start_pos)      multi-head latent attention (09), RoPE inside
-# x = x + ffn(ffn_norm(x))                   Expert(dim, inter_dim) or MoE (10)
+# x = x + attn(attn_norm(x), start_pos, absorb)   multi-head latent attention (09), RoPE inside
+# x = x + ffn(ffn_norm(x))                        Expert(dim, inter_dim) or MoE (10)
 # ```
 #
 # The first `n_dense_layers` layers have a dense SwiGLU feed-forward layer (V3: the first 3 of 61),
 # the others a mixture of experts with a shared expert. `start_pos` is the position of the first
 # token of `x`: MLA writes its cache there, which is how generation continues a sequence.
+# `absorb` picks MLA's path (09): `False` caches every head's keys and values, `True` only the
+# latent and the rope key. Both give the same outputs; a Block passes `absorb` on to the attention
+# so that the model's caller decides what the cache holds.
 #
-# 前 `n_dense_layers` 层使用稠密的 SwiGLU 前馈层（V3：61 层中的前 3 层），其余各层使用带共享专家的混合专家。`start_pos` 是 `x` 中第一个词元的位置：MLA 把缓存写在那里，生成就是这样接着一个序列继续下去的。
+# 前 `n_dense_layers` 层使用稠密的 SwiGLU 前馈层（V3：61 层中的前 3 层），其余各层使用带共享专家的混合专家。`start_pos` 是 `x` 中第一个词元的位置：MLA 把缓存写在那里，生成就是这样接着一个序列继续下去的。`absorb` 选择 MLA 的路径（09）：`False` 缓存每个头的键和值，`True` 只缓存潜在向量和 rope 键。两条路径输出相同；Block 把 `absorb` 传给注意力，由调用模型的一方决定缓存里存什么。
 
 # %% [markdown]
 # ### Exercise 2 · `Block` · 练习 2
@@ -151,9 +154,10 @@ nb12.check_RMSNorm(RMSNorm)
 # MultiHeadLatentAttention(cfg.mla())`, and `ffn = Expert(cfg.dim, cfg.inter_dim)` when `layer_id <
 # cfg.n_dense_layers`, else `MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts,
 # cfg.n_activated_experts, cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups,
-# cfg.score_func, cfg.route_scale)`. `forward(x, start_pos=0)` as above.
+# cfg.score_func, cfg.route_scale)`. `forward(x, start_pos=0, absorb=False)` as above, passing
+# `start_pos` and `absorb` to `self.attn`.
 #
-# `__init__(self, cfg, layer_id)`：`attn_norm` 和 `ffn_norm`（你的 `RMSNorm(cfg.dim)`），`attn = MultiHeadLatentAttention(cfg.mla())`；当 `layer_id < cfg.n_dense_layers` 时 `ffn = Expert(cfg.dim, cfg.inter_dim)`，否则 `ffn = MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts, cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups, cfg.score_func, cfg.route_scale)`。`forward(x, start_pos=0)` 如上所示。
+# `__init__(self, cfg, layer_id)`：`attn_norm` 和 `ffn_norm`（你的 `RMSNorm(cfg.dim)`），`attn = MultiHeadLatentAttention(cfg.mla())`；当 `layer_id < cfg.n_dense_layers` 时 `ffn = Expert(cfg.dim, cfg.inter_dim)`，否则 `ffn = MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts, cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups, cfg.score_func, cfg.route_scale)`。`forward(x, start_pos=0, absorb=False)` 如上所示，把 `start_pos` 和 `absorb` 传给 `self.attn`。
 
 # %% nbgrader={"grade": false, "grade_id": "Block", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Block(nn.Module):
@@ -171,9 +175,9 @@ class Block(nn.Module):
                            cfg.score_func, cfg.route_scale)
         ### END SOLUTION
 
-    def forward(self, x, start_pos=0):
+    def forward(self, x, start_pos=0, absorb=False):
         ### BEGIN SOLUTION
-        x = x + self.attn(self.attn_norm(x), start_pos)
+        x = x + self.attn(self.attn_norm(x), start_pos, absorb)
         return x + self.ffn(self.ffn_norm(x))
         ### END SOLUTION
 
@@ -197,6 +201,13 @@ with torch.no_grad():
     step = torch.cat([moe_block(x[:, :3]), moe_block(x[:, 3:], 3)], dim=1)
 expect(torch.allclose(step, y, atol=1e-5), "A second call with start_pos=3 must continue the first (pass start_pos to attn).",
        "以 start_pos=3 的第二次调用必须接着第一次（把 start_pos 传给 attn）。")
+fresh = Block(small, 1)
+fresh.load_state_dict(moe_block.state_dict())
+with torch.no_grad():
+    absorbed = torch.cat([fresh(x[:, :3], 0, absorb=True), fresh(x[:, 3:], 3, absorb=True)], dim=1)
+expect(torch.allclose(absorbed, y, atol=1e-5) and fresh.attn.kv_cache.shape[0] == 2 and fresh.attn.k_cache.shape[0] == 0,
+       "With absorb=True the attention must run MLA's absorbed path (its kv_cache filled, k_cache empty): pass absorb to attn.",
+       "absorb=True 时注意力必须走 MLA 的吸收路径（kv_cache 被填充，k_cache 为空）：把 absorb 传给 attn。")
 print("✓ Block")
 
 # %% nbgrader={"grade": true, "grade_id": "test_Block_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -220,9 +231,10 @@ nb12.check_Block(Block)
 #
 # `embed = nn.Embedding(vocab_size, dim)`, `layers` an `nn.ModuleList` of `Block(cfg, i)` for `i`
 # in `range(n_layers)`, `norm = RMSNorm(dim)`, `head = nn.Linear(dim, vocab_size, bias=False)`.
-# `forward(tokens, start_pos=0)` returns logits `(B, T, vocab_size)`.
+# `forward(tokens, start_pos=0, absorb=False)` returns logits `(B, T, vocab_size)`, with `start_pos` and
+# `absorb` passed to every block.
 #
-# `embed = nn.Embedding(vocab_size, dim)`，`layers` 是由 `Block(cfg, i)`（`i` 取 `range(n_layers)`）组成的 `nn.ModuleList`，`norm = RMSNorm(dim)`，`head = nn.Linear(dim, vocab_size, bias=False)`。`forward(tokens, start_pos=0)` 返回 logits `(B, T, vocab_size)`。
+# `embed = nn.Embedding(vocab_size, dim)`，`layers` 是由 `Block(cfg, i)`（`i` 取 `range(n_layers)`）组成的 `nn.ModuleList`，`norm = RMSNorm(dim)`，`head = nn.Linear(dim, vocab_size, bias=False)`。`forward(tokens, start_pos=0, absorb=False)` 返回 logits `(B, T, vocab_size)`，并把 `start_pos` 和 `absorb` 传给每个块。
 
 # %% nbgrader={"grade": false, "grade_id": "MiniDeepSeek", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MiniDeepSeek(nn.Module):
@@ -236,11 +248,11 @@ class MiniDeepSeek(nn.Module):
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         ### END SOLUTION
 
-    def forward(self, tokens, start_pos=0):
+    def forward(self, tokens, start_pos=0, absorb=False):
         ### BEGIN SOLUTION
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, start_pos)
+            x = layer(x, start_pos, absorb)
         return self.head(self.norm(x))
         ### END SOLUTION
 
@@ -262,6 +274,13 @@ expect(logits.shape == (1, 6, 64), "MiniDeepSeek returns logits of shape (B, T, 
        "MiniDeepSeek 返回形状为 (B, T, vocab_size) 的 logits。")
 expect(torch.allclose(stepwise, logits, atol=1e-5), "A prefill then a call with start_pos must equal one call on the whole sequence.",
        "先预填充、再以 start_pos 调用，结果必须与对整个序列的一次调用相同。")
+latent = MiniDeepSeek(tiny.cfg).eval()
+latent.load_state_dict(tiny.state_dict())
+with torch.no_grad():
+    absorbed = torch.cat([latent(tokens[:, :4], 0, absorb=True), latent(tokens[:, 4:], 4, absorb=True)], dim=1)
+expect(torch.allclose(absorbed, logits, atol=1e-5) and all(l.attn.kv_cache.shape[0] == 1 and l.attn.k_cache.shape[0] == 0 for l in latent.layers),
+       "With absorb=True every block must run MLA's absorbed path (kv_cache filled, k_cache empty): pass absorb to every block.",
+       "absorb=True 时每个块都必须走 MLA 的吸收路径（kv_cache 被填充，k_cache 为空）：把 absorb 传给每个块。")
 print("✓ MiniDeepSeek")
 
 # %% nbgrader={"grade": true, "grade_id": "test_MiniDeepSeek_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -346,14 +365,16 @@ else:
 # %% [markdown]
 # The loss falls below ln 64, but twenty steps are far too few to learn copying. The full run,
 # `python -m utils.train_mini`, trains the same model with one MTP module (the second half of this
-# notebook) for a few minutes. Its checkpoint is in the repository, with the losses of every
-# step, the seed and the command that made it:
+# notebook) for 500 steps. Its checkpoint is in the repository, with the losses of every step, the
+# seed, the command that made it and how long the run took (`train_seconds`, on one thread of the
+# machine that trained it):
 #
-# 损失降到了 ln 64 以下，但二十步远远不够学会复制。完整的训练 `python -m utils.train_mini` 用一个 MTP 模块（本笔记本的后半部分）把同一个模型训练几分钟。它的检查点保存在仓库中，连同每一步的损失、种子和生成它的命令：
+# 损失降到了 ln 64 以下，但二十步远远不够学会复制。完整的训练 `python -m utils.train_mini` 用一个 MTP 模块（本笔记本的后半部分）把同一个模型训练 500 步。它的检查点保存在仓库中，连同每一步的损失、种子、生成它的命令，以及那次训练用了多长时间（`train_seconds`，在训练它的机器上用一个线程）：
 
 # %%
 ckpt = torch.load(CHECKPOINT, weights_only=True)  # checkpoints/mini_deepseek.pt
-print(f"command: {ckpt['command']}   seed: {ckpt['seed']}   steps: {ckpt['steps']}   batch: {ckpt['batch_size']}")
+print(f"command: {ckpt['command']}   seed: {ckpt['seed']}   steps: {ckpt['steps']}   batch: {ckpt['batch_size']}   "
+      f"training took {ckpt['train_seconds']:.0f} s ({ckpt['train_seconds'] / 60:.1f} min)")
 print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in ckpt["final"].items()))
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.plot(ckpt["history"]["next_token"], lw=1, label="next-token loss")
@@ -362,11 +383,50 @@ ax.set_xlabel("training step"); ax.set_ylabel("cross-entropy (nats per token)");
 plt.show()
 
 # %% [markdown]
-# The curve stays flat for a while and then drops: that is when the model learns to copy. It cannot
-# go to zero, because the first segment of each sequence is random; on the copied part the held-out
-# accuracy above is what matters.
+# Where does each curve fall? The cell below reads the stored history: the mean loss over the
+# first and the last 25 steps, and the 100-step window in which it fell the most.
 #
-# 曲线先平坦一段时间，然后骤降：那正是模型学会复制的时刻。它不会降到零，因为每个序列的第一段是随机的；对复制部分来说，重要的是上面的留出集准确率。
+# 每条曲线在哪里下降？下面的单元格读取保存的历史：前 25 步和最后 25 步的平均损失，以及下降最多的那个 100 步窗口。
+
+# %%
+def describe_fall(losses, window=100, smooth=25):
+    """Start and end (means of `smooth` steps) and the `window`-step span with the largest fall,
+    named by the centre steps of the two means it compares."""
+    curve = torch.tensor(losses)
+    means = curve.unfold(0, smooth, 1).mean(-1)  # means[i]: steps i .. i + smooth - 1, centred on i + smooth // 2
+    falls = means[:-window] - means[window:]
+    start = int(falls.argmax()) + smooth // 2
+    return float(means[0]), float(means[-1]), start, start + window, float(falls.max())
+
+
+steep = {}
+for name, label in (("next_token", "next-token loss"), ("mtp", "MTP depth-1 loss")):
+    first, last, a, b, fall = describe_fall(ckpt["history"][name])
+    steep[name] = a
+    print(f"{label:17}: {first:.2f} -> {last:.2f} nats; steepest fall between steps {a} and {b} "
+          f"(by {fall:.2f} nats, 25-step means)")
+print(f"the MTP loss's steepest fall starts {steep['next_token'] - steep['mtp']} steps earlier")
+
+# %% [markdown]
+# Both curves fall from the start, without a flat stretch, and each has one steep part, printed
+# above: the next-token loss falls fastest between steps 200 and 300, and the MTP loss's steepest
+# fall starts 173 steps earlier. Neither goes to zero, because the first segment of each sequence is random; on the
+# copied part the held-out accuracy above is what matters.
+#
+# 两条曲线都从一开始就在下降，没有平坦的阶段，并且各有一段陡降，位置见上面的输出：下一个词元的损失在第 200 到 300 步之间下降最快，而 MTP 损失的最陡下降早了 173 步开始。两者都不会降到零，因为每个序列的第一段是随机的；对复制部分来说，重要的是上面的留出集准确率。
+#
+# Why does the harder-looking task, the token after next, get learned first? Because the MTP
+# module is handed half of the answer. At position `i` its input holds the embedding of token
+# `i + 1`, and the main model's hidden state `h_i` still carries token `i` in its residual stream.
+# So every position already holds a pair (this token, the next one), which is exactly what an
+# induction head looks up: a single attention layer, the module's block, can match token `i + 1`
+# against the earlier positions that hold it as "this token" and copy their "next one", token
+# `i + 2`. The main model has to build the pair itself, a previous-token head in layer 0 that an
+# induction head in layer 1 then reads, and this two-layer circuit takes longer to form. It is
+# also why the draft below is always accepted: once the model copies, the module's lookup gives
+# the same token the main model will produce one step later.
+#
+# 为什么看起来更难的任务——预测下下个词元——反而先学会？因为 MTP 模块手里已经有一半答案。在位置 `i`，它的输入中有词元 `i + 1` 的嵌入，而主模型的隐藏状态 `h_i` 在残差流中仍带着词元 `i`。于是每个位置都已经有一对（本词元，下一个词元），这正是归纳头要查找的东西：只需一层注意力，也就是模块中的那个块，就能拿词元 `i + 1` 去匹配先前把它当作"本词元"的位置，并复制它们的"下一个词元"，即词元 `i + 2`。主模型则要自己构造这一对：第 0 层的前一词元头，再由第 1 层的归纳头读取，这个两层的回路需要更长时间才能形成。这也是下面的草稿总被接受的原因：一旦模型学会了复制，模块查到的词元就是主模型下一步将会生成的词元。
 #
 # Your `MiniDeepSeek` has the same parameter names as the course's, DeepSeek-V3's names, so the
 # trained weights load straight into your class:
@@ -442,31 +502,77 @@ plt.show()
 #
 # ## Generation with the cache · 使用缓存生成
 #
-# Greedy decoding: prefill the prompt once, then feed one token at a time with `start_pos`, so
-# MLA attends to its cached latents instead of recomputing the whole sequence. The prompt is `BOS`,
-# a segment and `SEP`; the model should write the segment again.
+# Greedy decoding: prefill the prompt once, then feed one token at a time with `start_pos`, all
+# with `absorb=True`, so MLA caches only the latent and the rope key and each new token attends to
+# the cached latents instead of recomputing the whole sequence. The prefill must already run the
+# absorbed path: each path reads only the cache it wrote. The prompt is `BOS`, a segment and
+# `SEP`; the model should write the segment again.
 #
-# 贪心解码：先对提示词做一次预填充，然后每次以 `start_pos` 输入一个词元，这样 MLA 关注的是已缓存的潜在向量，而不是重新计算整个序列。提示词是 `BOS`、一段词元和 `SEP`；模型应当把这一段再写一遍。
+# 贪心解码：先对提示词做一次预填充，然后每次以 `start_pos` 输入一个词元，全程使用 `absorb=True`，这样 MLA 只缓存潜在向量和 rope 键，每个新词元关注的是已缓存的潜在向量，而不是重新计算整个序列。预填充就必须走吸收路径：每条路径只读取它自己写下的缓存。提示词是 `BOS`、一段词元和 `SEP`；模型应当把这一段再写一遍。
 
 # %%
 @torch.no_grad()
 def generate(model, prompt, max_new_tokens, use_cache=True):
     tokens = prompt
-    logits = model(prompt, 0)
+    logits = model(prompt, 0, absorb=use_cache)  # the prefill writes the latent cache
     for step in range(max_new_tokens):
         nxt = logits[:, -1].argmax(-1, keepdim=True)
         tokens = torch.cat([tokens, nxt], dim=1)
         if step + 1 < max_new_tokens:
-            logits = model(nxt, tokens.shape[1] - 1) if use_cache else model(tokens, 0)
+            logits = model(nxt, tokens.shape[1] - 1, absorb=True) if use_cache else model(tokens, 0)
     return tokens
 
 
+def fresh_trained():
+    """Your class with the trained weights and caches nothing has written yet."""
+    model = MiniDeepSeek(MiniDeepSeekConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
+
+
+decoder = fresh_trained()
 prompt = copy_prompts(1, torch.Generator().manual_seed(5))[0]
 L = prompt.shape[1] - 2
-out = generate(trained, prompt, 2 * L + 1)
+out = generate(decoder, prompt, 2 * L + 1)
 print("prompt:   ", prompt[0, 1:-1].tolist())
 print("generated:", out[0, prompt.shape[1]:].tolist())
-print("same tokens without the cache:", torch.equal(out, generate(trained, prompt, 2 * L + 1, use_cache=False)))
+print("same tokens without the cache:", torch.equal(out, generate(fresh_trained(), prompt, 2 * L + 1, use_cache=False)))
+
+# %% [markdown]
+# What does that cache hold? Every MLA layer owns four buffers of shape `(batch, max_seq_len, ...)`:
+# `k_cache` and `v_cache` for the naive path, `kv_cache` and `pe_cache` for the absorbed one; a
+# prefill sizes the ones of the path it runs. The cell below reads, in every layer of the model
+# that just generated, the buffers that were filled and how many numbers one token position holds
+# in each, and does the same for a fresh model after a prefill on the naive path.
+#
+# 这个缓存里存了什么？每个 MLA 层有四个形状为 `(batch, max_seq_len, ...)` 的缓冲区：朴素路径的 `k_cache` 和 `v_cache`，吸收路径的 `kv_cache` 和 `pe_cache`；预填充只为它所走的路径分配缓冲区。下面的单元格在刚才生成的模型的每一层中，读出哪些缓冲区被填充了、每个缓冲区中一个词元位置存了多少个数，并对一个在朴素路径上做过预填充的新模型做同样的统计。
+
+# %%
+def cache_per_token(model):
+    """{buffer name: numbers per token position, summed over layers}, for the buffers a prefill filled."""
+    held = {}
+    for layer in model.layers:
+        for name, buf in layer.attn.named_buffers():
+            if buf.shape[0] > 0:  # (B, max_seq_len, ...): one position is buf[0, 0]
+                held[name] = held.get(name, 0) + buf[0, 0].numel()
+    return held
+
+
+naive = fresh_trained()
+with torch.no_grad():
+    naive(prompt)  # a prefill on the naive path (absorb=False)
+for name, model in (("cached generation (absorb=True)", decoder), ("naive prefill (absorb=False)", naive)):
+    held = cache_per_token(model)
+    print(f"{name:32} {held} -> {sum(held.values())} numbers per token")
+print(f"mla_cache_elements_per_token(n_layers, kv_lora_rank, qk_rope_head_dim) = "
+      f"{mla_cache_elements_per_token(cfg.n_layers, cfg.kv_lora_rank, cfg.qk_rope_head_dim)}")
+
+# %% [markdown]
+# The decoder's cache holds 96 numbers per token, the latent (32) and the rope key (16) in each of
+# the two layers, what `mla_cache_elements_per_token` counts; the naive path would hold 384, every
+# head's 32-number key and 16-number value. Same tokens, a quarter of the cache.
+#
+# 解码器的缓存每个词元存 96 个数：两层中每层的潜在向量（32）和 rope 键（16），与 `mla_cache_elements_per_token` 算出的一致；朴素路径则要存 384 个，即每个头 32 个数的键和 16 个数的值。生成的词元相同，缓存只有四分之一。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -475,7 +581,7 @@ times = {True: [], False: []}
 for _ in range(2):  # interleaved rounds: both see the same load
     for use_cache in (True, False):
         t0 = time.perf_counter()
-        generate(trained, prompt, n_new, use_cache)
+        generate(decoder, prompt, n_new, use_cache)
         times[use_cache].append(time.perf_counter() - t0)
 cached, uncached = min(times[True]), min(times[False])
 print(f"{n_new} new tokens: {n_new / uncached:.0f} tokens/s without the cache, {n_new / cached:.0f} with it "
@@ -560,11 +666,13 @@ for name, mini, big in rows:
 #
 # Module `k` takes the hidden state of depth `k - 1` at position `i` (depth 0 is the main model)
 # and the embedding of token `i + k`, normalises each (`hnorm`, `enorm`), concatenates them,
-# projects `2 * dim -> dim` (`eh_proj`) and runs one Transformer block. Its output goes through the
-# main model's final norm and **the main model's output head**; the embedding is the main model's too.
-# Only the norms, the projection and the block are new. In V3 the module is its layer 61.
+# projects `2 * dim -> dim` (`eh_proj`) and runs one Transformer block. Its output goes through
+# **the main model's output head**, and the embedding is the main model's too. In this course the
+# output also goes through the main model's final norm, so only the two input norms, the projection
+# and the block are new (V3's module has an output norm of its own, see the chain below). In V3 the
+# module is its layer 61.
 #
-# 模块 `k` 接收深度 `k - 1` 在位置 `i` 的隐藏状态（深度 0 即主模型）和词元 `i + k` 的嵌入，分别归一化（`hnorm`、`enorm`），拼接，投影 `2 * dim -> dim`（`eh_proj`），再经过一个 Transformer 块。它的输出经过主模型的最终归一化和 **主模型的输出头**；嵌入也是主模型的。只有两个归一化、投影和块是新的。在 V3 中，这个模块就是它的第 61 层。
+# 模块 `k` 接收深度 `k - 1` 在位置 `i` 的隐藏状态（深度 0 即主模型）和词元 `i + k` 的嵌入，分别归一化（`hnorm`、`enorm`），拼接，投影 `2 * dim -> dim`（`eh_proj`），再经过一个 Transformer 块。它的输出经过 **主模型的输出头**，嵌入也是主模型的。在本课程中，输出还经过主模型的最终归一化，所以新增的只有两个输入归一化、投影和块（V3 的模块有自己的输出归一化，见下面的"整个序列上的链"）。在 V3 中，这个模块就是它的第 61 层。
 #
 # $$h'^k_i = M_k\,[\mathrm{RMSNorm}(h^{k-1}_i);\ \mathrm{RMSNorm}(\mathrm{Emb}(t_{i+k}))],\qquad h^k_i = \mathrm{TRM}_k(h'^k_i),\qquad P^k_{i+k+1} = \mathrm{OutHead}(h^k_i)$$
 #
@@ -641,32 +749,93 @@ nb12.check_MTPModule(MTPModule)
 # hand it the answer. Each depth's logits go through the shared norm and head.
 #
 # 训练时，每个位置同时经过所有深度。`h` 一开始是主模型在最终归一化之前的残差流，即 `hidden_states(model, tokens)`（来自 `utils.mini_deepseek`：嵌入，然后经过每个块）。深度 `k` 的位置 `i` 读取词元 `i + k` 的嵌入，即深度 `k - 1` 在该位置被要求预测的词元：`tokens[:, k:]`。深度 `k` 比深度 `k - 1` 少一个位置，因为它的最后一个位置需要序列末尾之后的词元，所以用 `h[:, :-1]`。如果改读 `tokens[:, k - 1:]`，深度 `k` 得到的是它已经有的词元；如果读 `tokens[:, k + 1:]`，就等于把答案交给了它。每个深度的 logits 都经过共享的归一化和输出头。
+#
+# Here the course and the released DeepSeek-V3 differ in one detail. V3's layer 61 stores an
+# output norm of its own, `model.layers.61.shared_head.norm.weight`, next to `enorm`, `hnorm` and
+# `eh_proj`; only the embedding and the head matrix (`shared_head.head`) are shared with the main
+# model (`README_WEIGHTS.md`), and engines that load the weights (vLLM's `deepseek_mtp.py`) apply
+# `shared_head.norm`, not the main model's `model.norm`, before the head. This course sends every
+# depth through the main model's final `norm`, trained by both losses: one norm fewer, so the
+# checkpoint's MTP module has no output norm, and V3's layer 61 would need one more RMSNorm in
+# `MTPModule`, applied in place of `model.norm`.
+#
+# 在这一点上，本课程与发布的 DeepSeek-V3 有一处不同。V3 的第 61 层在 `enorm`、`hnorm` 和 `eh_proj` 之外，还保存了自己的输出归一化 `model.layers.61.shared_head.norm.weight`；只有嵌入和输出头矩阵（`shared_head.head`）与主模型共享（`README_WEIGHTS.md`），而加载这些权重的推理引擎（vLLM 的 `deepseek_mtp.py`）在输出头之前用的是 `shared_head.norm`，不是主模型的 `model.norm`。本课程让每个深度都经过主模型的最终 `norm`，它同时被两个损失训练：少了一个归一化，所以检查点中的 MTP 模块没有输出归一化；要装入 V3 的第 61 层，`MTPModule` 需要多一个 RMSNorm，并用它代替 `model.norm`。
+
+# %% [markdown]
+# ### Exercise 6 · `mtp_forward` · 练习 6
+#
+# Return the main model's logits `(B, T, V)` and the list of each depth's logits, depth `k` of
+# shape `(B, T - k, V)`: `h^0 = hidden_states(model, tokens)`, then for `k = 1..D`
+# `h^k = mtp_modules[k-1](h^{k-1}[:, :-1], model.embed(tokens[:, k:]))`, and every logits tensor is
+# `model.head(model.norm(h))`. Keep the graph: the MTP loss trains the main model too.
+#
+# 返回主模型的 logits `(B, T, V)`，以及每个深度的 logits 组成的列表，深度 `k` 的形状为 `(B, T - k, V)`：`h^0 = hidden_states(model, tokens)`，然后对 `k = 1..D` 计算 `h^k = mtp_modules[k-1](h^{k-1}[:, :-1], model.embed(tokens[:, k:]))`，每个 logits 张量都是 `model.head(model.norm(h))`。保留计算图：MTP 损失也训练主模型。
 
 # %%
 from utils.mini_deepseek import hidden_states
 
 
+# %% nbgrader={"grade": false, "grade_id": "mtp_forward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mtp_forward(model, mtp_modules, tokens):
-    """Main logits (B, T, V) and, for each depth k, logits (B, T - k, V) of token i + k + 1 at position i."""
+    ### BEGIN SOLUTION
     h = hidden_states(model, tokens)  # depth 0, (B, T, dim)
     logits = model.head(model.norm(h))
     mtp_logits = []
     for k, module in enumerate(mtp_modules, start=1):
-        h = module(h[:, :-1], model.embed(tokens[:, k:]))  # (B, T - k, dim)
+        h = module(h[:, :-1], model.embed(tokens[:, k:]))  # (B, T - k, dim): position i reads token i + k
         mtp_logits.append(model.head(model.norm(h)))
     return logits, mtp_logits
+    ### END SOLUTION
 
+
+# %% nbgrader={"grade": true, "grade_id": "test_mtp_forward", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+import torch
+from autograder.checks import expect
+from utils.mini_deepseek import MiniDeepSeek as CourseModel, MiniDeepSeekConfig
+from utils.mtp import make_mtp_modules
+
+small = MiniDeepSeekConfig(vocab_size=20, dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                           v_head_dim=4, inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=16)
+torch.manual_seed(0)
+course_model, modules = CourseModel(small).eval(), make_mtp_modules(small, 2).eval()
+tokens = torch.tensor([[0, 3, 7, 1, 10, 4, 9, 2, 5, 8]])
+changed = tokens.clone()
+changed[0, 7] = 11  # only token 7 changes
+with torch.no_grad():
+    main, deep = mtp_forward(course_model, modules, tokens)
+    _, deep_changed = mtp_forward(course_model, modules, changed)
+expect(main.shape == (1, 10, 20) and [tuple(d.shape) for d in deep] == [(1, 9, 20), (1, 8, 20)],
+       "mtp_forward returns logits (B, T, V) and, for depth k, (B, T - k, V).",
+       "mtp_forward 返回 logits (B, T, V)，以及深度 k 的 (B, T - k, V)。")
+for k, (a, b) in enumerate(zip(deep, deep_changed), start=1):
+    first_changed = int((a - b).abs().amax(-1)[0].nonzero()[0]) if not torch.equal(a, b) else None
+    expect(first_changed == 7 - k,
+           f"Depth {k} at position i reads token i + {k}: a change of token 7 must first reach position {7 - k} (use tokens[:, k:]).",
+           f"深度 {k} 在位置 i 读取词元 i + {k}：词元 7 的改变必须最早出现在位置 {7 - k}（使用 tokens[:, k:]）。",
+           f"first changed position {first_changed}")
+print("✓ mtp_forward")
+
+# %% nbgrader={"grade": true, "grade_id": "test_mtp_forward_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
+### BEGIN HIDDEN TESTS
+from autograder.checks import nb12
+nb12.check_mtp_forward(mtp_forward)
+### END HIDDEN TESTS
 
 # %% [markdown]
-# ### Exercise 6 · `mtp_loss` · 练习 6
+# ### Exercise 7 · `mtp_loss` · 练习 7
 #
 # Position `i` of depth `k` predicts token `i + k + 1`. Depth `k`'s logits have `T - k` positions;
 # the last has no target inside the sequence, so compare `mtp_logits[k-1][:, :-1]` with
 # `tokens[:, k + 1:]`. Average the `D` depths and weight them by `lam`:
 # $\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$. The training loss is
 # `next_token_loss + mtp_loss`. DeepSeek-V3 used `D = 1` and `lam = 0.3` for the first 10T tokens, then `0.1`.
+# One difference from the report: its $\mathcal{L}_k$ is a sum over positions divided by $T$, the
+# sequence length, although only $T - k - 1$ positions have a target; here each depth takes the mean
+# over the positions that have one (what `F.cross_entropy` does), so depth `k`'s loss is the
+# report's times $T / (T - k - 1)$.
 #
-# 深度 `k` 的位置 `i` 预测词元 `i + k + 1`。深度 `k` 的 logits 有 `T - k` 个位置；最后一个位置在序列内没有目标，所以比较 `mtp_logits[k-1][:, :-1]` 与 `tokens[:, k + 1:]`。对 `D` 个深度取平均并乘以权重 `lam`：$\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$。训练损失是 `next_token_loss + mtp_loss`。DeepSeek-V3 使用 `D = 1`，前 10T 个词元 `lam = 0.3`，之后为 `0.1`。
+# 深度 `k` 的位置 `i` 预测词元 `i + k + 1`。深度 `k` 的 logits 有 `T - k` 个位置；最后一个位置在序列内没有目标，所以比较 `mtp_logits[k-1][:, :-1]` 与 `tokens[:, k + 1:]`。对 `D` 个深度取平均并乘以权重 `lam`：$\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$。训练损失是 `next_token_loss + mtp_loss`。DeepSeek-V3 使用 `D = 1`，前 10T 个词元 `lam = 0.3`，之后为 `0.1`。与报告有一处不同：报告中的 $\mathcal{L}_k$ 是对各位置求和后除以序列长度 $T$，尽管只有 $T - k - 1$ 个位置有目标；这里每个深度对有目标的位置取平均（`F.cross_entropy` 的做法），所以深度 `k` 的损失是报告中的 $T / (T - k - 1)$ 倍。
 
 # %% nbgrader={"grade": false, "grade_id": "mtp_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mtp_loss(mtp_logits, tokens, lam=0.3):
@@ -796,6 +965,8 @@ print(f"{'output identical to greedy':32}{r['identical']!s:>10}")
 # inference code `inference/model.py` (parameter names, `Block`, `Gate`); F. Gloeckle et al., *Better
 # & Faster Large Language Models via Multi-token Prediction* (2024); B. Zhang and R. Sennrich, *Root
 # Mean Square Layer Normalization* (2019); C. Olsson et al., *In-context Learning and Induction
-# Heads* (2022); the eh_proj layout: the released DeepSeek-V3 weights on Hugging Face (layer 61).
+# Heads* (2022); the eh_proj layout and layer 61's own `shared_head.norm`: the released DeepSeek-V3
+# weights on Hugging Face (`model.safetensors.index.json`), `README_WEIGHTS.md` of the DeepSeek-V3
+# repository (what layer 61 shares) and vLLM's `vllm/model_executor/models/deepseek_mtp.py`.
 #
-# 来源：DeepSeek-AI，《DeepSeek-V3 技术报告》（2024）第 2.1 节（架构）和第 2.2 节（多词元预测，lam 先 0.3 后 0.1）、第 5.4.3 节（接受率 85-90%，每秒词元数 1.8 倍），及其推理代码 `inference/model.py`（参数名、`Block`、`Gate`）；F. Gloeckle 等，《Better & Faster Large Language Models via Multi-token Prediction》（2024）；B. Zhang 和 R. Sennrich，《Root Mean Square Layer Normalization》（2019）；C. Olsson 等，《In-context Learning and Induction Heads》（2022）；eh_proj 的布局：Hugging Face 上发布的 DeepSeek-V3 权重（第 61 层）。
+# 来源：DeepSeek-AI，《DeepSeek-V3 技术报告》（2024）第 2.1 节（架构）和第 2.2 节（多词元预测，lam 先 0.3 后 0.1）、第 5.4.3 节（接受率 85-90%，每秒词元数 1.8 倍），及其推理代码 `inference/model.py`（参数名、`Block`、`Gate`）；F. Gloeckle 等，《Better & Faster Large Language Models via Multi-token Prediction》（2024）；B. Zhang 和 R. Sennrich，《Root Mean Square Layer Normalization》（2019）；C. Olsson 等，《In-context Learning and Induction Heads》（2022）；eh_proj 的布局和第 61 层自己的 `shared_head.norm`：Hugging Face 上发布的 DeepSeek-V3 权重（`model.safetensors.index.json`）、DeepSeek-V3 仓库的 `README_WEIGHTS.md`（第 61 层共享哪些参数），以及 vLLM 的 `vllm/model_executor/models/deepseek_mtp.py`。

@@ -24,7 +24,8 @@ learner's code with these kernels.
     utils.bench_quantize  `python -m utils.bench_quantize`: decode speed and memory, fp32/bf16/int8 (11)
     utils.mini_deepseek  the mini DeepSeek-V3: Block, MiniDeepSeek, next_token_loss, load_checkpoint (11, 12)
     utils.mtp         multi-token prediction, self-speculative decoding; `python -m utils.mtp` (12)
-    utils.train_mini  the copying task and `python -m utils.train_mini`, which writes checkpoints/ (11, 12)
+    utils.copy_task   the copying task: batches, copy mask, prompts (11, 12)
+    utils.train_mini  `python -m utils.train_mini`, which trains the model into checkpoints/ (11, 12)
     utils.fixtures    the book's running example "Your journey starts with one step"
     utils.plots       attention heatmaps and other course figures
 

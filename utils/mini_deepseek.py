@@ -1,15 +1,18 @@
 """A mini DeepSeek-V3: the parts of notebooks 08-10 assembled into a language model (12).
 
     tokens (B, T) -> embed -> n_layers x Block -> norm -> head -> logits (B, T, vocab_size)
-    Block: x = x + attn(attn_norm(x), start_pos)      multi-head latent attention, decoupled RoPE
+    Block: x = x + attn(attn_norm(x), start_pos, absorb)   multi-head latent attention, decoupled RoPE
            x = x + ffn(ffn_norm(x))                   dense Expert in the first n_dense_layers, MoE after
 
 Pre-norm residual blocks (each sublayer reads a normalised copy of the residual stream and adds
 its output back), RMSNorm everywhere, SwiGLU experts, a shared expert next to the routed ones and
 the gate bias of auxiliary-loss-free balancing, as in DeepSeek-V3's `inference/model.py`, whose
 parameter names this model keeps (`embed`, `layers.{i}.attn.wkv_a`, `layers.{i}.ffn.gate.bias`,
-`norm`, `head`). Generation uses MLA's cache: a call with start_pos writes the keys of its tokens
-at positions start_pos.. and attends to every earlier position.
+`norm`, `head`). Generation uses MLA's cache: a call with start_pos writes what it caches for its
+tokens at positions start_pos.. and attends to every earlier position. `absorb` picks MLA's path
+in every layer (09): False caches full per-head keys and values, True only the latent and the
+rope key (kv_lora_rank + qk_rope_head_dim numbers per token per layer); cached decoding runs
+absorb=True from the prefill on, since each path reads only the cache it wrote itself.
 
 `load_checkpoint(path=None) -> (model, cfg)` loads the model trained by `python -m utils.train_mini`
 (`checkpoints/mini_deepseek.pt`, in eval mode); its multi-token-prediction module is loaded by
@@ -77,8 +80,8 @@ class Block(nn.Module):
                            cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups,
                            cfg.score_func, cfg.route_scale)
 
-    def forward(self, x: torch.Tensor, start_pos: int = 0) -> torch.Tensor:  # (B, T, dim) -> (B, T, dim)
-        x = x + self.attn(self.attn_norm(x), start_pos)
+    def forward(self, x: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:  # (B, T, dim) -> (B, T, dim)
+        x = x + self.attn(self.attn_norm(x), start_pos, absorb)
         return x + self.ffn(self.ffn_norm(x))
 
 
@@ -91,11 +94,11 @@ class MiniDeepSeek(nn.Module):
         self.norm = RMSNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
-    def forward(self, tokens: torch.Tensor, start_pos: int = 0) -> torch.Tensor:  # (B, T) -> (B, T, V)
-        return self.head(self.norm(hidden_states(self, tokens, start_pos)))
+    def forward(self, tokens: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:  # (B, T) -> (B, T, V)
+        return self.head(self.norm(hidden_states(self, tokens, start_pos, absorb)))
 
 
-def hidden_states(model: nn.Module, tokens: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+def hidden_states(model: nn.Module, tokens: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:
     """The residual stream after the last block, before the final norm: (B, T) -> (B, T, dim).
 
     Written against the contract's names (embed, layers), so it runs any MiniDeepSeek,
@@ -103,7 +106,7 @@ def hidden_states(model: nn.Module, tokens: torch.Tensor, start_pos: int = 0) ->
     """
     x = model.embed(tokens)
     for layer in model.layers:
-        x = layer(x, start_pos)
+        x = layer(x, start_pos, absorb=absorb)
     return x
 
 
@@ -116,16 +119,32 @@ def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True) -> torch.Tensor:
     """Greedy decoding, (B, T) -> (B, T + max_new_tokens). With the cache, the prompt is read once
-    (prefill) and every later call feeds one token at start_pos; without it, each step re-reads
-    everything from position 0. Both give the same tokens."""
+    (prefill) and every later call feeds one token at start_pos, all on MLA's absorbed path, so
+    the cache holds the latent and the rope key; without it, each step re-reads everything from
+    position 0. Both give the same tokens."""
     tokens = prompt
-    logits = model(prompt, 0)
+    logits = model(prompt, 0, absorb=use_cache)
     for step in range(max_new_tokens):
         nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
         tokens = torch.cat([tokens, nxt], dim=1)
         if step + 1 < max_new_tokens:
-            logits = model(nxt, tokens.shape[1] - 1) if use_cache else model(tokens, 0)
+            logits = model(nxt, tokens.shape[1] - 1, absorb=True) if use_cache else model(tokens, 0)
     return tokens
+
+
+def cached_numbers_per_token(model: nn.Module) -> dict:
+    """What the MLA caches of `model` hold per token position, read from the buffers themselves.
+
+    {buffer name: numbers per token summed over layers}, for the buffers a prefill has sized
+    (batch > 0); the other path's buffers stay empty in a model that ran one path only.
+    """
+    held = {}
+    for m in model.modules():
+        if isinstance(m, MultiHeadLatentAttention):
+            for name, buf in m.named_buffers():
+                if buf.shape[0] > 0:  # (B, max_seq_len, ...): what one position holds is buf[0, 0]
+                    held[name] = held.get(name, 0) + buf[0, 0].numel()
+    return held
 
 
 @torch.no_grad()

@@ -6,12 +6,15 @@ hidden state of depth k - 1 (depth 0 is the main model) with the embedding of to
 token that depth k - 1 was asked to predict, and runs one Block:
 
     h^k_i = block_k(eh_proj([enorm(Emb(t_{i+k})) ; hnorm(h^{k-1}_i)]))      (released layout)
-    P^k_{i+k+1} = softmax(head(norm(h^k_i)))     embedding and head are the main model's, shared
+    P^k_{i+k+1} = softmax(head(norm(h^k_i)))     embedding, final norm and head are the main model's
 
 The paper (DeepSeek-V3 report, sec. 2.2) writes the concatenation with the hidden state first;
 the released weights (`model.layers.61.eh_proj`) take the embedding first. Both are one model:
 swapping the two halves of eh_proj's columns turns one into the other. Here h^0 is the residual
-stream before the main model's final norm; hnorm rescales it either way.
+stream before the main model's final norm; hnorm rescales it either way. One difference from
+the released layer 61: V3's module has an output norm of its own (`shared_head.norm`) and shares
+only the embedding and the head matrix; this course sends every depth through the main model's
+final `norm`, so the checkpoint's MTP module has one norm fewer.
 
     loss = next_token_loss + lam / D * sum_k CE(P^k, targets of depth k)    (V3: D = 1, lam 0.3, then 0.1)
 
@@ -19,7 +22,9 @@ Inference: drop the modules (the main model alone is a complete model), or use d
 draft: `speculative_generate` feeds [last token, draft] to the main model in ONE forward pass;
 its prediction at the first position verifies the draft, and when they agree the pass has
 produced two tokens. Every kept token is the main model's own greedy choice, so the output is
-identical to plain greedy decoding; only the number of forward passes changes.
+identical to plain greedy decoding; only the number of forward passes changes. The main model
+decodes on MLA's absorbed path (its cache holds the latent and the rope key); the draft block
+keeps the naive path, since MTPModule.forward has no absorb argument in the contract.
 
 `python -m utils.mtp` measures, on the trained checkpoint, the acceptance rate of the draft,
 tokens per forward pass and decode tokens/s with and without the draft.
@@ -101,7 +106,7 @@ def speculative_generate(model: nn.Module, mtp_module: nn.Module, prompt: torch.
     if prompt.shape[0] != 1:
         raise ValueError(f"speculative_generate decodes one sequence at a time, got a batch of {prompt.shape[0]}")
     T = prompt.shape[1]
-    h = hidden_states(model, prompt, 0)  # (1, T, dim): prefill of the main model
+    h = hidden_states(model, prompt, 0, absorb=True)  # (1, T, dim): prefill of the main model
     tokens = torch.cat([prompt, _predict(model, h[:, -1:])], dim=1)
     passes, drafted, accepted = 1, 0, 0
     # prefill of the MTP module: position i combines h_i with the embedding of token i + 1
@@ -109,10 +114,10 @@ def speculative_generate(model: nn.Module, mtp_module: nn.Module, prompt: torch.
     while tokens.shape[1] < T + max_new_tokens:
         p = tokens.shape[1] - 1
         if tokens.shape[1] + 1 == T + max_new_tokens:  # one token left: no draft needed
-            tokens = torch.cat([tokens, _predict(model, hidden_states(model, tokens[:, -1:], p))], dim=1)
+            tokens = torch.cat([tokens, _predict(model, hidden_states(model, tokens[:, -1:], p, absorb=True))], dim=1)
             passes += 1
             break
-        h = hidden_states(model, torch.cat([tokens[:, -1:], draft], dim=1), p)  # (1, 2, dim)
+        h = hidden_states(model, torch.cat([tokens[:, -1:], draft], dim=1), p, absorb=True)  # (1, 2, dim)
         pred = _predict(model, h)  # (1, 2): the main model's tokens for p+1 and p+2
         passes, drafted = passes + 1, drafted + 1
         if pred[0, 0] == draft[0, 0]:
@@ -129,10 +134,10 @@ def speculative_generate(model: nn.Module, mtp_module: nn.Module, prompt: torch.
 
 @torch.no_grad()
 def greedy_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-    """Plain greedy decoding with the cache: one forward pass per token."""
-    tokens = torch.cat([prompt, _predict(model, hidden_states(model, prompt, 0)[:, -1:])], dim=1)
+    """Plain greedy decoding with the (absorbed, latent) cache: one forward pass per token."""
+    tokens = torch.cat([prompt, _predict(model, hidden_states(model, prompt, 0, absorb=True)[:, -1:])], dim=1)
     while tokens.shape[1] < prompt.shape[1] + max_new_tokens:
-        h = hidden_states(model, tokens[:, -1:], tokens.shape[1] - 1)
+        h = hidden_states(model, tokens[:, -1:], tokens.shape[1] - 1, absorb=True)
         tokens = torch.cat([tokens, _predict(model, h)], dim=1)
     return tokens
 
@@ -170,8 +175,8 @@ def decode_benchmark(model, mtp_module, prompts, max_new_tokens: int, repeats: i
 
 
 if __name__ == "__main__":
+    from utils.copy_task import copy_prompts
     from utils.mini_deepseek import load_checkpoint
-    from utils.train_mini import copy_prompts
 
     torch.set_num_threads(1)  # a model this small gains nothing from a second thread
     torch.manual_seed(0)

@@ -1,23 +1,10 @@
 """Train the mini DeepSeek (with one multi-token-prediction module) on a copying task (11, 12).
 
-    .venv/bin/python -m utils.train_mini                 # a few minutes on 2 CPU cores
+    .venv/bin/python -m utils.train_mini                 # 668 s for the committed checkpoint (its train_seconds)
     .venv/bin/python -m utils.train_mini --steps 200 --out /tmp/mini.pt   # a quick try
 
-The task: each sequence is BOS, a segment of L distinct random tokens (L from 4 to 16, drawn per
-sequence), SEP, then the segment and SEP repeated until seq_len tokens:
-
-    BOS a1 a2 ... aL SEP a1 a2 ... aL SEP a1 a2 ...
-
-Nothing predicts the first segment (up to ln(62) nats a token), and everything after the first
-SEP is determined by what came before. Since L varies, no fixed offset finds the answer: the
-model must find the previous occurrence of the current token and copy the one after it, which is
-what an induction head does (Olsson et al., 2022). Two layers are enough to build one.
-
-For other notebooks:
-    make_batch(batch_size, seq_len, generator) -> LongTensor (B, seq_len)    the task's sequences
-    copy_mask(tokens) -> BoolTensor (B, T)  True where tokens[:, t] is determined by tokens[:, :t]
-    copy_prompts(n, generator) -> list of (1, T) prompts ending in the first SEP (for generation)
-A model's predictions at positions t-1 are graded on copy_mask(tokens)[:, 1:] (the targets).
+The task (BOS, a random segment, SEP, then the segment again and again) is `utils.copy_task`;
+its names are imported here too, so `from utils.train_mini import make_batch` keeps working.
 
 The command trains `MiniDeepSeek` with D = 1 MTP module, loss = next-token loss + lam / D * MTP
 loss (lam 0.3), AdamW with warmup and cosine decay, the gate biases moved after every step by
@@ -35,36 +22,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from utils.copy_task import BOS, SEP, SEQ_LEN, copy_mask, copy_prompts, make_batch  # noqa: F401 (re-exported)
 from utils.mini_deepseek import CHECKPOINT, MiniDeepSeek, MiniDeepSeekConfig, moe_layers, next_token_loss
 from utils.moe import update_expert_bias
 from utils.mtp import make_mtp_modules, mtp_forward, mtp_loss
-
-BOS, SEP = 0, 1
-MIN_LEN, MAX_LEN = 4, 16
-SEQ_LEN = 48
-
-
-def make_batch(batch_size: int, seq_len: int = SEQ_LEN, generator=None, vocab_size: int = 64) -> torch.Tensor:
-    """(B, seq_len) sequences BOS seg SEP seg SEP ... with a segment of distinct tokens per row."""
-    g = generator
-    L = torch.randint(MIN_LEN, MAX_LEN + 1, (batch_size, 1), generator=g)  # (B, 1)
-    segments = torch.rand(batch_size, vocab_size - 2, generator=g).argsort(dim=1) + 2  # (B, V-2), distinct
-    j = (torch.arange(seq_len - 1)[None, :]) % (L + 1)  # (B, T-1): place in the repeating unit seg+SEP
-    body = torch.where(j < L, segments.gather(1, j.clamp(max=vocab_size - 3)), torch.full_like(j, SEP))
-    return torch.cat([torch.full((batch_size, 1), BOS), body], dim=1)
-
-
-def copy_mask(tokens: torch.Tensor) -> torch.Tensor:
-    """True at the positions after the first SEP: their token is determined by the earlier ones."""
-    first_sep = (tokens == SEP).int().argmax(dim=1, keepdim=True)  # (B, 1)
-    return torch.arange(tokens.shape[1])[None, :] > first_sep
-
-
-def copy_prompts(n: int, generator=None, seq_len: int = SEQ_LEN) -> list:
-    """n prompts (1, L + 2): BOS, a segment, SEP; the rest of a sequence is for the model to copy."""
-    batch = make_batch(n, seq_len, generator)
-    ends = (batch == SEP).int().argmax(dim=1)
-    return [batch[i:i + 1, :int(ends[i]) + 1] for i in range(n)]
 
 
 @torch.no_grad()

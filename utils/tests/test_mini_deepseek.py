@@ -1,4 +1,4 @@
-"""Tests of utils.mini_deepseek and utils.train_mini (notebook 12): `.venv/bin/pytest utils/tests/test_mini_deepseek.py`."""
+"""Tests of utils.mini_deepseek, utils.copy_task and utils.train_mini (notebook 12): `.venv/bin/pytest utils/tests/test_mini_deepseek.py`."""
 import math
 
 import pytest
@@ -7,7 +7,9 @@ import torch.nn.functional as F
 
 from utils import mini_deepseek as md
 from utils.moe import MoE
-from utils.train_mini import BOS, SEP, copy_mask, copy_prompts, make_batch, train
+from utils.copy_task import BOS, SEP, copy_mask, copy_prompts, make_batch
+from utils.mla import MultiHeadLatentAttention
+from utils.train_mini import train
 
 SMALL = md.MiniDeepSeekConfig(vocab_size=20, dim=16, n_layers=3, n_dense_layers=1, inter_dim=24, n_heads=2,
                               q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
@@ -55,6 +57,33 @@ def test_generate_same_with_and_without_cache():
     cached = md.generate(model, prompt, 10)
     assert cached.shape == (2, 14) and torch.equal(cached[:, :4], prompt)
     assert torch.equal(cached, md.generate(model, prompt, 10, use_cache=False))
+
+
+@pytest.mark.parametrize("absorb", [False, True])
+def test_absorb_reaches_every_layer_and_decoding_continues_it(absorb):
+    model = small_model(4)
+    tokens = torch.randint(0, SMALL.vocab_size, (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full = small_model(4)(tokens)  # another instance: this one's caches stay fresh
+        parts = torch.cat([model(tokens[:, :6], 0, absorb), model(tokens[:, 6:], 6, absorb=absorb)], dim=1)
+    torch.testing.assert_close(parts, full, atol=1e-5, rtol=1e-4)
+    for layer in model.layers:  # the prefill sized the cache of the path it ran (batch 2), only in fresh layers
+        assert (layer.attn.kv_cache.shape[0] == 2) == absorb and (layer.attn.k_cache.shape[0] == 2) != absorb
+
+
+def test_cached_generation_holds_the_latent_and_the_rope_key():
+    model = small_model(5)
+    md.generate(model, torch.zeros(1, 3, dtype=torch.long), 4)
+    per_layer = SMALL.kv_lora_rank + SMALL.qk_rope_head_dim
+    assert md.cached_numbers_per_token(model) == {"kv_cache": SMALL.n_layers * SMALL.kv_lora_rank,
+                                                  "pe_cache": SMALL.n_layers * SMALL.qk_rope_head_dim}
+    assert sum(md.cached_numbers_per_token(model).values()) == SMALL.n_layers * per_layer
+    naive = small_model(5)
+    with torch.no_grad():
+        naive(torch.zeros(1, 3, dtype=torch.long))
+    assert md.cached_numbers_per_token(naive) == {"k_cache": SMALL.n_layers * SMALL.n_heads * 8,
+                                                  "v_cache": SMALL.n_layers * SMALL.n_heads * SMALL.v_head_dim}
+    assert all(isinstance(m, MultiHeadLatentAttention) for m in (layer.attn for layer in model.layers))
 
 
 def test_next_token_loss_is_shifted_mean_cross_entropy():

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from utils import mini_deepseek as md
 from utils import mtp
-from utils.train_mini import copy_prompts
+from utils.copy_task import copy_prompts
 
 SMALL = md.MiniDeepSeekConfig(vocab_size=20, dim=16, n_layers=2, n_dense_layers=1, inter_dim=24, n_heads=2,
                               q_lora_rank=0, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
@@ -104,3 +104,20 @@ def test_trained_checkpoint_drafts_are_mostly_accepted_and_output_is_greedy():
     r = mtp.decode_benchmark(model, draft, copy_prompts(4, torch.Generator().manual_seed(5)), 24, repeats=1)
     assert r["identical"]
     assert r["acceptance"] > 0.7 and r["tokens_per_pass"] > 1.5
+
+
+def test_mtp_and_train_mini_do_not_import_each_other():
+    """train_mini trains with utils.mtp; utils.mtp (its command included) needs only the task."""
+    import ast
+    import inspect
+    from utils import train_mini
+    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(mtp))) if isinstance(node, ast.ImportFrom)}
+    assert "utils.train_mini" not in imported and "utils.copy_task" in imported
+    assert "utils.mtp" in {n.module for n in ast.walk(ast.parse(inspect.getsource(train_mini))) if isinstance(n, ast.ImportFrom)}
+
+
+def test_greedy_decoding_caches_the_latent_of_the_main_model():
+    model, modules = small(1, 6)
+    prompt = torch.randint(0, SMALL.vocab_size, (1, 5), generator=torch.Generator().manual_seed(6))
+    mtp.speculative_generate(model, modules[0], prompt, 6)
+    assert set(md.cached_numbers_per_token(model)) == {"kv_cache", "pe_cache"}

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.mini_deepseek import hidden_states
 from utils.mla import MultiHeadLatentAttention
 from utils.moe import MoE, Expert
 
@@ -59,6 +60,17 @@ class NormHalfPrecision(RMSNorm):
         return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).float()
 
 
+class NormHalfArithmetic(RMSNorm):  # DeepSeek-V3's own code norms in the input's dtype; the contract says float32
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.to(x.dtype)
+
+
+class NormWeightData(RMSNorm):
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.data).to(x.dtype)
+
+
 class NormTorch(nn.RMSNorm):
     def __init__(self, dim, eps=1e-6):
         super().__init__(dim, eps=eps)
@@ -103,36 +115,36 @@ class Block(nn.Module):  # right
         self.attn_norm, self.attn = RMSNorm(cfg.dim), MultiHeadLatentAttention(cfg.mla())
         self.ffn_norm, self.ffn = RMSNorm(cfg.dim), _ffn(cfg, layer_id)
 
-    def forward(self, x, start_pos=0):
-        x = x + self.attn(self.attn_norm(x), start_pos)
+    def forward(self, x, start_pos=0, absorb=False):
+        x = x + self.attn(self.attn_norm(x), start_pos, absorb)
         return x + self.ffn(self.ffn_norm(x))
 
 
 class BlockPostNorm(Block):
-    def forward(self, x, start_pos=0):
-        x = self.attn_norm(x + self.attn(x, start_pos))
+    def forward(self, x, start_pos=0, absorb=False):
+        x = self.attn_norm(x + self.attn(x, start_pos, absorb))
         return self.ffn_norm(x + self.ffn(x))
 
 
 class BlockSharedNorm(Block):
-    def forward(self, x, start_pos=0):
-        x = x + self.attn(self.attn_norm(x), start_pos)
+    def forward(self, x, start_pos=0, absorb=False):
+        x = x + self.attn(self.attn_norm(x), start_pos, absorb)
         return x + self.ffn(self.attn_norm(x))
 
 
 class BlockNoResidual(Block):
-    def forward(self, x, start_pos=0):
-        x = self.attn(self.attn_norm(x), start_pos)
+    def forward(self, x, start_pos=0, absorb=False):
+        x = self.attn(self.attn_norm(x), start_pos, absorb)
         return x + self.ffn(self.ffn_norm(x))
 
 
 class BlockParallel(Block):
-    def forward(self, x, start_pos=0):
-        return x + self.attn(self.attn_norm(x), start_pos) + self.ffn(self.ffn_norm(x))
+    def forward(self, x, start_pos=0, absorb=False):
+        return x + self.attn(self.attn_norm(x), start_pos, absorb) + self.ffn(self.ffn_norm(x))
 
 
 class BlockNoStartPos(Block):
-    def forward(self, x, start_pos=0):
+    def forward(self, x, start_pos=0, absorb=False):
         x = x + self.attn(self.attn_norm(x))
         return x + self.ffn(self.ffn_norm(x))
 
@@ -143,9 +155,33 @@ class BlockAllMoE(Block):
         self.ffn = _ffn(cfg, cfg.n_dense_layers)
 
 
-class BlockAbsorbed(Block):  # right: the absorbed MLA path gives the same outputs
-    def forward(self, x, start_pos=0):
+class BlockAlwaysAbsorbed(Block):  # the same outputs, but the caller's absorb=False is ignored
+    def forward(self, x, start_pos=0, absorb=False):
         h = x + self.attn(self.attn_norm(x), start_pos, absorb=True)
+        return h + self.ffn(self.ffn_norm(h))
+
+
+class BlockDropsAbsorb(Block):
+    def forward(self, x, start_pos=0, absorb=False):
+        x = x + self.attn(self.attn_norm(x), start_pos)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class BlockDenseBoundary(Block):  # layer_id == n_dense_layers is already a MoE layer
+    def __init__(self, cfg, layer_id):
+        super().__init__(cfg, layer_id)
+        self.ffn = _ffn(cfg, 0 if layer_id <= cfg.n_dense_layers else layer_id)
+
+
+class BlockDenseFirstOnly(Block):  # only layer 0 dense, whatever n_dense_layers says
+    def __init__(self, cfg, layer_id):
+        super().__init__(cfg, layer_id)
+        self.ffn = _ffn(cfg, 0 if layer_id == 0 else cfg.n_dense_layers)
+
+
+class BlockKeywords(Block):  # right: everything by keyword
+    def forward(self, x, start_pos=0, absorb=False):
+        h = x + self.attn(self.attn_norm(x), start_pos=start_pos, absorb=absorb)
         return h + self.ffn(self.ffn_norm(h))
 
 
@@ -159,24 +195,24 @@ class MiniDeepSeek(nn.Module):  # right
         self.norm = RMSNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
-    def forward(self, tokens, start_pos=0):
+    def forward(self, tokens, start_pos=0, absorb=False):
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, start_pos)
+            x = layer(x, start_pos, absorb)
         return self.head(self.norm(x))
 
 
 class ModelNoFinalNorm(MiniDeepSeek):
-    def forward(self, tokens, start_pos=0):
+    def forward(self, tokens, start_pos=0, absorb=False):
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x, start_pos)
+            x = layer(x, start_pos, absorb)
         return self.head(x)
 
 
 class ModelSoftmax(MiniDeepSeek):
-    def forward(self, tokens, start_pos=0):
-        return super().forward(tokens, start_pos).softmax(-1)
+    def forward(self, tokens, start_pos=0, absorb=False):
+        return super().forward(tokens, start_pos, absorb).softmax(-1)
 
 
 class ModelLayerIdZero(MiniDeepSeek):
@@ -191,8 +227,22 @@ class ModelHeadBias(MiniDeepSeek):
         self.head = nn.Linear(cfg.dim, cfg.vocab_size)
 
 
+class ModelDropsAbsorb(MiniDeepSeek):
+    def forward(self, tokens, start_pos=0, absorb=False):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, start_pos)
+        return self.head(self.norm(x))
+
+
+class ModelTiedHead(MiniDeepSeek):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.head.weight = self.embed.weight
+
+
 class ModelNoStartPos(MiniDeepSeek):
-    def forward(self, tokens, start_pos=0):
+    def forward(self, tokens, start_pos=0, absorb=False):
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x)
@@ -210,10 +260,10 @@ class ModelSequential(nn.Module):  # right: the blocks called through a loop ove
         self.norm = RMSNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
-    def forward(self, tokens, start_pos=0):
+    def forward(self, tokens, start_pos=0, absorb=False):
         h = self.embed(tokens)
         for i in range(len(self.layers)):
-            h = self.layers[i](h, start_pos=start_pos)
+            h = self.layers[i](h, start_pos=start_pos, absorb=absorb)
         return self.head(self.norm(h))
 
 
@@ -310,6 +360,95 @@ class MTPSplitProjection(MTPModule):  # right: the projection of a concatenation
         return self.block(self.enorm(next_embeddings) @ w_e.T + self.hnorm(h_prev) @ w_h.T, start_pos)
 
 
+# mtp_forward -----------------------------------------------------------------------------
+def _depths(model, mtp_modules, tokens, step, h0=None, out=None):
+    """The chain with one step changed: step(k, h, tokens) -> (hidden input, embeddings) of depth k."""
+    h = hidden_states(model, tokens) if h0 is None else h0
+    out = out or (lambda h: model.head(model.norm(h)))
+    logits, deep = model.head(model.norm(hidden_states(model, tokens))), []
+    for k, module in enumerate(mtp_modules, start=1):
+        h = module(*step(k, h, tokens, model))
+        deep.append(out(h))
+    return logits, deep
+
+
+def mtp_forward(model, mtp_modules, tokens):  # right
+    h = hidden_states(model, tokens)
+    logits, mtp_logits = model.head(model.norm(h)), []
+    for k, module in enumerate(mtp_modules, start=1):
+        h = module(h[:, :-1], model.embed(tokens[:, k:]))
+        mtp_logits.append(model.head(model.norm(h)))
+    return logits, mtp_logits
+
+
+def mtp_forward_model_call(model, mtp_modules, tokens):  # right: the main logits from model(tokens), a loop by index
+    logits = model(tokens)
+    h, T, mtp_logits = hidden_states(model, tokens), tokens.shape[1], []
+    for k in range(1, len(mtp_modules) + 1):
+        h = mtp_modules[k - 1](h[:, :T - k], model.embed(tokens[:, k:T]))
+        mtp_logits.append(model.head(model.norm(h)))
+    return logits, mtp_logits
+
+
+def mtp_forward_one_early(model, mtp_modules, tokens):
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k - 1:-1])))
+
+
+def mtp_forward_early_aligned(model, mtp_modules, tokens):
+    def step(k, h, t, m):
+        e = m.embed(t[:, k - 1:])
+        return h[:, :e.shape[1]], e
+    return _depths(model, mtp_modules, tokens, step)
+
+
+def mtp_forward_late_aligned(model, mtp_modules, tokens):
+    def step(k, h, t, m):
+        e = m.embed(t[:, k + 1:])
+        return h[:, :e.shape[1]], e
+    return _depths(model, mtp_modules, tokens, step)
+
+
+def mtp_forward_always_next(model, mtp_modules, tokens):
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, 1:h.shape[1]])))
+
+
+def mtp_forward_h0_after_norm(model, mtp_modules, tokens):
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k:])),
+                   h0=model.norm(hidden_states(model, tokens)))
+
+
+def mtp_forward_front_slice(model, mtp_modules, tokens):
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, 1:], m.embed(t[:, k:])))
+
+
+def mtp_forward_parallel(model, mtp_modules, tokens):  # every depth from h^0, as independent heads
+    h0 = hidden_states(model, tokens)
+    logits = model.head(model.norm(h0))
+    T = tokens.shape[1]
+    return logits, [model.head(model.norm(m(h0[:, :T - k], model.embed(tokens[:, k:]))))
+                    for k, m in enumerate(mtp_modules, start=1)]
+
+
+def mtp_forward_no_norm(model, mtp_modules, tokens):
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k:])), out=model.head)
+
+
+def mtp_forward_own_norm(model, mtp_modules, tokens):  # V3's layer 61 has a shared_head.norm; here it is untrained
+    norm = RMSNorm(model.embed.weight.shape[1])
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k:])),
+                   out=lambda h: model.head(norm(h)))
+
+
+def mtp_forward_detached(model, mtp_modules, tokens):
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k:])),
+                   h0=hidden_states(model, tokens).detach())
+
+
+def mtp_forward_no_grad(model, mtp_modules, tokens):
+    with torch.no_grad():
+        return mtp_forward(model, mtp_modules, tokens)
+
+
 # mtp_loss --------------------------------------------------------------------------------
 def _loss(mtp_logits, tokens, lam, shift=0, divide=True):
     total = 0.0
@@ -355,6 +494,8 @@ WRONG = {
         "ignores-eps": (NormIgnoresEps, "ignores the eps"),
         "default-eps-1e-5": (NormDefaultEps5, "default eps"),
         "returns-float32": (NormHalfPrecision, "x's dtype"),
+        "half-precision-arithmetic": (NormHalfArithmetic, "65504"),
+        "weight-data": (NormWeightData, "No gradient reaches RMSNorm's weight"),
         "nn-rmsnorm": (NormTorch, "nn.RMSNorm"),
         "f-rms-norm": (NormFunctional, "write RMSNorm yourself"),
         "has-bias": (NormWithBias, "exactly one parameter"),
@@ -366,6 +507,10 @@ WRONG = {
         "parallel": (BlockParallel, "one after the other"),
         "no-start-pos": (BlockNoStartPos, "pass start_pos to self.attn"),
         "all-moe": (BlockAllMoE, "dense feed-forward"),
+        "drops-absorb": (BlockDropsAbsorb, "must pass absorb to self.attn"),
+        "absorb-always": (BlockAlwaysAbsorbed, "do not fix absorb"),
+        "dense-at-n-dense-layers": (BlockDenseBoundary, "layer_id >= n_dense_layers uses a mixture of experts"),
+        "dense-layer-0-only": (BlockDenseFirstOnly, "layer_id < n_dense_layers has a dense"),
     },
     "MiniDeepSeek": {
         "no-final-norm": (ModelNoFinalNorm, "final norm is missing"),
@@ -373,6 +518,8 @@ WRONG = {
         "layer-id-zero": (ModelLayerIdZero, "Block(cfg, i)"),
         "head-bias": (ModelHeadBias, "no bias"),
         "no-start-pos": (ModelNoStartPos, "pass start_pos to every block"),
+        "drops-absorb": (ModelDropsAbsorb, "must pass absorb to every block"),
+        "tied-head": (ModelTiedHead, "does not tie"),
     },
     "next_token_loss": {
         "unshifted": (loss_unshifted, "not shifted"),
@@ -391,6 +538,19 @@ WRONG = {
         "no-start-pos": (MTPNoStartPos, "pass start_pos to self.block"),
         "proj-bias": (MTPProjBias, "eh_proj has no bias"),
     },
+    "mtp_forward": {
+        "embedding-one-early": (mtp_forward_one_early, "reads token i + k - 1"),
+        "embedding-one-early-aligned": (mtp_forward_early_aligned, "reads token i + k - 1"),
+        "embedding-one-late-aligned": (mtp_forward_late_aligned, "reads token i + k + 1"),
+        "embedding-of-next-token-at-every-depth": (mtp_forward_always_next, "tokens[:, 1:] at every depth"),
+        "h0-after-final-norm": (mtp_forward_h0_after_norm, "BEFORE its final norm"),
+        "h-sliced-at-the-front": (mtp_forward_front_slice, "h^{k-1}[:, :-1]"),
+        "every-depth-from-h0": (mtp_forward_parallel, "sequential"),
+        "no-final-norm": (mtp_forward_no_norm, "model.head(model.norm(h^k))"),
+        "new-output-norm": (mtp_forward_own_norm, "not a new RMSNorm"),
+        "detached-h0": (mtp_forward_detached, "do not detach h^0"),
+        "no-grad": (mtp_forward_no_grad, "carry no gradient"),
+    },
     "mtp_loss": {
         "targets-one-too-few": (mtp_loss_too_few, "one too few"),
         "targets-one-too-many": (mtp_loss_too_many, "one too many"),
@@ -402,9 +562,10 @@ WRONG = {
 
 RIGHT = {
     "RMSNorm": {"reference-style": RMSNorm, "sqrt-and-divide": NormDivideSqrt},
-    "Block": {"reference-style": Block, "absorbed-mla": BlockAbsorbed},
+    "Block": {"reference-style": Block, "keyword-arguments": BlockKeywords},
     "MiniDeepSeek": {"reference-style": MiniDeepSeek, "indexed-loop": ModelSequential},
     "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand},
     "MTPModule": {"reference-style": MTPModule, "split-projection": MTPSplitProjection},
+    "mtp_forward": {"reference-style": mtp_forward, "model-call-and-index-loop": mtp_forward_model_call},
     "mtp_loss": {"stacked-mean": mtp_loss_stacked},
 }
