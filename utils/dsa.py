@@ -45,7 +45,9 @@ def write_cache(module: nn.Module, name: str, new: torch.Tensor, start_pos: int,
     elif start_pos > 0 and cache.shape[0] < B:
         raise ValueError(f"{name} holds a batch of {cache.shape[0]} from its prefill, got {B}: prefill (start_pos=0) first")
     cache[:B, start_pos:start_pos + T] = new.detach()
-    return torch.cat([cache[:B, :start_pos], new], dim=1)
+    if not new.requires_grad:  # inference: a view of the cache, never a copy of the whole prefix per step
+        return cache[:B, :start_pos + T]
+    return torch.cat([cache[:B, :start_pos], new], dim=1)  # gradients flow through the new tokens
 
 
 class LightningIndexer(nn.Module):
@@ -70,13 +72,14 @@ class LightningIndexer(nn.Module):
         B, T, _ = x.shape
         end = start_pos + T
         positions = torch.arange(start_pos, end, device=x.device)
-        q = self.wq_b(qr).view(B, T, cfg.index_n_heads, cfg.index_head_dim).transpose(1, 2)  # (B, H, T, d)
-        q = self._rope_first(q, positions)
+        H, d = cfg.index_n_heads, cfg.index_head_dim
+        q = self._rope_first(self.wq_b(qr).view(B, T, H, d).transpose(1, 2), positions)  # (B, H, T, d)
         k = self._rope_first(self.k_norm(self.wk(x)), positions)  # (B, T, d), one key for all index heads
         k = write_cache(self, "k_cache", k, start_pos, cfg.max_seq_len)  # (B, end, d)
-        w = self.weights_proj(x) * (cfg.index_n_heads ** -0.5 * cfg.index_head_dim ** -0.5)  # (B, T, H)
-        scores = torch.relu(q @ k.unsqueeze(1).transpose(-2, -1))  # (B, H, T, end): ReLU per head, then weighted
-        index = torch.einsum("bhts,bth->bts", scores, w)
+        w = self.weights_proj(x) * (H ** -0.5 * d ** -0.5)  # (B, T, H)
+        # every (query, head) row against the one shared key matrix: one matmul, no copy of k per head
+        scores = torch.relu(q.transpose(1, 2).reshape(B, T * H, d) @ k.transpose(1, 2)).view(B, T, H, end)
+        index = (scores * w.unsqueeze(-1)).sum(2)  # ReLU per head first, then the weighted sum over heads
         return index.masked_fill(causal_mask(T, end, device=x.device), float("-inf"))
 
 
@@ -101,6 +104,9 @@ class SparseMLA(MultiHeadLatentAttention):
             raise ValueError("SparseMLA needs q_lora_rank > 0: the indexer reads MLA's query latent")
         super().__init__(cfg)
         self.indexer = LightningIndexer(cfg, interleaved_indexer_rope)
+
+    def _write(self, name: str, new: torch.Tensor, start_pos: int) -> torch.Tensor:
+        return write_cache(self, name, new, start_pos, self.cfg.max_seq_len)  # 09's, without the copy at inference
 
     def forward(self, x: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:
         cfg = self.cfg
