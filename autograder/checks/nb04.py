@@ -171,8 +171,8 @@ def check_masked_softmax(masked_softmax):
 # CausalSelfAttention ---------------------------------------------------------------------
 def check_CausalSelfAttention(CausalSelfAttention):
     who = "CausalSelfAttention"
-    en = f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention or the course's class in utils."
-    zh = f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention 或 utils 中课程的类。"
+    en = f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention or hand in the course's utils.causal.{who} (extending notebook 02's SelfAttentionV2 is fine)."
+    zh = f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention，也不能交上课程的 utils.causal.{who}（继承笔记本 02 的 SelfAttentionV2 是可以的）。"
     x = randn(2, CONTEXT, D_IN, seed=61)
     short = randn(3, 4, D_IN, seed=62)
     future = x.clone()

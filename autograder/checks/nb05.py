@@ -64,8 +64,8 @@ def check_attention_dropout(attention_dropout):
 # CausalAttention -------------------------------------------------------------------------
 def check_CausalAttention(CausalAttention):
     who = "CausalAttention"
-    en = f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention or the course's class in utils."
-    zh = f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention 或 utils 中课程的类。"
+    en = f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention or hand in the course's utils.dropout.{who} (extending notebook 04's CausalSelfAttention is fine)."
+    zh = f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention，也不能交上课程的 utils.dropout.{who}（继承笔记本 04 的 CausalSelfAttention 是可以的）。"
     guard = lambda: own_work(CausalAttention, "CausalAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh)
     x, short = randn(2, CONTEXT, D_IN, seed=80), randn(3, 4, D_IN, seed=81)
     for bias in (False, True):

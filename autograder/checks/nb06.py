@@ -24,8 +24,8 @@ _ATTENTION = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_for
 
 def _guard(cls, who):
     return own_work(cls, who, extra=_ATTENTION,
-                    en=f"{who} must compute attention with your own code, not F.scaled_dot_product_attention, nn.MultiheadAttention or the course's class in utils.",
-                    zh=f"{who} 必须用你自己的代码计算注意力，不能调用 F.scaled_dot_product_attention、nn.MultiheadAttention 或 utils 中课程的类。")
+                    en=f"{who} must compute attention with your own code, not F.scaled_dot_product_attention, nn.MultiheadAttention or the course's utils.multihead.{who} (reusing a class of an earlier notebook is fine).",
+                    zh=f"{who} 必须用你自己的代码计算注意力，不能调用 F.scaled_dot_product_attention、nn.MultiheadAttention，也不能交上课程的 utils.multihead.{who}（复用之前笔记本中的类是可以的）。")
 
 
 def _heads(module, heads):

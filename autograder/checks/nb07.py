@@ -2,26 +2,21 @@
 
 Weights are built from seeds (seeded_state of the reference module) and loaded by name; the
 learner's layers run with utils.kv_cache.KVCache and the learner's generate drives utils.gpt.
-Outputs are compared with utils.kv_cache and, when they differ, with the usual mistakes.
+Outputs are compared with utils.kv_cache and, when they differ, with the usual mistakes; the
+probes shared with other cached layers live in autograder/checks/cached_layers.py.
 """
-import math
-
 import torch
-import torch.nn.functional as F
 
 import utils.kv_cache as ref
 from autograder.checks import (call, expect, expect_close, expect_known, expect_raises, expect_tensor, fail,
-                               load_state, matches, own_module, own_work, randn, seeded_state)
+                               load_state, own_module, own_work, randn, seeded_state)
+from autograder.checks.cached_layers import (attend, expect_attributes, expect_gradients, expect_probes, expect_steps,
+                                             in_float64, run_steps)
 from utils.gpt import GPTConfig, GPTModel
 from utils.multihead import merge_heads, split_heads
 
-_ATTENTION = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
 B, D_IN, CONTEXT = 2, 5, 9
 X = randn(B, 7, D_IN, seed=70)  # 3 prompt tokens, then 1, 1 and a chunk of 2
-
-
-def _guard(cls, name):
-    return own_work(cls, name, extra=_ATTENTION)
 
 
 # KVCache ----------------------------------------------------------------------------------
@@ -34,7 +29,7 @@ def _snap(result):
 
 def check_KVCache(KVCache):
     k1, v1 = randn(2, 3, 2, 4, seed=71), randn(2, 3, 2, 4, seed=72)
-    k2, v2 = randn(2, 3, 2, 4, seed=73), randn(2, 3, 2, 4, seed=74)
+    k2, v2 = randn(2, 2, 3, 4, seed=73).transpose(1, 2), randn(2, 2, 3, 4, seed=74).transpose(1, 2)  # not contiguous
     with own_work(KVCache, "KVCache"):
         cache = call(KVCache, 2, 6, 3, 4, name="KVCache")
         k, v = getattr(cache, "k", None), getattr(cache, "v", None)
@@ -48,8 +43,18 @@ def check_KVCache(KVCache):
                "KVCache 必须用传入的 dtype 创建张量。", f"dtype {wide.k.dtype}")
         first = _snap(call(cache.update, k1, v1, name="KVCache.update"))
         seq_after_first = cache.seq_len
-        second = _snap(call(cache.update, k2, v2, name="KVCache.update"))
-        seq_after_second = cache.seq_len
+        try:
+            raw = call(cache.update, k2, v2, name="KVCache.update")
+        except AssertionError as e:
+            if "crashed" not in str(e):
+                raise
+            fail("KVCache.update crashed on keys that are not contiguous (split_heads gives a transposed view): write with slice assignment or copy_, and use reshape, not view.",
+                 "KVCache.update 在不连续的键上报错（split_heads 给出的是转置后的视图）：请用切片赋值或 copy_ 写入，并用 reshape 而不是 view。",
+                 str(e).split("[")[-1].rstrip("]"))
+        second, seq_after_second = _snap(raw), cache.seq_len
+        in_place = (cache.k is k and cache.v is v, k[:, :, :4].clone(), v[:, :, :4].clone(),
+                    isinstance(raw, tuple) and all(isinstance(t, torch.Tensor) for t in raw)
+                    and (raw[0].data_ptr(), raw[1].data_ptr()) == (k.data_ptr(), v.data_ptr()))
         if isinstance(second, tuple) and getattr(second[0], "shape", None) == (2, 3, 4, 4):
             call(cache.update, v1, k1, name="KVCache.update")  # fills the cache exactly: allowed
             expect_raises(ValueError, cache.update, k1[:, :, :1], v1[:, :, :1], name="KVCache.update",
@@ -90,6 +95,13 @@ def check_KVCache(KVCache):
                  "两次 update 之后，键必须是旧键后面接着新键（沿词元轴 dim=2）。")
     expect_close(sv, want_v, "The values must be cached like the keys: old values, then new ones along dim=2.",
                  "值必须像键一样缓存：旧值之后接新值，沿 dim=2。")
+    same, held_k, held_v, views = in_place
+    expect(same and torch.equal(held_k, want_k) and torch.equal(held_v, want_v),
+           "update must write into the preallocated self.k and self.v (self.k[:, :, start:end] = k_new), not replace them: a new tensor per step copies the whole cache, the cost preallocation exists to avoid.",
+           "update 必须写入预先分配的 self.k 和 self.v（self.k[:, :, start:end] = k_new），而不是替换它们：每一步新建张量就要复制整个缓存，而预先分配正是为了避免这个代价。",
+           f"self.k is the tensor made in __init__: {same}")
+    expect(views, "update must return views of the buffers (self.k[:, :, :seq_len]), not copies: copying the filled part every step costs what torch.cat costs.",
+           "update 必须返回缓冲区的视图（self.k[:, :, :seq_len]），而不是副本：每一步复制已填的部分，代价和 torch.cat 一样。")
     expect(seq_after_reset == 0 and isinstance(tk, torch.Tensor) and tuple(tk.shape) == tuple(k2.shape),
            "reset() must empty the cache (seq_len = 0), or the next prompt attends to the previous prompt's keys: the cache was not reset.",
            "reset() 必须清空缓存（seq_len = 0），否则下一个提示会关注上一个提示的键：缓存没有被重置。",
@@ -98,56 +110,40 @@ def check_KVCache(KVCache):
 
 
 # Attention layers ----------------------------------------------------------------------
-def _attend(q, k, v, mask):
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
-
-
-def _steps(module, cache_heads, hd, name, record=None):
-    """Prefill 3 tokens, decode 1 and 1, then a chunk of 2: outputs and the cache."""
-    cache = ref.KVCache(B, CONTEXT, cache_heads, hd)
-    outs, rows = [], []
-    hook = module.W_key.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[-2]))
-    try:
-        for a, b in ((0, 3), (3, 4), (4, 5), (5, 7)):
-            outs.append(call(module, X[:, a:b], kv_cache=cache, name=f"{name}.forward"))
-    finally:
-        hook.remove()
-    expect(rows == [3, 1, 1, 2],
-           f"With a cache, {name} must project only the new tokens: it still projects the whole prefix at every step, the work the cache exists to save.",
-           f"有缓存时，{name} 只能投影新的词元：它在每一步仍然投影了整个前缀，而缓存正是为了省下这部分计算。",
-           f"rows given to W_key per call: {rows}, expected [3, 1, 1, 2]")
-    return outs, cache
-
-
-def _check_cached_layer(module, reference, name, num_heads, kv_heads):
-    hd = reference.head_dim
-    with torch.no_grad():
-        want_full = reference(X)
-        q, k, v = (split_heads(layer(X), n) for layer, n in
-                   ((reference.W_query, num_heads), (reference.W_key, kv_heads), (reference.W_value, kv_heads)))
-    full = call(module, X, name=f"{name}.forward")
-    outs, cache = _steps(module, kv_heads, hd, name)
-    expect_tensor(full, f"{name}'s output", f"{name} 的输出")
-    return full, want_full, outs, cache, (q, k, v)
-
-
-def _check_steps(outs, cache, want_full, kv, reference, name):
-    q, k, v = kv
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    for (a, b), out in zip(((0, 3), (3, 4), (4, 5), (5, 7)), outs):
-        top_left = torch.ones(b - a, b, dtype=torch.bool).triu(1)
+# The exercises teach the cache and the grouping, not the softmax: F.scaled_dot_product_attention
+# with a bottom-right mask (or enable_gqa=True) is allowed; values decide.
+def _check_layer(cls, name, reference, state, args, bias, heads, kv_heads, probe=True):
+    """Load seeded weights into the learner's layer; run STEPS; probe it (state, float64, gradients)."""
+    hd, fresh = reference.head_dim, lambda dtype=torch.float32: ref.KVCache(B, CONTEXT, kv_heads, reference.head_dim, dtype)
+    with own_work(cls, name):
+        module = own_module(cls, *args, qkv_bias=bias).eval()
+        # the GPT reads num_kv_heads where a layer has it, else num_heads (utils.gpt.new_caches)
+        expect_attributes(module, {"num_heads": heads, "head_dim": hd, "num_kv_heads": kv_heads}, name,
+                          optional={"num_kv_heads": heads} if name == "CachedMultiHeadAttention" else {})
+        load_state(module, state, name)
         with torch.no_grad():
-            mistake = reference.out_proj(merge_heads(_attend(q[:, :, a:b], k[:, :, :b], v[:, :, :b], top_left)))
-        expect_known(out, want_full[:, a:b], [(mistake if a else None,
-                     f"At decode time {name} uses a top-left aligned mask: the new token sees only the first keys. The new queries are the LAST positions, so the mask must be bottom-right aligned (causal_mask(T_new, T_total) of notebook 04).",
-                     f"解码时 {name} 使用了左上对齐的掩码：新词元只能看到最前面的键。新的查询是最后的几个位置，所以掩码必须右下对齐（笔记本 04 的 causal_mask(T_new, T_total)）。")],
-                     f"With a cache, the outputs for tokens {a}..{b - 1} must equal those of one pass over the whole sequence: the new queries attend to every cached key and to the new keys up to their own position.",
-                     f"有缓存时，词元 {a}..{b - 1} 的输出必须与对整个序列做一次计算的结果相同：新的查询关注所有缓存的键，以及新键中不超过自身位置的那些。")
-    expect(cache.seq_len == 7, f"After 7 tokens the cache given to {name} must hold 7 positions: call kv_cache.update(k, v) once per forward.",
-           f"7 个词元之后，传给 {name} 的缓存必须有 7 个位置：每次 forward 调用一次 kv_cache.update(k, v)。",
-           f"seq_len {cache.seq_len}")
+            full = call(module, X, name=f"{name}.forward")
+            cache = fresh()
+            outs = _layer_steps(module, cache, name)
+            probes = (run_steps(module, X, fresh(), name), in_float64(module, X, fresh(torch.float64), name)) if probe else None
+        if probe:
+            expect_gradients(module.train(), X, name)
+    expect_tensor(full, f"{name}'s output", f"{name} 的输出")
+    with torch.no_grad():
+        want = reference(X)
+        q = split_heads(reference.W_query(X), heads)
+        k, v = (split_heads(layer(X), kv_heads) for layer in (reference.W_key, reference.W_value))
+    return full, want, outs, cache, (q, k, v), probes
+
+
+def _layer_steps(module, cache, name):
+    try:
+        return run_steps(module, X, cache, name)
+    except AssertionError as e:
+        if "crashed" in str(e) and "size" in str(e) and cache.k.shape[1] != getattr(module, "num_heads", 0):
+            fail("The cache must hold the num_kv_groups key/value heads, before they are repeated for the query heads: that is where GQA saves memory.",
+                 "缓存必须保存 num_kv_groups 个键/值头（在为查询头重复之前）：GQA 正是在这里节省内存。", str(e).split("[")[-1])
+        raise
 
 
 def check_CachedMultiHeadAttention(CachedMultiHeadAttention):
@@ -156,15 +152,14 @@ def check_CachedMultiHeadAttention(CachedMultiHeadAttention):
         reference = ref.CachedMultiHeadAttention(D_IN, d_out, CONTEXT, heads, bias).eval()
         state = seeded_state(reference, 75 + bias)
         reference.load_state_dict(state)
-        with _guard(CachedMultiHeadAttention, name):
-            module = own_module(CachedMultiHeadAttention, D_IN, d_out, CONTEXT, heads, qkv_bias=bias).eval()
-            load_state(module, state, name)
-            with torch.no_grad():
-                full, want_full, outs, cache, kv = _check_cached_layer(module, reference, name, heads, heads)
-        expect_close(full, want_full,
+        full, want, outs, cache, qkv, probes = _check_layer(CachedMultiHeadAttention, name, reference, state,
+                                                            (D_IN, d_out, CONTEXT, heads), bias, heads, heads, bias)
+        expect_close(full, want,
                      f"Without a cache {name} must equal notebook 06's MultiHeadAttention (qkv_bias={bias}): project, split heads, causal softmax(Q K^T / sqrt(head_dim)) V, merge, out_proj.",
                      f"没有缓存时 {name} 必须等于笔记本 06 的 MultiHeadAttention（qkv_bias={bias}）：投影，拆分头，因果 softmax(Q K^T / sqrt(head_dim)) V，合并，out_proj。")
-        _check_steps(outs, cache, want_full, kv, reference, name)
+        expect_steps(outs, want, *qkv, reference.out_proj, cache, name)
+        if probes:  # after the values, so that a wrong mask is named as such
+            expect_probes(*probes, outs, reference, X, name)
 
 
 def check_GroupedQueryAttention(GroupedQueryAttention):
@@ -173,39 +168,19 @@ def check_GroupedQueryAttention(GroupedQueryAttention):
         reference = ref.GroupedQueryAttention(D_IN, d_out, CONTEXT, heads, groups, bias).eval()
         state = seeded_state(reference, 80 + groups)
         reference.load_state_dict(state)
-        with _guard(GroupedQueryAttention, name):
-            module = own_module(GroupedQueryAttention, D_IN, d_out, CONTEXT, heads, groups, qkv_bias=bias).eval()
-            load_state(module, state, name)
-            with torch.no_grad():
-                full = call(module, X, name=f"{name}.forward")
-        expect_tensor(full, f"{name}'s output", f"{name} 的输出")
+        full, want, outs, cache, (q, k, v), probes = _check_layer(
+            GroupedQueryAttention, name, reference, state, (D_IN, d_out, CONTEXT, heads, groups), bias, heads, groups, groups == 2)
         with torch.no_grad():
-            want = reference(X)
-            q = split_heads(reference.W_query(X), heads)
-            k, v = (split_heads(layer(X), groups) for layer in (reference.W_key, reference.W_value))
-            tiled = reference.out_proj(merge_heads(_attend(q, k.repeat(1, heads // groups, 1, 1), v.repeat(1, heads // groups, 1, 1),
-                                                           torch.ones(7, 7, dtype=torch.bool).triu(1))))
+            tiled = reference.out_proj(merge_heads(attend(q, k.repeat(1, heads // groups, 1, 1), v.repeat(1, heads // groups, 1, 1),
+                                                          torch.ones(7, 7, dtype=torch.bool).triu(1))))
         expect_known(full, want, [(tiled if 1 < groups < heads else None,
                      "Key/value heads are assigned with repeat where repeat_interleave is meant: query head h must use group h // (num_heads // num_kv_groups), so groups go (0, 0, 1, 1), not (0, 1, 0, 1).",
                      "键/值头的分配用了 repeat，而这里应该用 repeat_interleave：查询头 h 必须使用第 h // (num_heads // num_kv_groups) 组，所以顺序是 (0, 0, 1, 1)，而不是 (0, 1, 0, 1)。")],
                      f"{name} with {groups} group(s) is wrong: each query head attends with the keys and values of its group h // (num_heads // num_kv_groups).",
                      f"{name}（{groups} 组）的输出不对：每个查询头使用它所在组 h // (num_heads // num_kv_groups) 的键和值。")
-
-    reference = ref.GroupedQueryAttention(D_IN, d_out, CONTEXT, heads, 2).eval()
-    state = seeded_state(reference, 85)
-    reference.load_state_dict(state)
-    with _guard(GroupedQueryAttention, name):
-        module = own_module(GroupedQueryAttention, D_IN, d_out, CONTEXT, heads, 2).eval()
-        load_state(module, state, name)
-        with torch.no_grad():
-            try:
-                _, want_full, outs, cache, kv = _check_cached_layer(module, reference, name, heads, 2)
-            except AssertionError as e:
-                if "crashed" in str(e) and "size" in str(e):
-                    fail("The cache must hold the num_kv_groups key/value heads, before they are repeated for the query heads: that is where GQA saves memory.",
-                         "缓存必须保存 num_kv_groups 个键/值头（在为查询头重复之前）：GQA 正是在这里节省内存。", str(e).split("[")[-1])
-                raise
-    _check_steps(outs, cache, want_full, kv, reference, name)
+        expect_steps(outs, want, q, k, v, reference.out_proj, cache, name)
+        if probes:
+            expect_probes(*probes, outs, reference, X, name)
 
 
 # generate ------------------------------------------------------------------------------
@@ -229,10 +204,12 @@ def _model(cls=GPTModel):
 
 
 def _calls(model):
+    """(tokens, cache given, grad enabled) per pass, seen at the first block: model(...) and
+    model.forward(...) both pass through it."""
     seen = []
-    hook = model.register_forward_pre_hook(
-        lambda m, args, kwargs: seen.append((args[0].shape[1], (kwargs.get("caches") if len(args) < 2 else args[1]) is not None)),
-        with_kwargs=True)
+    hook = model.trf_blocks[0].register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append((args[0].shape[1], kwargs.get("kv_cache", args[1] if len(args) > 1 else None)
+                                             is not None, torch.is_grad_enabled())), with_kwargs=True)
     return seen, hook
 
 
@@ -273,12 +250,15 @@ def check_generate(generate):
                    f"generate(use_cache={use_cache}) gave the wrong tokens: append the argmax of the logits at the LAST position, one token per step.",
                    f"generate(use_cache={use_cache}) 给出的词元不对：每一步把最后一个位置 logits 的 argmax 接到序列后面。",
                    f"got {outs[use_cache, i].tolist()}, expected {want.tolist()}")
-    cached = seen[True, 0]
+    expect(not any(g for calls in seen.values() for *_, g in calls),
+           "generate must run the model under torch.no_grad(): otherwise every step records a graph for a backward pass that decoding never makes.",
+           "generate 必须在 torch.no_grad() 下运行模型：否则每一步都会为一次解码永远不做的反向传播记录计算图。")
+    cached = [c[:2] for c in seen[True, 0]]
     expect(cached and cached[0] == (3, True) and all(c == (1, True) for c in cached[1:]),
            "generate ignores use_cache=True: pass the caches (model.new_caches), feed the prompt once, then only the newest token at each step.",
            "generate 忽略了 use_cache=True：传入缓存（model.new_caches），先送入一次提示，之后每一步只送入最新的词元。",
            f"(tokens, caches given) per model call: {cached}")
-    plain = seen[False, 0]
+    plain = [c[:2] for c in seen[False, 0]]
     expect(plain and all(not c for _, c in plain) and [t for t, _ in plain] == list(range(3, 3 + len(plain))),
            "generate ignores use_cache=False: without a cache, run the whole sequence through the model at every step, and pass no caches.",
            "generate 忽略了 use_cache=False：没有缓存时，每一步把整个序列送入模型，并且不传缓存。",
@@ -293,6 +273,10 @@ def check_kv_cache_bytes(kv_cache_bytes):
         default = call(kv_cache_bytes, 1, 1, 32, 8, 128, name="kv_cache_bytes")
     real = ref.KVCache(3, 10, 4, 8)
     real_bytes = 2 * 2 * real.k.numel() * real.k.element_size()  # 2 layers, keys and values
+    expect(all(isinstance(g, int) and not isinstance(g, bool) for g in got + [default]),
+           "kv_cache_bytes must return an int (a number of bytes), not a float or a tensor: multiply integers, do not divide.",
+           "kv_cache_bytes 必须返回 int（字节数），而不是浮点数或张量：只做整数乘法，不要做除法。",
+           f"got {[type(g).__name__ for g in got]}")
     for c, g in zip(cases, got):
         want = ref.kv_cache_bytes(*c)
         if g == want // 2:

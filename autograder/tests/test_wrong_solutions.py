@@ -1,6 +1,7 @@
 """Tests of the tests: run the very code of each notebook's test cells, hidden ones included,
 against every wrong solution (it must fail, with a message that names the mistake) and every
 valid alternative (it must pass)."""
+import functools
 import importlib
 import subprocess
 import sys
@@ -66,7 +67,11 @@ def shortcuts(exercise):
         return {}
     module, attr = twins[0]
     original = getattr(module, attr)
-    found = {"the utils object itself": original}
+    found = {"the utils object itself": original, "functools.partial of it": functools.partial(original),
+             "a closure over it": _defined("def wrap(reference):\n"
+                                           "    def inner(*args, **kwargs):\n"
+                                           "        return reference(*args, **kwargs)\n"
+                                           "    return inner\n", "wrap", {})(original)}
     if isinstance(original, type):
         found["a subclass"] = type(exercise, (original,), {})
         found["an aliased import inside a class"] = _defined(
@@ -92,7 +97,7 @@ SHORTCUTS = [pytest.param(stem, exercise, candidate, id=f"{stem[:2]}-{exercise}-
 
 @pytest.mark.parametrize("stem, exercise, candidate", SHORTCUTS)
 def test_the_course_reference_is_no_solution(stem, exercise, candidate):
-    """Every exercise with a utils twin: the twin itself, an alias of it, or a subclass fails as a shortcut."""
+    """Every exercise with a utils twin: the twin itself, an alias, a partial, a closure over it, or a subclass fails as a shortcut."""
     _, hidden = SOURCES[stem][exercise]
     with pytest.raises(Shortcut) as failure:
         run_cell(hidden, exercise, candidate)

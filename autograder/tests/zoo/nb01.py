@@ -1,4 +1,6 @@
 """Solutions of notebook 01 that grading must reject (WRONG) or accept (RIGHT)."""
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch.nn.functional import softmax as imported_softmax
@@ -219,6 +221,7 @@ WRONG = {
         "divides by the sum": (softmax_divide_by_sum, "exp(score) divided by the sum"),
         "-inf turned into 0": (softmax_inf_to_zero, "-inf entries must get weight exactly 0"),
         "calls utils": (lambda x, dim=-1: ref.softmax(x, dim), "write softmax yourself"),
+        "functools.partial of utils": (functools.partial(ref.softmax), "write softmax yourself"),
     },
     "context_vector": {
         "raw scores as weights": (context_raw_scores, "raw scores"),
@@ -243,6 +246,7 @@ WRONG = {
         "F.scaled_dot_product_attention": (attention_sdpa, "your own code"),
         "flattens the batch": (attention_flattens_batch, "Batched"),
         "calls utils": (attention_calls_utils, "your own code"),
+        "functools.partial of utils": (functools.partial(ref.self_attention), "your own code"),
     },
 }
 

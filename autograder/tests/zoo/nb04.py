@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import utils.causal as ref
+from utils.self_attention import SelfAttentionV2
 
 NEG_INF = float("-inf")
 
@@ -249,6 +250,24 @@ def causal_uses_course_kernels():
     return CausalSelfAttention
 
 
+def causal_extends_v2():
+    """Exercise 4's text: extend notebook 02's SelfAttentionV2 (reusing an earlier notebook's class is no shortcut)."""
+    class CausalSelfAttention(SelfAttentionV2):
+        def __init__(self, d_in, d_out, context_length, qkv_bias=False):
+            super().__init__(d_in, d_out, qkv_bias)
+            self.context_length = context_length
+            self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1))
+
+        def forward(self, x):
+            T = x.shape[1]
+            if T > self.context_length:
+                raise ValueError("too many tokens")
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF)
+            return torch.softmax(scores, dim=-1) @ v
+    return CausalSelfAttention
+
+
 WRONG = {
     "causal_mask": {
         "diagonal masked": (mask_with_diagonal, "blocks the diagonal"),
@@ -307,5 +326,6 @@ RIGHT = {
         "the book's listing (float buffer, masked_fill_)": causal_book_style(),
         "einsum and torch.where": causal_einsum_where(),
         "utils.causal mask and masked_softmax": causal_uses_course_kernels(),
+        "subclass of notebook 02's SelfAttentionV2": causal_extends_v2(),
     },
 }

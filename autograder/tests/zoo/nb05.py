@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import utils.dropout as ref
+from utils.causal import CausalSelfAttention
 
 NEG_INF = float("-inf")
 
@@ -161,6 +162,21 @@ def attention_where_named():
     return CausalAttention
 
 
+def attention_extends_04():
+    """Exercise 2's text: notebook 04's CausalSelfAttention plus dropout, by subclassing it."""
+    class CausalAttention(CausalSelfAttention):
+        def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+            super().__init__(d_in, d_out, context_length, qkv_bias)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, x):
+            T = x.shape[1]
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF)
+            return self.dropout(torch.softmax(scores, dim=-1)) @ v
+    return CausalAttention
+
+
 WRONG = {
     "attention_dropout": {
         "no 1/(1-p) scaling": (dropout_factory("no scaling"), "not scaled by 1/(1-p)"),
@@ -198,5 +214,6 @@ RIGHT = {
     "CausalAttention": {"the notebook's solution": attention_class(),
                         "register_buffer(persistent=False)": attention_class(persistent=False),
                         "the book's listing 3.3": attention_book(),
-                        "torch.where and a differently named dropout": attention_where_named()},
+                        "torch.where and a differently named dropout": attention_where_named(),
+                        "subclass of notebook 04's CausalSelfAttention": attention_extends_04()},
 }
