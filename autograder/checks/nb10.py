@@ -4,7 +4,13 @@ Weights are state_dicts in DeepSeek-V3's layout (`weight`, `bias` of the gate; `
 `shared_experts.w1/w2/w3`), built from seeds by parameter name and loaded into the learner's
 modules, then compared with utils.moe. Routing results are compared as sets per token (the order
 of a token's k experts is free). When a result differs, restatements with one known mistake at
-a time name it.
+a time name it (autograder/checks/moe_probes.py).
+
+Decisions:
+- `MoE` is graded with the course's Gate and Expert in place of the learner's (put back
+  afterwards), so a mistake in those costs points once, in their own exercise.
+- Sparsity is graded by what the layer computes (multiply-adds and matrix-product calls, counted
+  by autograder/checks/cost.py), not by which modules it calls.
 """
 import torch
 import torch.nn.functional as F
@@ -13,12 +19,10 @@ from torch import nn
 import utils.moe as ref
 from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches, own_module,
                                own_work, randn, seeded_state)
-
-
-def _canonical(weights, indices):
-    """Sort each token's (index, weight) pairs by expert index."""
-    order = indices.argsort(dim=-1)
-    return weights.gather(1, order), indices.gather(1, order)
+from autograder.checks.moe_layer import (MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, moe_modules,
+                                         run_moe)
+from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, canonical, drops_assignments,
+                                          gate_state, restated_gate)
 
 
 # Expert ------------------------------------------------------------------------------------
@@ -71,16 +75,16 @@ def check_topk_router(topk_router):
            "The weights contain NaN: with logits near 1000, exp() overflows; subtract each row's maximum before exp (or use torch.softmax).",
            "权重中出现了 NaN：logits 接近 1000 时 exp() 会溢出；在 exp 之前先减去每行的最大值（或使用 torch.softmax）。")
     right_w, right_i = ref.topk_router(logits, 3)
-    w, i = _canonical(weights.detach(), indices)
-    rw, ri = _canonical(right_w, right_i)
+    w, i = canonical(weights.detach(), indices)
+    rw, ri = canonical(right_w, right_i)
     expect(torch.equal(i, ri), "The chosen experts must be the k with the largest probabilities (topk over the expert axis).",
            "被选中的专家必须是概率最大的 k 个（沿专家轴做 topk）。", f"got {indices.tolist()[:2]}, expected {right_i.tolist()[:2]}")
     probs = torch.softmax(logits, -1)
     top = probs.gather(1, right_i)
     expect_known(w, rw, [
-        (_canonical(top, right_i)[0], "The kept probabilities must be renormalised to sum 1: divide by their sum.",
+        (canonical(top, right_i)[0], "The kept probabilities must be renormalised to sum 1: divide by their sum.",
          "保留下来的概率必须重新归一化使其和为 1：除以它们的和。"),
-        (_canonical(logits.gather(1, right_i), right_i)[0], "The weights are probabilities: a softmax over all experts, then the top k, renormalised.",
+        (canonical(logits.gather(1, right_i), right_i)[0], "The weights are probabilities: a softmax over all experts, then the top k, renormalised.",
          "权重是概率：先对所有专家做 softmax，再取前 k 个并重新归一化。"),
     ], "topk_router's weights are wrong: softmax over all experts, keep the top k, divide them by their sum.",
         "topk_router 的权重不对：对所有专家做 softmax，保留前 k 个，再除以它们的和。")
@@ -92,7 +96,9 @@ def check_load_balancing_loss(load_balancing_loss):
     logits = randn(10, E, seed=120) * 2
     logits[:, 0] += 2.0  # an uneven router
     probs = torch.softmax(logits, -1).requires_grad_(True)
-    indices = probs.detach().topk(k, -1).indices
+    steer = torch.zeros(E)
+    steer[1] = 0.3  # the choice was made with a bias (as DeepSeek's is): not the top-k of router_probs
+    indices = (probs.detach() + steer).topk(k, -1).indices
     with own_work(fn, "load_balancing_loss"):
         loss = call(fn, probs, indices, E, name="load_balancing_loss")
     expect_tensor(loss, "The loss", "损失")
@@ -108,6 +114,9 @@ def check_load_balancing_loss(load_balancing_loss):
          "f_i 是 N*k 次分配中的比例（计数除以 N*k），而不是 N 个词元中的比例。"),
         (E * (counts / indices.numel() * probs.detach().sum(0)).sum(), "P_i is the MEAN router probability of expert i over the tokens, not the sum.",
          "P_i 是专家 i 在所有词元上的平均路由概率，而不是总和。"),
+        (ref.load_balancing_loss(probs.detach(), probs.detach().topk(k, -1).indices, E),
+         "f_i counts the assignments you are given in expert_indices; do not choose the experts again from router_probs (the router may have chosen with a bias).",
+         "f_i 统计的是传入的 expert_indices 中的分配；不要根据 router_probs 重新选择专家（路由器可能是带偏置选择的）。"),
     ], "load_balancing_loss is wrong: E * sum_i f_i * P_i with f_i the share of assignments and P_i the mean probability.",
         "load_balancing_loss 不对：E * sum_i f_i * P_i，其中 f_i 是分配比例，P_i 是平均概率。")
     grad = torch.autograd.grad(loss, probs, allow_unused=True)[0] if loss.requires_grad else None
@@ -124,114 +133,94 @@ def check_load_balancing_loss(load_balancing_loss):
 
 
 # Gate ----------------------------------------------------------------------------------------
-def restated_gate(state, x, k, groups, limited, func, scale, mistake=None):
-    logits = x @ state["weight"].T
-    scores = logits.sigmoid() if (func == "sigmoid") != (mistake == "softmax") else logits.softmax(-1)
-    choice = scores if mistake == "bias ignored" else scores + state["bias"]
-    if groups > 1 and mistake != "groups ignored":
-        grouped = choice.view(x.shape[0], groups, -1)
-        if func == "softmax" or mistake == "group max":
-            group_scores = grouped.amax(-1)
-        else:
-            group_scores = grouped.topk(2, -1).values.sum(-1)
-        kept = group_scores.topk(limited, -1).indices
-        dropped = torch.ones_like(group_scores, dtype=torch.bool).scatter(1, kept, False)
-        choice = grouped.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(1)
-    indices = choice.topk(k, -1).indices
-    weights = (choice if mistake == "bias in weights" else scores).gather(1, indices)
-    if func == "sigmoid" and mistake != "no renormalisation":
-        weights = weights / weights.sum(-1, keepdim=True)
-    return _canonical(weights * (1.0 if mistake == "no route_scale" else scale), indices)
-
-
-GATE_MISTAKES = {
-    "softmax": ("With score_func='sigmoid' the affinities are sigmoid(x W^T), each expert on its own, not a softmax over experts.",
-                "当 score_func='sigmoid' 时，亲和度是 sigmoid(x W^T)，每个专家各自计算，而不是对专家做 softmax。"),
-    "bias in weights": ("The bias only chooses experts: gather the weights from the scores WITHOUT the bias.",
-                        "偏置只用于选择专家：权重要从不加偏置的分数中取。"),
-    "no renormalisation": ("Sigmoid weights must be renormalised to sum 1 over the chosen experts before route_scale.",
-                           "sigmoid 权重在乘 route_scale 之前，必须在被选中的专家上重新归一化使其和为 1。"),
-    "no route_scale": ("The weights must be multiplied by route_scale at the end.", "权重最后必须乘以 route_scale。"),
-    "group max": ("With sigmoid scores a group's score is the sum of its top-2 biased expert scores, not the max.",
-                  "对 sigmoid 分数，一个组的分数是组内最高两个带偏置分数之和，而不是最大值。"),
-    "groups ignored": ("Tokens were routed to groups that were not chosen: mask every expert outside the n_limited_groups best groups with -inf before the top-k.",
-                       "词元被路由到了未被选中的组：在 top-k 之前，用 -inf 屏蔽最好的 n_limited_groups 个组之外的所有专家。"),
-    "bias ignored": ("The bias must be added to the scores used to choose experts (scores + bias for the top-k).",
-                     "选择专家所用的分数必须加上偏置（top-k 用 scores + bias）。"),
-}
-GATE_CONFIGS = (  # dim, E, k, groups, limited, score_func, route_scale, seed
-    (12, 16, 3, 4, 2, "sigmoid", 2.5, 130),
-    (10, 8, 2, 1, 1, "sigmoid", 1.0, 131),
-    (12, 12, 2, 3, 1, "softmax", 1.5, 132),
-    (12, 16, 4, 4, 1, "sigmoid", 1.0, 133),
-)
+def _gate_result(Gate, args, x):
+    """Build the learner's gate with `args`, load the course's weights for them, run it on x."""
+    dim, E, k, groups, limited, func, scale, seed = args
+    with own_work(Gate, "Gate"):
+        gate = own_module(Gate, dim, E, k, groups, limited, func, scale)
+    params = dict(gate.named_parameters())
+    expect("weight" in params and "bias" in params,
+           "Gate needs two parameters, weight (n_routed_experts, dim) and bias (n_routed_experts,), as DeepSeek-V3's gate.",
+           "Gate 需要两个参数：weight (n_routed_experts, dim) 和 bias (n_routed_experts,)，与 DeepSeek-V3 的门控一致。",
+           f"parameters: {sorted(params)}")
+    state = gate_state(ref.Gate(dim, E, k, groups, limited, func, scale), seed)
+    load_state(gate, state, "Gate")
+    gate = gate.to(x.dtype)
+    with torch.no_grad(), own_work(Gate, "Gate"):
+        result = call(gate, x, name="Gate.forward")
+    expect(isinstance(result, tuple) and len(result) == 2, "Gate.forward must return a tuple (weights, indices).",
+           "Gate.forward 必须返回一个元组 (weights, indices)。", f"got {type(result).__name__}")
+    weights, indices = result
+    N = x.shape[0]
+    expect(isinstance(indices, torch.Tensor) and indices.shape == (N, k) and not indices.is_floating_point()
+           and isinstance(weights, torch.Tensor) and weights.shape == (N, k),
+           "weights and indices must both be (N, n_activated_experts), indices as integers.",
+           "weights 和 indices 的形状都必须是 (N, n_activated_experts)，indices 为整数。",
+           f"got {getattr(weights, 'shape', None)}, {getattr(indices, 'shape', None)}")
+    return weights, indices, state
 
 
 def check_Gate(Gate):
-    for dim, E, k, groups, limited, func, scale, seed in GATE_CONFIGS:
-        with own_work(Gate, "Gate"):
-            gate = own_module(Gate, dim, E, k, groups, limited, func, scale)
-        params = dict(gate.named_parameters())
-        expect("weight" in params and "bias" in params,
-               "Gate needs two parameters, weight (n_routed_experts, dim) and bias (n_routed_experts,), as DeepSeek-V3's gate.",
-               "Gate 需要两个参数：weight (n_routed_experts, dim) 和 bias (n_routed_experts,)，与 DeepSeek-V3 的门控一致。",
-               f"parameters: {sorted(params)}")
-        reference = ref.Gate(dim, E, k, groups, limited, func, scale)
-        state = seeded_state(reference, seed)
-        state["weight"] = state["weight"] * 2.0  # spread the scores so that the bias and the groups matter
-        state["bias"] = 0.3 * torch.linspace(-1.0, 1.0, E).roll(seed % E)
-        reference.load_state_dict(state)
-        load_state(gate, state, "Gate")
+    for args in GATE_CONFIGS:
+        dim, E, k, groups, limited, func, scale, seed = args
         x = randn(24, dim, seed=seed + 10)
-        with torch.no_grad(), own_work(Gate, "Gate"):
-            result = call(gate, x, name="Gate.forward")
-        expect(isinstance(result, tuple) and len(result) == 2, "Gate.forward must return a tuple (weights, indices).",
-               "Gate.forward 必须返回一个元组 (weights, indices)。", f"got {type(result).__name__}")
-        weights, indices = result
-        expect(isinstance(indices, torch.Tensor) and indices.shape == (24, k) and isinstance(weights, torch.Tensor)
-               and weights.shape == (24, k), "weights and indices must both be (N, n_activated_experts).",
-               "weights 和 indices 的形状都必须是 (N, n_activated_experts)。",
-               f"got {getattr(weights, 'shape', None)}, {getattr(indices, 'shape', None)}")
+        weights, indices, state = _gate_result(Gate, args, x)
+        with torch.no_grad():
+            variants = {m: restated_gate(state, x, k, groups, limited, func, scale, m) for m in GATE_MISTAKES}
+            rw, ri = restated_gate(state, x, k, groups, limited, func, scale)
         if groups > 1:
             per_token = [len(set(row)) for row in (indices // (E // groups)).tolist()]
-            expect(max(per_token) <= limited, GATE_MISTAKES["groups ignored"][0], GATE_MISTAKES["groups ignored"][1],
+            expect(max(per_token) <= limited, *GATE_MISTAKES["groups ignored"],
                    f"a token's experts lie in {max(per_token)} groups, at most {limited} allowed")
-        w, i = _canonical(weights.detach().float(), indices)
-        with torch.no_grad():
-            rw, ri = _canonical(*reference(x))
-            variants = {m: restated_gate(state, x, k, groups, limited, func, scale, m) for m in GATE_MISTAKES}
+        w, i = canonical(weights.detach().float(), indices)
         setting = f"(score_func={func}, {groups} groups, {limited} kept, k={k}, route_scale={scale})"
         if not torch.equal(i, ri):
-            for m, (vw, vi) in variants.items():
-                if torch.equal(i, vi) and m not in ("bias in weights", "no renormalisation", "no route_scale"):
-                    fail(*GATE_MISTAKES[m], "your chosen experts equal what that mistake chooses")
+            for m in CHOICE_MISTAKES:
+                if torch.equal(i, variants[m][1]):
+                    fail(*GATE_MISTAKES[m], f"{setting}: your chosen experts equal what that mistake chooses")
             fail(f"Gate chose the wrong experts {setting}: rank by score + bias within the kept groups.",
                  f"Gate 选错了专家 {setting}：在保留的组中按 score + bias 排序。",
                  f"token 0: got {indices[0].tolist()}, expected {ri[0].tolist()}")
         expect_known(w, rw, [(vw, *GATE_MISTAKES[m]) for m, (vw, vi) in variants.items() if torch.equal(vi, ri)],
                      f"Gate's weights are wrong {setting}: the chosen affinities (without bias), renormalised for sigmoid, times route_scale.",
                      f"Gate 的权重不对 {setting}：被选中专家的亲和度（不含偏置），sigmoid 时重新归一化，再乘以 route_scale。")
+    args = GATE_CONFIGS[0]
+    x = randn(24, args[0], seed=150).double()  # weights come back in x's dtype
+    weights, indices, state = _gate_result(Gate, args, x)
+    expect(weights.dtype == torch.float64, "Gate's weights must come back in x's dtype (weights.type_as(x)), here float64.",
+           "Gate 的权重必须以 x 的 dtype 返回（weights.type_as(x)），这里是 float64。", f"got {weights.dtype}")
 
 
 # update_expert_bias ----------------------------------------------------------------------------
+def _bias_mistakes(bias, load, gamma):
+    load = load.double()
+    sign = torch.sign(load - load.mean())
+    return [
+        (bias + gamma * sign, "The sign is reversed: overloaded experts must LOSE gamma (be chosen less), underloaded ones gain it.",
+         "符号反了：过载的专家必须减去 gamma（更少被选中），负载不足的专家加上 gamma。"),
+        (bias - gamma * (load - load.mean()), "The bias moves by exactly gamma (the sign of the load's difference from the mean), not in proportion to it.",
+         "偏置每次正好移动 gamma（负载与平均值之差的符号），而不是与差值成比例。"),
+        (-gamma * sign, "Start from the current bias: return bias - gamma * sign(load - mean), not a fresh one.",
+         "要从当前的偏置出发：返回 bias - gamma * sign(load - mean)，而不是一个新的偏置。"),
+        (bias - gamma * torch.where(load > load.mean(), 1.0, -1.0), "An expert exactly at the mean load keeps its bias: the step is gamma * sign(load - mean), and sign(0) = 0.",
+         "负载正好等于平均值的专家保持偏置不变：步长是 gamma * sign(load - mean)，而 sign(0) = 0。"),
+        (bias - gamma * torch.sign(load - load.sum().div(len(load), rounding_mode="floor")),
+         "The mean load is a real number: compute it in floating point (tokens_per_expert.float().mean()), not with integer division.",
+         "平均负载是实数：要用浮点数计算（tokens_per_expert.float().mean()），而不是整数除法。"),
+    ]
+
+
 def check_update_expert_bias(update_expert_bias):
     fn = update_expert_bias
     bias = torch.tensor([0.5, -0.2, 0.0, 0.1, 0.3])
-    load = torch.tensor([30, 2, 11, 9, 1])  # mean 10.6: two above, three below
-    with own_work(fn, "update_expert_bias"):
-        got = call(fn, bias.clone(), load.clone(), 0.05, name="update_expert_bias")
-    expect_tensor(got, "The new bias", "新的偏置")
-    want = ref.update_expert_bias(bias, load, 0.05)
-    sign = torch.sign(load.float() - load.float().mean())
-    expect_known(got, want, [
-        (bias + 0.05 * sign, "The sign is reversed: overloaded experts must LOSE gamma (be chosen less), underloaded ones gain it.",
-         "符号反了：过载的专家必须减去 gamma（更少被选中），负载不足的专家加上 gamma。"),
-        (bias - 0.05 * (load.float() - load.float().mean()), "The bias moves by exactly gamma (the sign of the load's difference from the mean), not in proportion to it.",
-         "偏置每次正好移动 gamma（负载与平均值之差的符号），而不是与差值成比例。"),
-        (-0.05 * sign, "Start from the current bias: return bias - gamma * sign(load - mean), not a fresh one.",
-         "要从当前的偏置出发：返回 bias - gamma * sign(load - mean)，而不是一个新的偏置。"),
-    ], "update_expert_bias is wrong: minus gamma above the mean load, plus gamma below.",
-        "update_expert_bias 不对：高于平均负载减去 gamma，低于平均负载加上 gamma。")
+    for load in (torch.tensor([30, 2, 10, 9, 2]),  # mean 10.6: one expert at its floor, 10
+                 torch.tensor([4, 8, 2, 4, 2])):  # mean 4: two experts exactly at it
+        with own_work(fn, "update_expert_bias"):
+            got = call(fn, bias.clone(), load.clone(), 0.05, name="update_expert_bias")
+        expect_tensor(got, "The new bias", "新的偏置")
+        expect_known(got, ref.update_expert_bias(bias, load, 0.05), _bias_mistakes(bias, load, 0.05),
+                     "update_expert_bias is wrong: minus gamma above the mean load, plus gamma below, unchanged at the mean.",
+                     "update_expert_bias 不对：高于平均负载减去 gamma，低于平均负载加上 gamma，等于平均值时不变。")
     with own_work(fn, "update_expert_bias"):
         default = call(fn, torch.zeros(3), torch.tensor([5, 0, 1]), name="update_expert_bias")
     expect_close(default, torch.tensor([-0.001, 0.001, 0.001]), "The default gamma is 0.001, DeepSeek-V3's.",
@@ -239,93 +228,29 @@ def check_update_expert_bias(update_expert_bias):
 
 
 # MoE ---------------------------------------------------------------------------------------------
-def _count_calls(modules):
-    """Count the experts' forward calls and the token rows they receive."""
-    counter = {"calls": 0, "rows": 0}
-
-    def hook(module, inputs, output):
-        counter["calls"] += 1
-        counter["rows"] += inputs[0].shape[:-1].numel() if inputs and isinstance(inputs[0], torch.Tensor) else 0
-    return counter, [m.register_forward_hook(hook) for m in modules]
-
-
-DROPS = ("Your MoE drops or overwrites tokens: each token must get all its k expert outputs, however crowded an expert is (add with index_add_, never assign, no capacity limit).",
-         "你的 MoE 丢弃或覆盖了词元：无论专家多拥挤，每个词元都必须得到它全部 k 个专家的输出（用 index_add_ 累加，不要赋值，不设容量上限）。")
-
-
-def _drops_assignments(out, reference, x) -> bool:
-    """Does every token's output equal the shared part plus SOME of its k weighted expert outputs,
-    with at least one token missing one?"""
-    flat, got = x.reshape(-1, x.shape[-1]), out.detach().reshape(-1, x.shape[-1])
-    weights, indices = reference.gate(flat)
-    shared = reference.shared_experts(flat)
-    k, missing = indices.shape[1], False
-    for t in range(flat.shape[0]):
-        parts = torch.stack([reference.experts[e](flat[t]) * w for w, e in zip(weights[t], indices[t].tolist())])
-        subsets = [[(m >> j) & 1 for j in range(k)] for m in range(2 ** k)]
-        hit = [sub for sub in subsets if torch.allclose(got[t], shared[t] + (torch.tensor(sub, dtype=parts.dtype) @ parts), atol=1e-5)]
-        if not hit:
-            return False
-        missing |= all(0 in sub for sub in hit)
-    return missing
-
-
 def check_MoE(MoE):
-    dim, inter, E, k, shared, groups, limited, scale = 12, 6, 8, 2, 2, 4, 2, 2.0
-    with own_work(MoE, "MoE"):
-        moe = own_module(MoE, dim, inter, E, k, shared, groups, limited, "sigmoid", scale)
-    experts = getattr(moe, "experts", None)
-    expect(isinstance(experts, nn.ModuleList) and len(experts) == E,
-           "experts must be an nn.ModuleList of n_routed_experts Expert modules.", "experts 必须是由 n_routed_experts 个 Expert 组成的 nn.ModuleList。",
-           f"got {type(experts).__name__}")
-    shared_expert = getattr(moe, "shared_experts", None)
-    expect(isinstance(shared_expert, nn.Module),
-           "With n_shared_experts > 0 the MoE needs shared_experts: one Expert(dim, n_shared_experts * moe_inter_dim) that every token goes through.",
-           "当 n_shared_experts > 0 时，MoE 需要 shared_experts：一个 Expert(dim, n_shared_experts * moe_inter_dim)，每个词元都会经过它。")
-    with own_work(MoE, "MoE"):
-        plain = own_module(MoE, dim, inter, E, k)
-    expect(getattr(plain, "shared_experts", None) is None, "With n_shared_experts=0, shared_experts must be None.",
-           "当 n_shared_experts=0 时，shared_experts 必须为 None。")
-    reference = ref.MoE(dim, inter, E, k, shared, groups, limited, "sigmoid", scale)
-    state = seeded_state(reference, 140)
-    state["gate.weight"] = state["gate.weight"] * 2.0
-    reference.load_state_dict(state)
-    load_state(moe, state, "MoE")
-    x = randn(2, 7, dim, seed=141)
-    counter, hooks = _count_calls(list(experts))
-    try:
-        with torch.no_grad(), own_work(MoE, "MoE"):
-            out = call(moe, x, name="MoE.forward")
-    finally:
-        for h in hooks:
-            h.remove()
+    moe, reference, state = moe_modules(MoE)
+    x = randn(2, 7, MOE_SIZES["dim"], seed=141)
+    out = run_moe(MoE, moe, x)
     expect_tensor(out, "The MoE's output", "MoE 的输出")
     with torch.no_grad():
         want = reference(x)
-        flat = x.reshape(-1, dim)
-        routed = want - reference.shared_experts(x)
-        if out.shape == want.shape and not matches(out, want) and _drops_assignments(out, reference, x):
+        if out.shape == want.shape and not matches(out, want) and drops_assignments(out, reference, x):
             fail(*DROPS)
+        routed = want - reference.shared_experts(x)
     expect_known(out, want, [
         (routed, "The shared experts are left out: add shared_experts(x) to the routed output for every token.",
          "漏掉了共享专家：对每个词元，把 shared_experts(x) 加到路由输出上。"),
     ], "MoE's output is wrong: for each token, sum its k experts' outputs times the gate's weights, plus the shared experts.",
         "MoE 的输出不对：对每个词元，把它的 k 个专家的输出乘以门控权重后求和，再加上共享专家。")
-    expect(counter["calls"] <= E * k,
-           "Dispatch without a Python loop over tokens: run each expert once on all the tokens routed to it (group them by expert, then index_add_).",
-           "分派时不要对词元做 Python 循环：每个专家在路由给它的所有词元上只运行一次（按专家分组，再用 index_add_）。",
-           f"{counter['calls']} expert calls for {flat.shape[0]} tokens and {E} experts")
-    expect(counter["rows"] <= flat.shape[0] * k,
-           "Each routed expert runs only on the tokens routed to it (N * k rows in all), not on every token: that is what makes the layer sparse.",
-           "每个路由专家只在路由给它的词元上运行（总共 N * k 行），而不是在所有词元上运行：这正是该层稀疏的原因。",
-           f"the experts processed {counter['rows']} rows for {flat.shape[0]} tokens with k={k}")
+    check_sparse(MoE, moe)
+    check_layouts(MoE, moe, x, want)
+    check_gate_gradient(MoE, moe, reference, x)
     crowded = dict(state)
-    crowded["gate.bias"] = torch.tensor([5.0, 5.0] + [0.0] * (E - 2))  # every token picks experts 0 and 1
+    crowded["gate.bias"] = torch.tensor([5.0, 5.0] + [0.0] * (MOE_SIZES["E"] - 2))  # every token picks experts 0 and 1
     reference.load_state_dict(crowded)
     load_state(moe, crowded, "MoE")
-    with torch.no_grad(), own_work(MoE, "MoE"):
-        out = call(moe, x, name="MoE.forward")
-    expect_close(out, reference(x).detach(), *DROPS)
+    expect_close(run_moe(MoE, moe, x), reference(x).detach(), *DROPS)
 
 
 # moe_parameter_counts -------------------------------------------------------------------------------

@@ -86,6 +86,12 @@ def lb_swapped(router_probs, expert_indices, num_experts):
     return num_experts * (f * P).sum()  # ...so the gradient is lost
 
 
+def lb_chooses_again(router_probs, expert_indices, num_experts):
+    chosen = router_probs.topk(expert_indices.shape[1], -1).indices
+    f = torch.bincount(chosen.flatten(), minlength=num_experts).float() / chosen.numel()
+    return num_experts * (f * router_probs.mean(0)).sum()
+
+
 def lb_one_hot(router_probs, expert_indices, num_experts):
     f = F.one_hot(expert_indices, num_experts).float().sum(1).mean(0) / expert_indices.shape[1]
     return num_experts * torch.dot(f, router_probs.mean(0))
@@ -110,12 +116,17 @@ def gate_class(mistake=None, style="masked_fill"):
             if self.groups > 1 and mistake != "groups ignored":
                 N = x.shape[0]
                 grouped = choice.view(N, self.groups, -1)
-                if self.func == "softmax" or mistake == "group max":
+                if mistake == "V3's bias rule":  # DeepSeek-V3's code: max without a bias, top-2 sum with one
+                    group_scores = grouped.amax(-1) if self.bias is None else grouped.topk(2, -1)[0].sum(-1)
+                elif self.func == "softmax" or mistake == "group max":
                     group_scores = grouped.max(-1).values
                 else:
                     group_scores = grouped.topk(2, -1).values.sum(-1)
                 kept = group_scores.topk(self.limited, -1).indices
-                if style == "where":
+                if mistake == "zero mask":  # as some ports of V3's code do: multiply by a 0/1 mask
+                    keep = torch.zeros(N, self.groups).scatter(1, kept, 1.0)
+                    choice = (grouped * keep.unsqueeze(-1)).flatten(1)
+                elif style == "where":
                     allowed = torch.zeros(N, self.groups, dtype=torch.bool).scatter(1, kept, True)
                     choice = torch.where(allowed.unsqueeze(-1), grouped, torch.full_like(grouped, float("-inf"))).reshape(N, -1)
                 else:
@@ -125,11 +136,13 @@ def gate_class(mistake=None, style="masked_fill"):
             if style == "where":
                 indices = indices.sort(-1).values  # any order of a token's experts is fine
             weights = (choice if mistake == "bias in weights" else scores).gather(1, indices)
-            if self.func == "sigmoid" and mistake != "no renormalisation":
-                weights = weights / weights.sum(-1, keepdim=True)
-            if mistake != "no route_scale":
+            if mistake == "renormalised after route_scale":
                 weights = weights * self.scale
-            return weights.type_as(x), indices
+            if (self.func == "sigmoid" and mistake != "no renormalisation") or mistake == "softmax renormalised":
+                weights = weights / weights.sum(-1, keepdim=True)
+            if mistake not in ("no route_scale", "renormalised after route_scale"):
+                weights = weights * self.scale
+            return (weights.float() if mistake == "float32 weights" else weights.type_as(x)), indices
     return Gate
 
 
@@ -151,6 +164,16 @@ def bias_proportional(bias, tokens_per_expert, gamma=0.001):
 def bias_fresh(bias, tokens_per_expert, gamma=0.001):
     load = tokens_per_expert.float()
     return -gamma * torch.sign(load - load.mean())
+
+
+def bias_at_mean_gains(bias, tokens_per_expert, gamma=0.001):
+    load = tokens_per_expert.float()
+    return bias + torch.where(load > load.mean(), -gamma, gamma)
+
+
+def bias_integer_mean(bias, tokens_per_expert, gamma=0.001):
+    mean = tokens_per_expert.sum() // len(tokens_per_expert)
+    return bias - gamma * torch.sign(tokens_per_expert - mean).to(bias.dtype)
 
 
 def bias_where(bias, tokens_per_expert, gamma=0.001):
@@ -182,8 +205,10 @@ def moe_class(mistake=None, style="sort"):
 
         def forward(self, x):
             shape = x.shape
-            x = x.reshape(-1, shape[-1])
+            x = x.view(-1, shape[-1]) if mistake == "view" else x.reshape(-1, shape[-1])
             weights, indices = self.gate(x)
+            if mistake == "weights detached":
+                weights = weights.detach()
             y = torch.zeros_like(x)
             if mistake == "every expert on every token":
                 gates = torch.zeros(x.shape[0], len(self.experts)).scatter(1, indices, weights)
@@ -192,6 +217,20 @@ def moe_class(mistake=None, style="sort"):
                 for t in range(x.shape[0]):
                     for w, e in zip(weights[t], indices[t].tolist()):
                         y[t] = y[t] + w * self.experts[e](x[t])
+            elif mistake == "stacked weights, every expert":  # no Expert is ever called: hooks see nothing
+                w1, w2, w3 = (torch.stack([getattr(e, n).weight for e in self.experts]) for n in ("w1", "w2", "w3"))
+                gates = torch.zeros(x.shape[0], len(self.experts)).scatter(1, indices, weights)
+                h = F.silu(torch.einsum("nd,ehd->neh", x, w1)) * torch.einsum("nd,ehd->neh", x, w3)
+                y = torch.einsum("neh,edh,ne->nd", h, w2, gates)
+            elif mistake == "per-token loop on w1/w2/w3":
+                for t in range(x.shape[0]):
+                    for w, e in zip(weights[t], indices[t].tolist()):
+                        ex = self.experts[e]
+                        y[t] = y[t] + w * F.linear(F.silu(F.linear(x[t], ex.w1.weight)) * F.linear(x[t], ex.w3.weight), ex.w2.weight)
+            elif style == "gathered weights":  # every assignment gets its own expert's matrices: sparse, no loop at all
+                w1, w2, w3 = (torch.stack([getattr(e, n).weight for e in self.experts]) for n in ("w1", "w2", "w3"))
+                h = F.silu(torch.einsum("nd,nkhd->nkh", x, w1[indices])) * torch.einsum("nd,nkhd->nkh", x, w3[indices])
+                y = torch.einsum("nkh,nkdh,nk->nd", h, w2[indices], weights)
             else:
                 capacity = 2 * indices.numel() // len(self.experts)
                 for e, expert in enumerate(self.experts):  # DeepSeek-V3's way: a loop over experts, torch.where
@@ -215,6 +254,30 @@ def moe_class(mistake=None, style="sort"):
 
 class BorrowedMoE(utils.moe.MoE):
     pass
+
+
+def moe_with_own_parts():
+    """An MoE that builds the learner's Gate and Expert by name, as a notebook's does: a wrong
+    Gate there must not cost the MoE's points too (the check puts the course's in)."""
+    namespace = {"Gate": gate_class("group max"), "Expert": expert_class("relu")}
+    exec("from torch import nn\n"
+         "import utils.moe\n"
+         "class MoE(nn.Module):\n"
+         "    def __init__(self, dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=0,\n"
+         "                 n_expert_groups=1, n_limited_groups=1, score_func='sigmoid', route_scale=1.0):\n"
+         "        super().__init__()\n"
+         "        self.gate = Gate(dim, n_routed_experts, n_activated_experts, n_expert_groups, n_limited_groups, score_func, route_scale)\n"
+         "        self.experts = nn.ModuleList(Expert(dim, moe_inter_dim) for _ in range(n_routed_experts))\n"
+         "        self.shared_experts = Expert(dim, n_shared_experts * moe_inter_dim) if n_shared_experts > 0 else None\n"
+         "    def forward(self, x):\n"
+         "        shape = x.shape\n"
+         "        x = x.reshape(-1, shape[-1])\n"
+         "        weights, indices = self.gate(x)\n"
+         "        y = utils.moe.dispatch(x, weights, indices, self.experts)\n"
+         "        if self.shared_experts is not None:\n"
+         "            y = y + self.shared_experts(x)\n"
+         "        return y.view(shape)\n", namespace)
+    return namespace["MoE"]
 
 
 # moe_parameter_counts ----------------------------------------------------------------------------------
@@ -262,6 +325,7 @@ WRONG = {
         "f over tokens, not assignments": (lb_per_token, "N*k assignments"),
         "sum of probabilities": (lb_sum_of_probs, "MEAN router probability"),
         "f and P swapped": (lb_swapped, "f and P are swapped"),
+        "chooses the experts again": (lb_chooses_again, "expert_indices"),
         "calls utils": (utils.moe.load_balancing_loss, "yourself"),
     },
     "Gate": {
@@ -272,18 +336,29 @@ WRONG = {
         "group score as max": (gate_class("group max"), "not the max"),
         "groups not limited": (gate_class("groups ignored"), "groups that were not chosen"),
         "bias ignored": (gate_class("bias ignored"), "scores + bias"),
+        "V3's group rule (by the bias) copied": (gate_class("V3's bias rule"), "whether the gate has a bias"),
+        "softmax weights renormalised": (gate_class("softmax renormalised"), "only sigmoid weights are renormalised"),
+        "groups masked with zeros": (gate_class("zero mask"), "a mask of zeros is not enough"),
+        "renormalised after route_scale": (gate_class("renormalised after route_scale"), "renormalising after the scale undoes it"),
+        "weights always float32": (gate_class("float32 weights"), "x's dtype"),
         "subclasses utils": (BorrowedGate, "yourself"),
     },
     "update_expert_bias": {
         "wrong sign": (bias_wrong_sign, "sign is reversed"),
         "proportional step": (bias_proportional, "exactly gamma"),
         "fresh bias": (bias_fresh, "current bias"),
+        "experts at the mean gain gamma": (bias_at_mean_gains, "exactly at the mean"),
+        "integer mean": (bias_integer_mean, "integer division"),
         "calls utils": (utils.moe.update_expert_bias, "yourself"),
     },
     "MoE": {
         "shared experts left out": (moe_class("shared experts left out"), "shared experts are left out"),
         "per-token loop": (moe_class("per-token loop"), "without a Python loop over tokens"),
         "every expert on every token": (moe_class("every expert on every token"), "only on the tokens routed to it"),
+        "every expert through stacked weights": (moe_class("stacked weights, every expert"), "only on the tokens routed to it"),
+        "per-token loop on w1/w2/w3": (moe_class("per-token loop on w1/w2/w3"), "without a Python loop over tokens"),
+        "view on a non-contiguous input": (moe_class("view"), "reshape, not view"),
+        "routing weights detached": (moe_class("weights detached"), "reaches the gate"),
         "drops tokens over capacity": (moe_class("drops tokens over capacity"), "drops or overwrites"),
         "assigns instead of adding": (moe_class("assigns instead of adding"), "drops or overwrites"),
         "subclasses utils": (BorrowedMoE, "yourself"),
@@ -307,6 +382,8 @@ RIGHT = {
     "Gate": {"torch.where, indices sorted": gate_class(style="where")},
     "update_expert_bias": {"torch.where": bias_where, "in place": bias_in_place},
     "MoE": {"DeepSeek-V3's torch.where loop over experts": moe_class(style="index_add"),
-            "scatter_add": moe_class(style="scatter_add")},
+            "scatter_add": moe_class(style="scatter_add"),
+            "each assignment's gathered weights, no loop": moe_class(style="gathered weights"),
+            "built from a wrong Gate and Expert of its notebook": moe_with_own_parts()},
     "moe_parameter_counts": {"counted per matrix": counts_per_matrix},
 }

@@ -1,0 +1,159 @@
+"""What notebook 10's checks compare with: the gate restated with one known mistake at a time,
+the MoE's dropped assignments, the arithmetic a sparse layer may do, and the course's Gate and
+Expert put in place of the learner's while their MoE is graded.
+
+The MoE is graded by what it computes, not by which modules it calls: a layer that runs every
+expert on every token through stacked weights, or loops over tokens calling w1/w2/w3 directly,
+never triggers an Expert's hooks. `MatmulCost` counts every matrix product however it is reached.
+"""
+import contextlib
+
+import torch
+from torch import nn
+
+import utils.moe as ref
+from autograder.checks import learner_functions, seeded_state
+from autograder.checks.cost import MatmulCost
+
+
+def canonical(weights, indices):
+    """Sort each token's (index, weight) pairs by expert index: the order of a token's k is free."""
+    order = indices.argsort(dim=-1)
+    return weights.gather(1, order), indices.gather(1, order)
+
+
+# Gate ------------------------------------------------------------------------------------------
+def restated_gate(state, x, k, groups, limited, func, scale, mistake=None):
+    """DeepSeek-V3's gate written out again, with `mistake` (a key of GATE_MISTAKES) made."""
+    logits = x @ state["weight"].T
+    scores = logits.sigmoid() if (func == "sigmoid") != (mistake == "softmax") else logits.softmax(-1)
+    choice = scores if mistake == "bias ignored" else scores + state["bias"]
+    if groups > 1 and mistake != "groups ignored":
+        grouped = choice.view(x.shape[0], groups, -1)
+        if mistake == "group max" or (func == "softmax" and mistake != "group top-2 sum"):
+            group_scores = grouped.amax(-1)
+        else:
+            group_scores = grouped.topk(2, -1).values.sum(-1)
+        kept = group_scores.topk(limited, -1).indices
+        if mistake == "zero mask":  # multiplying by a 0/1 mask, as some ports of V3's code do
+            keep = torch.zeros_like(group_scores).scatter(1, kept, 1.0)
+            choice = (grouped * keep.unsqueeze(-1)).flatten(1)
+        else:
+            dropped = torch.ones_like(group_scores, dtype=torch.bool).scatter(1, kept, False)
+            choice = grouped.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(1)
+    indices = choice.topk(k, -1).indices
+    weights = (choice if mistake == "bias in weights" else scores).gather(1, indices)
+    if (func == "sigmoid" and mistake != "no renormalisation") or mistake == "softmax renormalised":
+        weights = weights / weights.sum(-1, keepdim=True)
+    return canonical(weights * (1.0 if mistake == "no route_scale" else scale), indices)
+
+
+GATE_MISTAKES = {
+    "softmax": ("With score_func='sigmoid' the affinities are sigmoid(x W^T), each expert on its own, not a softmax over experts.",
+                "当 score_func='sigmoid' 时，亲和度是 sigmoid(x W^T)，每个专家各自计算，而不是对专家做 softmax。"),
+    "bias in weights": ("The bias only chooses experts: gather the weights from the scores WITHOUT the bias.",
+                        "偏置只用于选择专家：权重要从不加偏置的分数中取。"),
+    "no renormalisation": ("Sigmoid weights must be renormalised to sum 1 over the chosen experts before route_scale.",
+                           "sigmoid 权重在乘 route_scale 之前，必须在被选中的专家上重新归一化使其和为 1。"),
+    "softmax renormalised": ("With score_func='softmax' the weights are the chosen probabilities as they are: only sigmoid weights are renormalised.",
+                             "当 score_func='softmax' 时，权重就是被选中专家的概率本身：只有 sigmoid 权重才重新归一化。"),
+    "no route_scale": ("The weights must be multiplied by route_scale at the end, after renormalising (renormalising after the scale undoes it).",
+                       "权重最后必须乘以 route_scale，并且在重新归一化之后（先乘再归一化会把它抵消）。"),
+    "group max": ("With sigmoid scores a group's score is the sum of its top-2 biased expert scores, not the max.",
+                  "对 sigmoid 分数，一个组的分数是组内最高两个带偏置分数之和，而不是最大值。"),
+    "group top-2 sum": ("With score_func='softmax' a group's score is its highest expert score, not the sum of its top two: the course keys the rule to the score function, while DeepSeek-V3's code keys it to whether the gate has a bias, and every gate here has one.",
+                        "当 score_func='softmax' 时，一个组的分数是组内最高的专家分数，而不是最高两个之和：本课程按分数函数决定规则，而 DeepSeek-V3 的代码按门控有没有偏置来决定，这里每个门控都有偏置。"),
+    "groups ignored": ("Tokens were routed to groups that were not chosen: mask every expert outside the n_limited_groups best groups with -inf before the top-k (a mask of zeros is not enough, biased scores can be negative).",
+                       "词元被路由到了未被选中的组：在 top-k 之前，用 -inf 屏蔽最好的 n_limited_groups 个组之外的所有专家（用 0 屏蔽不够，带偏置的分数可能为负）。"),
+    "bias ignored": ("The bias must be added to the scores used to choose experts (scores + bias for the top-k).",
+                     "选择专家所用的分数必须加上偏置（top-k 用 scores + bias）。"),
+}
+CHOICE_MISTAKES = ("softmax", "group max", "group top-2 sum", "groups ignored", "bias ignored")
+# dim, E, k, groups, limited, score_func, route_scale, seed: each mistake above, and a
+# group mask of zeros (biased scores below 0 in a kept group), changes the result of at least one
+# of them (the zoo, autograder/tests/zoo/nb10.py, holds one of each).
+GATE_CONFIGS = (
+    (12, 16, 3, 4, 2, "sigmoid", 2.5, 130),
+    (10, 8, 2, 1, 1, "sigmoid", 1.0, 131),
+    (12, 12, 2, 3, 1, "softmax", 1.5, 132),
+    (12, 16, 4, 4, 1, "sigmoid", 1.0, 133),
+)
+
+
+def gate_state(reference, seed, bias_scale=0.3):
+    """Weights spread so that the bias and the groups matter, and a bias ramp that differs per config."""
+    state = seeded_state(reference, seed)
+    state["weight"] = state["weight"] * 2.0
+    E = state["bias"].numel()
+    state["bias"] = bias_scale * torch.linspace(-1.0, 1.0, E).roll(seed % E)
+    return state
+
+
+# MoE -------------------------------------------------------------------------------------------
+DROPS = ("Your MoE drops or overwrites tokens: each token must get all its k expert outputs, however crowded an expert is (add with index_add_, never assign, no capacity limit).",
+         "你的 MoE 丢弃或覆盖了词元：无论专家多拥挤，每个词元都必须得到它全部 k 个专家的输出（用 index_add_ 累加，不要赋值，不设容量上限）。")
+
+
+def drops_assignments(out, reference, x) -> bool:
+    """Does every token's output equal the shared part plus SOME of its k weighted expert outputs,
+    with at least one token missing one?"""
+    flat, got = x.reshape(-1, x.shape[-1]), out.detach().reshape(-1, x.shape[-1])
+    weights, indices = reference.gate(flat)
+    shared = reference.shared_experts(flat)
+    k, missing = indices.shape[1], False
+    subsets = [[(m >> j) & 1 for j in range(k)] for m in range(2 ** k)]
+    for t in range(flat.shape[0]):
+        parts = torch.stack([reference.experts[e](flat[t]) * w for w, e in zip(weights[t], indices[t].tolist())])
+        hit = [sub for sub in subsets if torch.allclose(got[t], shared[t] + (torch.tensor(sub, dtype=parts.dtype) @ parts), atol=1e-5)]
+        if not hit:
+            return False
+        missing |= all(0 in sub for sub in hit)
+    return missing
+
+
+def sparse_budget(N, dim, inter, E, k, shared_inter):
+    """The most a sparse layer needs: (multiply-adds, matrix-product calls).
+
+    Multiply-adds: each token through its k experts and the shared expert (3 matrices each), the
+    gate, plus room for one more product of the gate's size (a one-hot dispatch, a second gate
+    call) and one of k x dim per token (combining the k outputs with a product). Calls: the gate,
+    three per expert and per shared expert, and one more per expert for gathering or combining.
+    A layer that runs every expert on every token exceeds the first; a loop over tokens, the second.
+    """
+    macs = N * k * 3 * dim * inter + N * 3 * dim * shared_inter + 2 * N * E * dim + N * k * dim
+    elementwise = 2 * N * (k * (inter + dim) + shared_inter + dim + 2 * E)  # SiLU gating, weights, scale
+    calls = 2 + 4 * (E + 1)
+    return macs + elementwise, calls
+
+
+def measure(module, x):
+    """Multiply-adds (matrix products and element-wise products) and matrix-product calls of one forward."""
+    with MatmulCost() as cost:
+        module(x)
+    return cost.macs + cost.muls, cost.calls
+
+
+@contextlib.contextmanager
+def course_parts(fn, names=("Gate", "Expert")):
+    """While the learner's MoE is graded, the Gate and Expert it builds are the course's, so a
+    mistake in those exercises costs points there, not here too. Put back afterwards."""
+    saved = []
+    try:
+        for f in learner_functions(fn):
+            namespace = f.__globals__
+            for name in names:
+                if name in namespace and not any(namespace is s[0] and name == s[1] for s in saved):
+                    saved.append((namespace, name, namespace[name]))
+                    namespace[name] = getattr(ref, name)
+        yield
+    finally:
+        for namespace, name, value in reversed(saved):
+            namespace[name] = value
+
+
+def gate_grad(moe: nn.Module, x, probe):
+    """The gradient that reaches gate.weight through the routing weights (None if none does)."""
+    gate_weight = moe.gate.weight
+    gate_weight.grad = None
+    (moe(x) * probe).sum().backward()
+    return gate_weight.grad
