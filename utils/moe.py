@@ -18,7 +18,8 @@ the parameters held grow with the number of experts while those used per token s
 Parameter names and shapes follow DeepSeek-V3's `inference/model.py` (`gate.weight`, `gate.bias`,
 `experts.{i}.w1/w2/w3`, `shared_experts.w1/w2/w3`), so its state_dict loads unchanged. Its code
 creates `gate.bias` only for the 671B config (dim 7168); ours always has one, zeros by default,
-which chooses exactly as no bias does.
+which chooses exactly as no bias does. Its group score follows the bias too (the max without one,
+the top-2 sum with one); ours follows `score_func`, which agrees for the 671B gate (sigmoid, biased).
 
 `python -m utils.moe` times the per-token loop against the vectorised dispatch (2048 tokens,
 64 experts, 6 active). Tests: `.venv/bin/pytest utils/tests/test_moe.py`.
