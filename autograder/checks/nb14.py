@@ -270,14 +270,15 @@ def check_FlashAttention(FlashAttention):
     g = randn(B, H, T_q, d_v, seed=163)
     big = [randn(1, 1, 200, 4, seed=164 + i).requires_grad_() for i in range(3)]
     small = [randn(1, 2, 3, 4, seed=167).double(), randn(1, 2, 5, 4, seed=168).double(), randn(1, 2, 5, 3, seed=169).double()]
-    runs, watch, errors = {}, TileWatch(), {}
+    runs, forward_watch, watch, errors = {}, TileWatch(), TileWatch(), {}
     methods = [getattr(m, "__func__", m) for m in vars(FlashAttention).values() if isinstance(m, (staticmethod, classmethod))]
     with forbid(_SDPA, methods, en, zh), own_work(FlashAttention, who, extra=extra, en=en, zh=zh):
         for causal in (False, True):
             runs[causal] = apply_and_backward(FlashAttention, (q, k, v), g, causal, who)
         in_flight = calls_in_flight(FlashAttention, q, k, v, g, who)
         with torch.enable_grad():
-            out = call(FlashAttention.apply, *big, True, name=f"{who}.apply")
+            with forward_watch:
+                out = call(FlashAttention.apply, *big, True, name=f"{who}.apply")
             with watch:  # called directly: the autograd engine runs backward outside this thread's function modes
                 call(FlashAttention.backward, out.grad_fn, torch.ones_like(out), name=f"{who}.backward")
         try:
@@ -316,6 +317,7 @@ def check_FlashAttention(FlashAttention):
            f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：forward(ctx, q, k, v, causal=False)。")
     expect_close(plain, sdpa(q, k, v, False), f"{who}.apply(q, k, v) must default to causal=False.",
                  f"{who}.apply(q, k, v) 的默认值必须是 causal=False。")
+    expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
     expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
     for causal, error in errors.items():
         expect(error < 1e-5,
