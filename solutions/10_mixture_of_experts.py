@@ -185,9 +185,10 @@ print("top-1, raw probability (Switch):", [round(p, 3) for p in torch.softmax(lo
 # ### Exercise 3 · `load_balancing_loss` · 练习 3
 #
 # `router_probs` `(N, E)` (the softmax over all experts), `expert_indices` `(N, k)`, `num_experts` E:
-# return the scalar loss.
+# return the scalar loss. Count $f$ from `expert_indices` as given: a router may have chosen them
+# with something other than `router_probs` alone (a bias, noise), so they need not be its top k.
 #
-# `router_probs` `(N, E)`（对所有专家的 softmax），`expert_indices` `(N, k)`，`num_experts` 为 E：返回标量损失。
+# `router_probs` `(N, E)`（对所有专家的 softmax），`expert_indices` `(N, k)`，`num_experts` 为 E：返回标量损失。$f$ 要按传入的 `expert_indices` 计数：路由器选择它们时可能用了 `router_probs` 之外的东西（偏置、噪声），所以它们不一定是 `router_probs` 的前 k 个。
 
 # %% nbgrader={"grade": false, "grade_id": "load_balancing_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def load_balancing_loss(router_probs, expert_indices, num_experts):
@@ -419,9 +420,10 @@ nb10.check_Gate(Gate)
 # ### Exercise 5 · `update_expert_bias` · 练习 5
 #
 # Return the new bias: `bias` minus `gamma` where `tokens_per_expert` is above its mean, plus `gamma`
-# where it is below. `tokens_per_expert` may be an integer tensor (counts).
+# where it is below, unchanged where it equals the mean. `tokens_per_expert` may be an integer tensor
+# (counts); its mean is a real number all the same.
 #
-# 返回新的偏置：`tokens_per_expert` 高于其平均值处，`bias` 减去 `gamma`；低于平均值处，加上 `gamma`。`tokens_per_expert` 可能是整数张量（计数）。
+# 返回新的偏置：`tokens_per_expert` 高于其平均值处，`bias` 减去 `gamma`；低于平均值处，加上 `gamma`；等于平均值处保持不变。`tokens_per_expert` 可能是整数张量（计数），但它的平均值仍然是实数。
 
 # %% nbgrader={"grade": false, "grade_id": "update_expert_bias", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def update_expert_bias(bias, tokens_per_expert, gamma=0.001):
@@ -505,9 +507,13 @@ print(f"busiest / quietest share: step 0 {busiest[0]:.1%} / {quietest[0]:.1%}, "
 #
 # `gate` (your `Gate`), `experts` (an `nn.ModuleList` of `n_routed_experts` of your `Expert(dim,
 # moe_inter_dim)`), `shared_experts` (one `Expert(dim, n_shared_experts * moe_inter_dim)` when
-# `n_shared_experts > 0`, else `None`). `forward(x)` for `x` `(..., dim)` returns the same shape.
+# `n_shared_experts > 0`, else `None`). `forward(x)` for `x` `(..., dim)` returns the same shape, and
+# the routing weights stay in the autograd graph, so the gate learns from the task. Grading builds
+# your `MoE` with the course's `Gate` and `Expert` (a mistake in those costs points only there) and
+# counts the arithmetic of your `forward`: the multiply-adds and the number of matrix products. Running
+# every expert on every token, or looping over the tokens, fails however it is written.
 #
-# `gate`（你的 `Gate`），`experts`（由 `n_routed_experts` 个你的 `Expert(dim, moe_inter_dim)` 组成的 `nn.ModuleList`），`shared_experts`（当 `n_shared_experts > 0` 时为一个 `Expert(dim, n_shared_experts * moe_inter_dim)`，否则为 `None`）。`forward(x)` 接收 `(..., dim)` 的 `x`，返回相同形状。
+# `gate`（你的 `Gate`），`experts`（由 `n_routed_experts` 个你的 `Expert(dim, moe_inter_dim)` 组成的 `nn.ModuleList`），`shared_experts`（当 `n_shared_experts > 0` 时为一个 `Expert(dim, n_shared_experts * moe_inter_dim)`，否则为 `None`）。`forward(x)` 接收 `(..., dim)` 的 `x`，返回相同形状，并且路由权重留在自动求导的计算图中，门控才能从任务中学习。评分时用课程的 `Gate` 和 `Expert` 构建你的 `MoE`（那两个练习中的错误只在那里扣分），并统计你的 `forward` 的运算量：乘加次数和矩阵乘法的次数。让每个专家处理每个词元，或对词元循环，无论怎样写都不能通过。
 
 # %% nbgrader={"grade": false, "grade_id": "MoE", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MoE(nn.Module):
