@@ -830,12 +830,13 @@ nb12.check_mtp_forward(mtp_forward)
 # `tokens[:, k + 1:]`. Average the `D` depths and weight them by `lam`:
 # $\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$. The training loss is
 # `next_token_loss + mtp_loss`. DeepSeek-V3 used `D = 1` and `lam = 0.3` for the first 10T tokens, then `0.1`.
-# One difference from the report: its $\mathcal{L}_k$ is a sum over positions divided by $T$, the
-# sequence length, although only $T - k - 1$ positions have a target; here each depth takes the mean
-# over the positions that have one (what `F.cross_entropy` does), so depth `k`'s loss is the
-# report's times $T / (T - k - 1)$.
+# One difference from the report: its $\mathcal{L}_k$ puts $\frac{1}{T}$, with $T$ the input length,
+# in front of a sum over the $T - k$ positions of depth `k` (its targets run to token $T + 1$). Here
+# each depth takes the mean over the positions that have a target (what `F.cross_entropy` does),
+# $T - k - 1$ of them in a sequence of $T$ tokens. The two differ by a constant factor per depth,
+# which only rescales `lam` for that depth.
 #
-# 深度 `k` 的位置 `i` 预测词元 `i + k + 1`。深度 `k` 的 logits 有 `T - k` 个位置；最后一个位置在序列内没有目标，所以比较 `mtp_logits[k-1][:, :-1]` 与 `tokens[:, k + 1:]`。对 `D` 个深度取平均并乘以权重 `lam`：$\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$。训练损失是 `next_token_loss + mtp_loss`。DeepSeek-V3 使用 `D = 1`，前 10T 个词元 `lam = 0.3`，之后为 `0.1`。与报告有一处不同：报告中的 $\mathcal{L}_k$ 是对各位置求和后除以序列长度 $T$，尽管只有 $T - k - 1$ 个位置有目标；这里每个深度对有目标的位置取平均（`F.cross_entropy` 的做法），所以深度 `k` 的损失是报告中的 $T / (T - k - 1)$ 倍。
+# 深度 `k` 的位置 `i` 预测词元 `i + k + 1`。深度 `k` 的 logits 有 `T - k` 个位置；最后一个位置在序列内没有目标，所以比较 `mtp_logits[k-1][:, :-1]` 与 `tokens[:, k + 1:]`。对 `D` 个深度取平均并乘以权重 `lam`：$\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$。训练损失是 `next_token_loss + mtp_loss`。DeepSeek-V3 使用 `D = 1`，前 10T 个词元 `lam = 0.3`，之后为 `0.1`。与报告有一处不同：报告中的 $\mathcal{L}_k$ 在深度 `k` 的 $T - k$ 个位置之和前面乘以 $\frac{1}{T}$，$T$ 是输入长度（它的目标一直到第 $T + 1$ 个词元）。这里每个深度对有目标的位置取平均（`F.cross_entropy` 的做法），在 $T$ 个词元的序列中有 $T - k - 1$ 个这样的位置。两者在每个深度上只差一个常数因子，相当于为该深度重新缩放 `lam`。
 
 # %% nbgrader={"grade": false, "grade_id": "mtp_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mtp_loss(mtp_logits, tokens, lam=0.3):

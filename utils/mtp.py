@@ -68,7 +68,11 @@ def mtp_forward(model: nn.Module, mtp_modules, tokens: torch.Tensor):
 
 
 def mtp_loss(mtp_logits, tokens: torch.Tensor, lam: float = 0.3) -> torch.Tensor:
-    """lam / D * sum_k CE: position i of depth k predicts tokens[:, i + k + 1]."""
+    """lam / D * sum_k CE: position i of depth k predicts tokens[:, i + k + 1].
+
+    Each CE is a mean over the positions that have a target (T - k - 1 of them); the report's L_k
+    puts 1/T in front of its sum instead, a constant factor per depth.
+    """
     D = len(mtp_logits)
     total = 0.0
     for k, logits in enumerate(mtp_logits, start=1):  # logits: (B, T - k, V)

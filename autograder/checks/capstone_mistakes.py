@@ -132,7 +132,12 @@ def ce(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def mtp_loss_reference(mtp_logits, tokens, lam, shift=0, divide=True):
-    total = sum(ce(lg[:, :lg.shape[1] - 1 - shift] if shift >= 0 else lg, tokens[:, k + 1 + shift:])
-                for k, lg in enumerate(mtp_logits, start=1))
+def mtp_loss_reference(mtp_logits, tokens, lam, shift=0, divide=True, per_T=False):
+    """lam / D * sum_k CE of depth k (targets moved by `shift`); per_T: the report's sum / T instead of a mean."""
+    def depth_loss(k, lg):
+        logits, targets = (lg[:, :lg.shape[1] - 1 - shift] if shift >= 0 else lg), tokens[:, k + 1 + shift:]
+        if per_T:
+            return ce(logits, targets) * targets.numel() / (tokens.shape[0] * tokens.shape[1])
+        return ce(logits, targets)
+    total = sum(depth_loss(k, lg) for k, lg in enumerate(mtp_logits, start=1))
     return lam / len(mtp_logits) * total if divide else lam * total

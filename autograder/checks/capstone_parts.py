@@ -11,7 +11,7 @@ from torch import nn
 
 import utils.mini_deepseek as ref
 import utils.mtp as ref_mtp
-from autograder.checks import expect, expect_close, learner_functions, own_module, own_work, randn, seeded_state
+from autograder.checks import expect, expect_close, expect_linear, learner_functions, own_module, own_work, randn, seeded_state
 from utils.mla import MultiHeadLatentAttention
 from utils.moe import Expert, MoE
 
@@ -152,7 +152,23 @@ def expect_precision_and_gradients(norm, x, x_grad, graded, half, half16, loud, 
     ref_x, ref_w = x.clone().requires_grad_(True), ramp.clone().requires_grad_(True)
     want = torch.autograd.grad((rms(ref_x, ref_w, 1e-6) * probe).sum(), [ref_x, ref_w])
     for got, expected, what in zip(grads, want, ("x", "weight")):
-        expect(got is not None, f"No gradient reaches RMSNorm's {what}: use self.weight itself in forward (not self.weight.data or a detached copy).",
-               f"梯度传不到 RMSNorm 的 {what}：在 forward 中直接使用 self.weight（不要用 self.weight.data 或分离出来的副本）。")
+        expect(got is not None, f"No gradient reaches RMSNorm's {what}: keep it in the graph in forward (no .data, .detach() or torch.no_grad()).",
+               f"梯度传不到 RMSNorm 的 {what}：在 forward 中让它留在计算图里（不要用 .data、.detach() 或 torch.no_grad()）。")
         expect_close(got, expected, f"The gradient of RMSNorm with respect to {what} is wrong: keep every step of y = x * rsqrt(mean(x**2) + eps) * weight differentiable.",
                      f"RMSNorm 对 {what} 的梯度不对：让 y = x * rsqrt(mean(x**2) + eps) * weight 的每一步都保持可微。", atol=1e-4, rtol=1e-3)
+
+
+def mtp_module_structure(module, who):
+    """No embedding or head of its own; enorm, hnorm, eh_proj without bias, a Block with a MoE."""
+    own = [n for n, m in module.named_modules() if isinstance(m, nn.Embedding)
+           or (isinstance(m, nn.Linear) and m.out_features == CFG.vocab_size)]
+    expect(not own, "MTPModule must not have an embedding or output head of its own: it uses the main model's, shared (DeepSeek-V3 shares them between the model and its MTP module).",
+           "MTPModule 不能有自己的嵌入层或输出头：它使用主模型的，二者共享（DeepSeek-V3 的主模型与 MTP 模块共享它们）。", f"found {own}")
+    for name in ("enorm", "hnorm"):
+        expect(isinstance(getattr(module, name, None), nn.Module),
+               f"MTPModule needs {name} = RMSNorm(dim).", f"MTPModule 需要 {name} = RMSNorm(dim)。")
+    expect_linear(module, "eh_proj", 2 * CFG.dim, CFG.dim, False, who,
+                  "eh_proj has no bias: nn.Linear(2 * dim, dim, bias=False).", "eh_proj 没有偏置：nn.Linear(2 * dim, dim, bias=False)。")
+    expect(isinstance(getattr(getattr(module, "block", None), "ffn", None), MoE),
+           "MTPModule.block must be Block(cfg, layer_id) (with layer_id >= n_dense_layers it has a MoE, as V3's MTP layer 61).",
+           "MTPModule.block 必须是 Block(cfg, layer_id)（layer_id >= n_dense_layers 时它含 MoE，与 V3 的 MTP 第 61 层相同）。")

@@ -24,14 +24,13 @@ from torch import nn
 
 import utils.mini_deepseek as ref
 import utils.mtp as ref_mtp
-from utils.moe import MoE
 from autograder.checks import (Shortcut, call, expect, expect_close, expect_known, expect_linear, expect_tensor, load_state,
                                message, own_module, own_work, randn)
 from autograder.checks.capstone_mistakes import (block_mistakes, ce, mtp_forward_mistakes, mtp_loss_reference,
                                                  mtp_module_mistakes, rmsnorm_mistakes)
 from autograder.checks.capstone_parts import (BLOCK_NORMS, CFG, CFG_TWO_DENSE, MTP_NORMS, block_structure, cache_paths,
-                                              course_parts, expect_path, expect_precision_and_gradients, inputs, mtp_reference, reference,
-                                              rms)
+                                              course_parts, expect_path, expect_precision_and_gradients, inputs, mtp_module_structure,
+                                              mtp_reference, reference, rms)
 
 
 # RMSNorm ---------------------------------------------------------------------------------
@@ -211,18 +210,7 @@ def check_MTPModule(MTPModule):
     who, layer_id = "MTPModule", CFG.n_layers
     with own_work(MTPModule, who), course_parts(MTPModule, ("Block", "RMSNorm")):
         module = own_module(MTPModule, CFG, layer_id)
-    own = [n for n, m in module.named_modules() if isinstance(m, nn.Embedding)
-           or (isinstance(m, nn.Linear) and m.out_features == CFG.vocab_size)]
-    expect(not own, "MTPModule must not have an embedding or output head of its own: it uses the main model's, shared (DeepSeek-V3 shares them between the model and its MTP module).",
-           "MTPModule 不能有自己的嵌入层或输出头：它使用主模型的，二者共享（DeepSeek-V3 的主模型与 MTP 模块共享它们）。", f"found {own}")
-    for name in ("enorm", "hnorm"):
-        expect(isinstance(getattr(module, name, None), nn.Module),
-               f"MTPModule needs {name} = RMSNorm(dim).", f"MTPModule 需要 {name} = RMSNorm(dim)。")
-    expect_linear(module, "eh_proj", 2 * CFG.dim, CFG.dim, False, who,
-                  "eh_proj has no bias: nn.Linear(2 * dim, dim, bias=False).", "eh_proj 没有偏置：nn.Linear(2 * dim, dim, bias=False)。")
-    expect(isinstance(getattr(getattr(module, "block", None), "ffn", None), MoE),
-           "MTPModule.block must be Block(cfg, layer_id) (with layer_id >= n_dense_layers it has a MoE, as V3's MTP layer 61).",
-           "MTPModule.block 必须是 Block(cfg, layer_id)（layer_id >= n_dense_layers 时它含 MoE，与 V3 的 MTP 第 61 层相同）。")
+    mtp_module_structure(module, who)
     r, weights = reference(ref_mtp.MTPModule, CFG, layer_id, seed=500, norms=MTP_NORMS)
     load_state(module, weights, who)
     module.eval()
@@ -310,6 +298,8 @@ def check_mtp_loss(mtp_loss):
          "对各深度的求和没有除以 D：损失是 lam / D * sum_k L_k。"),
         (mtp_loss_reference(deep, tokens, 1.0), "lam is ignored: multiply by lam (DeepSeek-V3 used 0.3, then 0.1).",
          "忽略了 lam：要乘以 lam（DeepSeek-V3 先用 0.3，后用 0.1）。"),
+        (mtp_loss_reference(deep, tokens, 0.1, per_T=True), "You divided each depth's sum by T, as the report writes L_k: this course takes the mean over the positions that have a target (F.cross_entropy's mean).",
+         "你像报告中的 L_k 那样把每个深度的和除以 T：本课程对有目标的位置取平均（F.cross_entropy 的平均）。"),
     ]
     expect_known(out, mtp_loss_reference(deep, tokens, 0.1), mistakes,
                  "mtp_loss is wrong: lam / D * sum over k of cross_entropy(mtp_logits[k-1][:, :-1], tokens[:, k + 1:]).",

@@ -479,6 +479,14 @@ def mtp_loss_default_lam(mtp_logits, tokens, lam=0.1):
     return _loss(mtp_logits, tokens, lam)
 
 
+def mtp_loss_report_over_T(mtp_logits, tokens, lam=0.3):  # the report's 1/T in front of each depth's sum
+    total = 0.0
+    for k, lg in enumerate(mtp_logits, start=1):
+        V = lg.shape[-1]
+        total = total + F.cross_entropy(lg[:, :-1].reshape(-1, V), tokens[:, k + 1:].reshape(-1), reduction="sum") / tokens.numel()
+    return lam / len(mtp_logits) * total
+
+
 def mtp_loss_stacked(mtp_logits, tokens, lam=0.3):  # right: a mean over depths of per-depth means
     losses = torch.stack([F.cross_entropy(lg[:, :-1].transpose(1, 2), tokens[:, k + 1:])
                           for k, lg in enumerate(mtp_logits, start=1)])
@@ -557,6 +565,7 @@ WRONG = {
         "not-divided-by-D": (mtp_loss_not_divided, "not divided by D"),
         "lam-ignored": (mtp_loss_no_lam, "lam is ignored"),
         "default-lam-0.1": (mtp_loss_default_lam, "default lam"),
+        "report-sum-over-T": (mtp_loss_report_over_T, "as the report writes L_k"),
     },
 }
 
