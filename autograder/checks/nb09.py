@@ -17,6 +17,7 @@ import utils.mla as ref
 from autograder.checks import (call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
                                randn, seeded_state)
 from autograder.checks.cost import MatmulCost
+from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.rope import apply_rope
 
 CONFIGS = (  # rope_theta not the default, T and widths all different, q compressed or not
@@ -209,6 +210,29 @@ def _expect_absorbed_cost(cls):
          evidence)
 
 
+def _expect_training_and_dtype(cls):
+    """Gradients reach every weight on both paths; float64 in, float64 out, right."""
+    who = "MultiHeadLatentAttention"
+    cfg, seed = CONFIGS[0]
+    reference = ref.MultiHeadLatentAttention(cfg)
+    state = seeded_state(reference, seed)
+    reference.load_state_dict(state)
+    x = randn(2, 6, cfg.dim, seed=99)
+    for absorb in (False, True):
+        with own_work(cls, who):
+            module = load_state(own_module(cls, cfg), state, who)
+            call(module, x, 0, absorb, name=f"{who}.forward").square().sum().backward()
+        expect_gradients(module, f"{who} (absorb={absorb})")
+        with torch.no_grad(), own_work(cls, who):
+            wide = attempt(module.double(), x.double(), 0, absorb,
+                           en=f"{who} must work in the dtype of its input (float64 here): after the float32 softmax, cast the weights back with .type_as(x).",
+                           zh=f"{who} 必须使用输入的 dtype 计算（这里是 float64）：float32 的 softmax 之后，用 .type_as(x) 把权重转换回来。")
+        expect_dtype(wide, torch.float64, who)
+        with torch.no_grad():
+            want = reference.double()(x.double(), 0, absorb)
+        expect_close(wide, want, f"{who} is wrong on float64 inputs (absorb={absorb}).", f"{who} 在 float64 输入上的结果不对（absorb={absorb}）。")
+
+
 def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
     cls = MultiHeadLatentAttention
     for cfg, seed in CONFIGS:
@@ -233,6 +257,7 @@ def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
                              f"MultiHeadLatentAttention 的输出不对（{path} 路径，{step}，q_lora_rank={cfg.q_lora_rank}）：请对照练习上方对两条路径的说明逐步检查。")
             (_expect_cache if absorb else _expect_naive_cache)(module, reference, x, cfg)
     _expect_absorbed_cost(cls)
+    _expect_training_and_dtype(cls)
 
 
 def check_mla_cache_elements_per_token(mla_cache_elements_per_token):

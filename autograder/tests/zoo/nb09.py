@@ -49,7 +49,9 @@ def mla_class(mistake=None, style="einsum"):
                 self.register_buffer(name, new.new_zeros(B, self.cfg.max_seq_len, *new.shape[2:]), persistent=False)
                 cache = getattr(self, name)
             cache[:B, start_pos:start_pos + T] = new.detach()
-            return cache[:B, :start_pos + T] if style == "fixed max batch" else torch.cat([cache[:B, :start_pos], new], 1)
+            if mistake == "reads the cache back":  # as V3's inference-only code: the new keys lose their gradients
+                return cache[:B, :start_pos + T]
+            return torch.cat([cache[:B, :start_pos], new], 1)
 
         def rotate(self, t, positions):  # t (B, H, T, r) or (B, T, r)
             if mistake == "half-split":
@@ -89,7 +91,7 @@ def mla_class(mistake=None, style="einsum"):
             else:
                 q_full = torch.cat([q_nope, self.rotate(q_pe, positions)], -1)
             scale = {"scale nope": nope, "scale v": dv}.get(mistake, nope + rope) ** -0.5
-            w = self.wkv_b.weight.view(H, nope + dv, c)
+            w = (self.wkv_b.weight.data if mistake == "weight data" else self.wkv_b.weight).view(H, nope + dv, c)
             w_k, w_v = (w[:, dv:], w[:, :dv]) if mistake == "values first" else (w[:, :nope], w[:, nope:])
             if mistake == "only absorbed":
                 absorb = True
@@ -129,7 +131,9 @@ def mla_class(mistake=None, style="einsum"):
             scores = scores * scale  # (B, H, T, end)
             if mistake != "no mask":
                 scores = scores.masked_fill(torch.ones(T, end, dtype=torch.bool).triu(1 + start_pos), float("-inf"))
-            weights = torch.softmax(scores.float(), dim=-1).type_as(x)
+            weights = torch.softmax(scores.float(), dim=-1)
+            if mistake != "float32 weights":
+                weights = weights.type_as(x)
             if absorb and mistake != "rope on whole head":
                 out = torch.einsum("bhts,bsc->bhtc", weights, cached)
                 out = torch.einsum("bhtc,hdc->bhtd", out, w_v)
@@ -192,6 +196,9 @@ WRONG = {
         "absorb ignored, naive path only": (mla_class("only naive"), "naive path's work"),
         "absorb ignored, latent cache only": (mla_class("only absorbed"), "k_cache"),
         "absorbed path re-expands the prefix": (mla_class("re-expands"), "multiplies every cached latent by wkv_b"),
+        "wkv_b.weight.data (no gradient)": (mla_class("weight data"), "Gradients must reach"),
+        "softmax weights left in float32": (mla_class("float32 weights"), "dtype of its input"),
+        "attends over the detached cache": (mla_class("reads the cache back"), "Gradients must reach"),
         "subclasses utils": (Borrowed, "yourself"),
     },
     "mla_cache_elements_per_token": {
