@@ -22,6 +22,18 @@ def canonical(weights, indices):
     return weights.gather(1, order), indices.gather(1, order)
 
 
+ROUTER_GRAD = ("The routing weights must carry the gradient back to the router's scores (no .detach(), .item() or torch.no_grad() on their way): the router learns through them.",
+               "路由权重必须把梯度传回路由器的打分（途中不要用 .detach()、.item() 或 torch.no_grad()）：路由器正是通过它们学习的。")
+
+
+def routing_grad(weights, indices, leaf, probe):
+    """The gradient of sum(probe * weights) (each token's pairs in expert order) w.r.t. `leaf`, or None."""
+    if not (isinstance(weights, torch.Tensor) and weights.requires_grad):
+        return None
+    w, _ = canonical(weights, indices)
+    return torch.autograd.grad((w * probe).sum(), leaf, allow_unused=True)[0]
+
+
 # Gate ------------------------------------------------------------------------------------------
 def restated_gate(state, x, k, groups, limited, func, scale, mistake=None):
     """DeepSeek-V3's gate written out again, with `mistake` (a key of GATE_MISTAKES) made."""

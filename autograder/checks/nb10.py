@@ -21,8 +21,8 @@ from autograder.checks import (call, expect, expect_close, expect_known, expect_
                                own_work, randn, seeded_state)
 from autograder.checks.moe_layer import (MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, moe_modules,
                                          run_moe)
-from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, canonical, drops_assignments,
-                                          gate_state, restated_gate)
+from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, ROUTER_GRAD, canonical,
+                                          drops_assignments, gate_state, restated_gate, routing_grad)
 
 
 # Expert ------------------------------------------------------------------------------------
@@ -88,6 +88,11 @@ def check_topk_router(topk_router):
          "权重是概率：先对所有专家做 softmax，再取前 k 个并重新归一化。"),
     ], "topk_router's weights are wrong: softmax over all experts, keep the top k, divide them by their sum.",
         "topk_router 的权重不对：对所有专家做 softmax，保留前 k 个，再除以它们的和。")
+    leaf, probe = logits.clone().requires_grad_(True), randn(7, 3, seed=111)
+    with own_work(topk_router, "topk_router"):
+        got = routing_grad(*call(topk_router, leaf, 3, name="topk_router"), leaf, probe)
+    expect(got is not None, *ROUTER_GRAD, "no gradient reached the logits")
+    expect_close(got, routing_grad(*ref.topk_router(leaf, 3), leaf, probe), *ROUTER_GRAD)
 
 
 # load_balancing_loss -------------------------------------------------------------------------
@@ -133,8 +138,9 @@ def check_load_balancing_loss(load_balancing_loss):
 
 
 # Gate ----------------------------------------------------------------------------------------
-def _gate_result(Gate, args, x):
-    """Build the learner's gate with `args`, load the course's weights for them, run it on x."""
+def _gate_result(Gate, args, x, grad=False):
+    """Build the learner's gate with `args`, load the course's weights for them, run it on x;
+    (weights, indices, the state loaded, the gate)."""
     dim, E, k, groups, limited, func, scale, seed = args
     with own_work(Gate, "Gate"):
         gate = own_module(Gate, dim, E, k, groups, limited, func, scale)
@@ -146,7 +152,7 @@ def _gate_result(Gate, args, x):
     state = gate_state(ref.Gate(dim, E, k, groups, limited, func, scale), seed)
     load_state(gate, state, "Gate")
     gate = gate.to(x.dtype)
-    with torch.no_grad(), own_work(Gate, "Gate"):
+    with torch.set_grad_enabled(grad), own_work(Gate, "Gate"):
         result = call(gate, x, name="Gate.forward")
     expect(isinstance(result, tuple) and len(result) == 2, "Gate.forward must return a tuple (weights, indices).",
            "Gate.forward 必须返回一个元组 (weights, indices)。", f"got {type(result).__name__}")
@@ -157,14 +163,14 @@ def _gate_result(Gate, args, x):
            "weights and indices must both be (N, n_activated_experts), indices as integers.",
            "weights 和 indices 的形状都必须是 (N, n_activated_experts)，indices 为整数。",
            f"got {getattr(weights, 'shape', None)}, {getattr(indices, 'shape', None)}")
-    return weights, indices, state
+    return weights, indices, state, gate
 
 
 def check_Gate(Gate):
     for args in GATE_CONFIGS:
         dim, E, k, groups, limited, func, scale, seed = args
         x = randn(24, dim, seed=seed + 10)
-        weights, indices, state = _gate_result(Gate, args, x)
+        weights, indices, state, _ = _gate_result(Gate, args, x)
         with torch.no_grad():
             variants = {m: restated_gate(state, x, k, groups, limited, func, scale, m) for m in GATE_MISTAKES}
             rw, ri = restated_gate(state, x, k, groups, limited, func, scale)
@@ -186,9 +192,17 @@ def check_Gate(Gate):
                      f"Gate 的权重不对 {setting}：被选中专家的亲和度（不含偏置），sigmoid 时重新归一化，再乘以 route_scale。")
     args = GATE_CONFIGS[0]
     x = randn(24, args[0], seed=150).double()  # weights come back in x's dtype
-    weights, indices, state = _gate_result(Gate, args, x)
+    weights, indices, _, _ = _gate_result(Gate, args, x)
     expect(weights.dtype == torch.float64, "Gate's weights must come back in x's dtype (weights.type_as(x)), here float64.",
            "Gate 的权重必须以 x 的 dtype 返回（weights.type_as(x)），这里是 float64。", f"got {weights.dtype}")
+    x, probe = randn(24, args[0], seed=151), randn(24, args[2], seed=152)
+    weights, indices, state, gate = _gate_result(Gate, args, x, grad=True)
+    reference = ref.Gate(*args[:7])
+    reference.load_state_dict(state)
+    with own_work(Gate, "Gate"):
+        got = routing_grad(weights, indices, gate.weight, probe)
+    expect(got is not None, *ROUTER_GRAD, "no gradient reached Gate.weight")
+    expect_close(got, routing_grad(*reference(x), reference.weight, probe), *ROUTER_GRAD)
 
 
 # update_expert_bias ----------------------------------------------------------------------------

@@ -52,6 +52,12 @@ def router_unstable_softmax(logits, k):
     return top / top.sum(-1, keepdim=True), indices
 
 
+def router_detached(logits, k):
+    probs = torch.softmax(logits, -1).detach()  # the router would never learn from the task
+    top, indices = probs.topk(k, -1)
+    return top / top.sum(-1, keepdim=True), indices
+
+
 def router_softmax_of_top_logits(logits, k):
     top = logits.topk(k, -1)
     return torch.softmax(top.values, -1), top.indices
@@ -109,7 +115,7 @@ def gate_class(mistake=None, style="masked_fill"):
             self.bias = nn.Parameter(torch.zeros(n_routed_experts))
 
         def forward(self, x):
-            logits = F.linear(x, self.weight)
+            logits = F.linear(x, self.weight.detach() if mistake == "weight detached" else self.weight)
             softmax = (self.func == "softmax") != (mistake == "softmax")
             scores = torch.softmax(logits, -1) if softmax else torch.sigmoid(logits)
             choice = scores if mistake == "bias ignored" else scores + self.bias
@@ -319,6 +325,7 @@ WRONG = {
         "logits as weights": (router_logits_as_weights, "weights are probabilities"),
         "softmax without the max": (router_unstable_softmax, "overflows"),
         "calls utils": (utils.moe.topk_router, "yourself"),
+        "weights detached": (router_detached, "carry the gradient back"),
     },
     "load_balancing_loss": {
         "no factor E": (lb_no_factor, "factor E"),
@@ -341,6 +348,7 @@ WRONG = {
         "groups masked with zeros": (gate_class("zero mask"), "a mask of zeros is not enough"),
         "renormalised after route_scale": (gate_class("renormalised after route_scale"), "renormalising after the scale undoes it"),
         "weights always float32": (gate_class("float32 weights"), "x's dtype"),
+        "gate weight detached": (gate_class("weight detached"), "carry the gradient back"),
         "subclasses utils": (BorrowedGate, "yourself"),
     },
     "update_expert_bias": {
