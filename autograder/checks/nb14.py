@@ -128,12 +128,16 @@ def _pair(result, who, out_shape, lse_shape):
 
 
 def _expect_out(out, q, k, v, causal, leaked):
-    """out against SDPA; a wrong out is named by the known mistake it equals, or by the leak probe."""
+    """out against SDPA; a wrong out is named by the known mistake it equals, or by NaN rows, or by the leak probe."""
     right = sdpa(q, k, v, causal)
     if not matches(out, right):
         for output, en, zh in forward_mistakes(q, k, v, causal, 4, 7):
             if matches(out, output):
                 fail(en, zh, "your output equals what that mistake computes")
+        expect(not (causal and torch.isnan(out).any()),
+               "With causal=True some outputs are NaN: a row whose keys were all masked so far gives exp(-inf - (-inf)); query i sees key j iff j <= i + (T_k - T_q) (key 0 is seen by every query), and a key loop that does not start at key 0 must keep m = -inf rows at l = 0 as online_softmax does.",
+               "causal=True 时有些输出是 NaN：到目前为止键全被屏蔽的行会得到 exp(-inf - (-inf))；查询 i 当且仅当 j <= i + (T_k - T_q) 时能看到键 j（键 0 每个查询都能看到），而不从键 0 开始的键循环必须像 online_softmax 那样让 m = -inf 的行保持 l = 0。",
+               f"{int(torch.isnan(out).any(-1).sum())} of {out[..., 0].numel()} query rows are NaN")
         expect(not leaked,
                "Changing only keys and values that come after some queries changed those queries' outputs: the causal mask lets a query see later keys; block key j exactly when j > i + (T_k - T_q).",
                "只改变位于某些查询之后的键和值，却改变了这些查询的输出：因果掩码让查询看到了之后的键；应当恰好在 j > i + (T_k - T_q) 时屏蔽键 j。",
@@ -171,7 +175,7 @@ def check_flash_attention_forward(flash_attention_forward):
             runs[f"64 {causal}"], work[causal] = work_of(call, fn, eq, eq, eq, causal=causal, block_q=8, block_k=8, name=who)
     expect(all(torch.equal(a, b) for a, b in zip((q, k, v), copies)), f"{who} changed q, k or v in place: leave the inputs as they are.",
            f"{who} 原地修改了 q、k 或 v：请保持输入不变。")
-    leaked = not torch.allclose(later[0][..., :8, :], runs[True][0][..., :8, :], atol=1e-6, rtol=1e-5)
+    leaked = not torch.allclose(later[0][..., :8, :], runs[True][0][..., :8, :], atol=1e-6, rtol=1e-5, equal_nan=True)
     for causal in (False, True):
         out, lse = runs[causal]
         _expect_out(out, q, k, v, causal, causal and leaked)

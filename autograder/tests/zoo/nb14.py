@@ -57,11 +57,12 @@ def _mask(i0, i1, j0, j1, offset):
 
 
 def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, rescale_acc=True, divide_inside=False,
-             lse="m + log l", top_left=False, skip="right", mask=">", scale="d", lse_dtype=None):
+             lse="m + log l", top_left=False, skip="right", mask=">", scale="d", lse_dtype=None, offset_sign=1,
+             key_order=1, guard=True):
     """The tiled forward, with one switch per mistake (all defaults: right)."""
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = {"d": q.shape[-1] ** -0.5, "d_v": v.shape[-1] ** -0.5, "1/d": 1 / q.shape[-1], "none": 1.0}[scale]
-    offset = 0 if top_left else T_k - T_q
+    offset = 0 if top_left else offset_sign * (T_k - T_q)
     outs, lses = [], []
     for i0 in range(0, T_q, block_q):
         i1 = min(i0 + block_q, T_q)
@@ -69,7 +70,7 @@ def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, resc
         m = torch.full(q_i.shape[:-1], NEG_INF, dtype=q.dtype)
         l = torch.zeros(q_i.shape[:-1], dtype=q.dtype)
         acc = torch.zeros(*q_i.shape[:-1], v.shape[-1], dtype=q.dtype)
-        for j0 in range(0, T_k, block_k):
+        for j0 in list(range(0, T_k, block_k))[::key_order]:
             j1 = min(j0 + block_k, T_k)
             if causal and skip == "right" and j0 > i1 - 1 + offset:
                 continue
@@ -80,7 +81,7 @@ def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, resc
                 cols, rows = torch.arange(j0, j1)[None, :], torch.arange(i0, i1)[:, None] + offset
                 s = s.masked_fill({">": cols > rows, ">=": cols >= rows, "<": cols < rows}[mask], NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))
-            shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # a reversed mask can block a whole first tile
+            shift = torch.where(torch.isinf(m_new), 0.0, m_new) if guard else m_new  # a whole row may be masked so far
             p = torch.exp(s - shift[..., None])
             alpha = torch.exp(m - shift)
             l = (alpha * l if rescale_l else l) + p.sum(dim=-1)
@@ -388,6 +389,8 @@ WRONG = {
         "diagonal tiles not masked": (_forward_with(mask=False), "were not masked"),
         "mask blocks the query's own key": (_forward_with(mask=">="), "must see its own position"),
         "mask reversed": (_forward_with(mask="<"), "lets a query see later keys"),
+        "causal offset T_q - T_k": (_forward_with(offset_sign=-1), "some outputs are NaN"),
+        "key tiles from the last, no -inf guard": (_forward_with(key_order=-1, guard=False), "some outputs are NaN"),
         "no tile skipped": (_forward_with(skip="never"), "skip the tiles entirely above the diagonal"),
         "lse with keepdim": (forward_lse_keepdim, "no trailing dimension of 1"),
         "ignores block_q and block_k": (forward_ignores_block_sizes, "larger than one (block_q, block_k)"),
@@ -430,7 +433,8 @@ RIGHT = {
     "flash_attention_forward": {"key blocks outside, normalised output, einsum": forward_keys_outside,
                                 "one head at a time": forward_per_head,
                                 "running log-sum-exp, transposed k, break at the diagonal": forward_running_lse,
-                                "computed in float64": forward_in_float64},
+                                "computed in float64": forward_in_float64,
+                                "key tiles from the last, -inf guarded": _forward_with(key_order=-1)},
     "flash_attention_backward": {"query blocks outside, einsum": backward_queries_outside,
                                  "one head at a time, in float64": backward_per_head_in_float64},
     "FlashAttention": {"zoo forward and backward": _function(),
