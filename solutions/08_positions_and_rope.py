@@ -477,9 +477,10 @@ plt.show()
 # heads, apply your `apply_rope` with `self.theta` and `self.interleaved` to the queries and keys (not
 # the values); then update the cache and attend with the bottom-right causal mask. Keep `self.num_heads`
 # and `self.head_dim`: notebook 07's GPT reads them to size each layer's cache. Keep nothing in the
-# module between calls: the cache holds the past.
+# module between calls: the cache holds the past. The attention itself may be
+# `F.scaled_dot_product_attention` with a bottom-right mask; what this exercise teaches is the rotation.
 #
-# 笔记本 07 的 `CachedMultiHeadAttention`（层相同：`W_query`、`W_key`、`W_value` 使用 `bias=qkv_bias`，`out_proj` 带偏置）加上 RoPE：在 `forward(x, kv_cache=None)` 中，位置是 `start, ..., start + T - 1`，其中 `start = kv_cache.seq_len`（没有缓存时为 0）；拆分头之后，用 `self.theta` 和 `self.interleaved` 对查询和键（不包括值）应用你的 `apply_rope`；然后更新缓存，并用右下对齐的因果掩码做注意力。保留属性 `self.num_heads` 和 `self.head_dim`：笔记本 07 的 GPT 读取它们来确定每一层缓存的大小。不要在调用之间把任何东西保存在模块里：过去的内容由缓存保存。
+# 笔记本 07 的 `CachedMultiHeadAttention`（层相同：`W_query`、`W_key`、`W_value` 使用 `bias=qkv_bias`，`out_proj` 带偏置）加上 RoPE：在 `forward(x, kv_cache=None)` 中，位置是 `start, ..., start + T - 1`，其中 `start = kv_cache.seq_len`（没有缓存时为 0）；拆分头之后，用 `self.theta` 和 `self.interleaved` 对查询和键（不包括值）应用你的 `apply_rope`；然后更新缓存，并用右下对齐的因果掩码做注意力。保留属性 `self.num_heads` 和 `self.head_dim`：笔记本 07 的 GPT 读取它们来确定每一层缓存的大小。不要在调用之间把任何东西保存在模块里：过去的内容由缓存保存。注意力本身可以用带右下对齐掩码的 `F.scaled_dot_product_attention`；本练习要教的是旋转。
 
 # %% nbgrader={"grade": false, "grade_id": "RoPEMultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class RoPEMultiHeadAttention(nn.Module):

@@ -2,6 +2,7 @@
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -144,6 +145,10 @@ def rope_mha_class(mistake=None, style="matmul"):
                     k, v = torch.cat((self.past[0], k), 2), torch.cat((self.past[1], v), 2)
                 self.past = (k, v)
             S = k.shape[2]
+            if style == "sdpa":  # the attention itself may be PyTorch's: what 08 teaches is the rotation
+                allowed = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+                return self.out_proj(out.transpose(1, 2).reshape(B, T, self.h * self.hd))
             if style == "einsum":
                 scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(self.hd)
             else:
@@ -204,5 +209,6 @@ RIGHT = {
     "rope_inverse_frequencies": {"1 / theta^e": frequencies_fn(), "exp-log": frequencies_fn(style="exp")},
     "apply_rope": {"rotate_half / stack": rope_fn(), "complex for interleaved": rope_fn(style="complex")},
     "interleaved_to_half_split": {"index list": permute_fn()},
-    "RoPEMultiHeadAttention": {"permute + tril": rope_mha_class(), "einsum": rope_mha_class(style="einsum")},
+    "RoPEMultiHeadAttention": {"permute + tril": rope_mha_class(), "einsum": rope_mha_class(style="einsum"),
+                               "SDPA with a bottom-right mask": rope_mha_class(style="sdpa")},
 }

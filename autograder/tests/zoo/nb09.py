@@ -2,6 +2,7 @@
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import utils.mla
@@ -111,6 +112,14 @@ def mla_class(mistake=None, style="einsum"):
                 if mistake == "caches raw latent":
                     cached = self.kv_norm(cached)
                 pe = self._write("pe_cache", k_pe if k_pe.dim() == 3 else k_pe[:, 0], start_pos)
+                if style == "sdpa":  # MQA in disguise: one key-value head [latent | rope key], the latent as value
+                    q_cat = torch.cat([torch.einsum("bhtd,hdc->bhtc", q_full[..., :nope], w_k), q_full[..., nope:]], -1)
+                    k_cat = torch.cat([cached, pe], -1).unsqueeze(1).expand(B, H, end, c + rope)
+                    allowed = torch.ones(T, end, dtype=torch.bool).tril(start_pos)
+                    lat = F.scaled_dot_product_attention(q_cat, k_cat, cached.unsqueeze(1).expand(B, H, end, c),
+                                                         attn_mask=allowed, scale=(nope + rope) ** -0.5)
+                    out = torch.einsum("bhtc,hdc->bhtd", lat, w_v)
+                    return self.wo(out.transpose(1, 2).reshape(B, T, H * dv))
                 if style == "matmul":
                     q_lat = q_full[..., :nope] @ w_k  # (B, H, T, nope) @ (H, nope, c)
                     scores = q_lat @ cached.unsqueeze(1).transpose(-2, -1) + q_full[..., nope:] @ pe.unsqueeze(1).transpose(-2, -1)
@@ -219,6 +228,7 @@ RIGHT = {
         "matmul layout (B, H, T, d)": mla_class(style="matmul"),
         "complex-number rope as DeepSeek-V3": mla_class(style="complex rope"),
         "buffers for a fixed max batch": mla_class(style="fixed max batch"),
+        "absorbed path with SDPA (MQA in disguise)": mla_class(style="sdpa"),
     },
     "mla_cache_elements_per_token": {"a sum over layers": cache_right},
     "kv_cache_elements_per_token": {"keys plus values": kv_right},
