@@ -423,10 +423,10 @@ print(f"the MTP loss's steepest fall starts {steep['next_token'] - steep['mtp']}
 # against the earlier positions that hold it as "this token" and copy their "next one", token
 # `i + 2`. The main model has to build the pair itself, a previous-token head in layer 0 that an
 # induction head in layer 1 then reads, and this two-layer circuit takes longer to form. It is
-# also why the draft below is always accepted: once the model copies, the module's lookup gives
-# the same token the main model will produce one step later.
+# also why every draft is accepted in the runs at the end of this notebook: once both have learned
+# to copy, the module's lookup gives the token the main model produces one step later.
 #
-# 为什么看起来更难的任务——预测下下个词元——反而先学会？因为 MTP 模块手里已经有一半答案。在位置 `i`，它的输入中有词元 `i + 1` 的嵌入，而主模型的隐藏状态 `h_i` 在残差流中仍带着词元 `i`。于是每个位置都已经有一对（本词元，下一个词元），这正是归纳头要查找的东西：只需一层注意力，也就是模块中的那个块，就能拿词元 `i + 1` 去匹配先前把它当作"本词元"的位置，并复制它们的"下一个词元"，即词元 `i + 2`。主模型则要自己构造这一对：第 0 层的前一词元头，再由第 1 层的归纳头读取，这个两层的回路需要更长时间才能形成。这也是下面的草稿总被接受的原因：一旦模型学会了复制，模块查到的词元就是主模型下一步将会生成的词元。
+# 为什么看起来更难的任务——预测下下个词元——反而先学会？因为 MTP 模块手里已经有一半答案。在位置 `i`，它的输入中有词元 `i + 1` 的嵌入，而主模型的隐藏状态 `h_i` 在残差流中仍带着词元 `i`。于是每个位置都已经有一对（本词元，下一个词元），这正是归纳头要查找的东西：只需一层注意力，也就是模块中的那个块，就能拿词元 `i + 1` 去匹配先前把它当作"本词元"的位置，并复制它们的"下一个词元"，即词元 `i + 2`。主模型则要自己构造这一对：第 0 层的前一词元头，再由第 1 层的归纳头读取，这个两层的回路需要更长时间才能形成。这也是本笔记本末尾的运行中每个草稿都被接受的原因：一旦模型学会了复制，模块查到的词元就是主模型下一步将会生成的词元。
 #
 # Your `MiniDeepSeek` has the same parameter names as the course's, DeepSeek-V3's names, so the
 # trained weights load straight into your class:
