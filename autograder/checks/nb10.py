@@ -173,7 +173,9 @@ def check_Gate(Gate):
         weights, indices, state, _ = _gate_result(Gate, args, x)
         with torch.no_grad():
             variants = {m: restated_gate(state, x, k, groups, limited, func, scale, m) for m in GATE_MISTAKES}
-            rw, ri = restated_gate(state, x, k, groups, limited, func, scale)
+            reference = ref.Gate(*args[:7])
+            reference.load_state_dict(state)
+            rw, ri = canonical(*reference(x))
         if groups > 1:
             per_token = [len(set(row)) for row in (indices // (E // groups)).tolist()]
             expect(max(per_token) <= limited, *GATE_MISTAKES["groups ignored"],
