@@ -72,12 +72,12 @@ print(f"notebook 03's attention at T = {T}: peak extra memory {extra / 2**20:.0f
 #
 # A stable softmax needs the row's maximum $m$ before anything else: $\operatorname{softmax}(x)_i =
 # e^{x_i - m} / \ell$ with $\ell = \sum_j e^{x_j - m}$. That looks like two passes over the whole
-# row. The trick (Milakov and Gimelshein, 2018) is to read the row in blocks and keep two numbers:
+# row (one for $m$, then one for $\ell$) before a single output can be written. The trick (Milakov and Gimelshein, 2018) is to read the row in blocks and keep two numbers:
 # the maximum $m$ seen so far and the sum $\ell$ of $e^{x_j - m}$ over what was read. When a new
 # block brings a larger maximum $m'$, every term already summed was computed with the old $m$, and
 # $e^{x_j - m} \cdot e^{m - m'} = e^{x_j - m'}$: multiplying the sum by $e^{m - m'}$ updates it.
 #
-# 稳定的 softmax 首先需要这一行的最大值 $m$：$\operatorname{softmax}(x)_i = e^{x_i - m} / \ell$，其中 $\ell = \sum_j e^{x_j - m}$。这看起来需要对整行扫两遍。技巧（Milakov 与 Gimelshein，2018）是按块读取这一行，并保存两个数：目前见过的最大值 $m$，以及已读部分的 $e^{x_j - m}$ 之和 $\ell$。当新的块带来更大的最大值 $m'$ 时，已经累加的每一项都是用旧的 $m$ 算的，而 $e^{x_j - m} \cdot e^{m - m'} = e^{x_j - m'}$：把和乘以 $e^{m - m'}$ 就完成了更新。
+# 稳定的 softmax 首先需要这一行的最大值 $m$：$\operatorname{softmax}(x)_i = e^{x_i - m} / \ell$，其中 $\ell = \sum_j e^{x_j - m}$。这看起来需要先对整行扫两遍（一遍求 $m$，再一遍求 $\ell$），才能写出任何一个输出。技巧（Milakov 与 Gimelshein，2018）是按块读取这一行，并保存两个数：目前见过的最大值 $m$，以及已读部分的 $e^{x_j - m}$ 之和 $\ell$。当新的块带来更大的最大值 $m'$ 时，已经累加的每一项都是用旧的 $m$ 算的，而 $e^{x_j - m} \cdot e^{m - m'} = e^{x_j - m'}$：把和乘以 $e^{m - m'}$ 就完成了更新。
 #
 # $$m' = \max(m, \max_{j \in \text{block}} x_j), \qquad \ell' = \ell\, e^{m - m'} + \sum_{j \in \text{block}} e^{x_j - m'} .$$
 #
@@ -166,12 +166,13 @@ nb14.check_online_softmax(online_softmax)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Your function on a row of 64 random scores read in blocks of 8: the picture shows the running
-# maximum after each block, and the running sum $\ell$ just before and just after the rescaling.
-# Each time the maximum jumps, the sum drops by the factor $e^{m - m'}$ and then grows again by the
-# new block's terms. The cell also checks your result against `torch.softmax`.
+# A row of 64 random scores read in blocks of 8: the cell repeats the updates in plain Python and
+# draws the running maximum after each block, and the running sum $\ell$ once rescaled to the new
+# maximum (before the block's terms are added) and once they are added. Each time the maximum jumps,
+# the sum drops by the factor $e^{m - m'}$ and then grows again by the new block's terms. The cell
+# also checks your `online_softmax` on the same row against `torch.softmax`.
 #
-# 用你的函数处理一行 64 个随机分数，每块 8 个：图中画出每块之后的运行最大值，以及重新缩放前后的运行和 $\ell$。每当最大值跳升，和就按因子 $e^{m - m'}$ 下降，然后再加上新块的各项而增长。单元格还会把你的结果与 `torch.softmax` 相比较。
+# 一行 64 个随机分数，每块 8 个：单元格用普通的 Python 重复这些更新，画出每块之后的运行最大值，以及运行和 $\ell$ 的两个值：按新的最大值重新缩放之后（加上新块各项之前），和加上新块各项之后。每当最大值跳升，和就按因子 $e^{m - m'}$ 下降，然后再加上新块的各项而增长。单元格还会在同一行上把你的 `online_softmax` 与 `torch.softmax` 相比较。
 
 # %%
 scores = torch.randn(64, generator=torch.Generator().manual_seed(4)) * 3
