@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, help="notebooks graded at once (default: the number of cores)")
     p.add_argument("--db", help="gradebook URL, e.g. postgresql+psycopg://user@host/db (default: OUT/gradebook.db)")
     p.add_argument("--job-timeout", type=int, default=900, help="seconds after which one notebook's grading is killed")
+    p.add_argument("--memory-mb", type=int, help="MiB of memory for each grading kernel (default: nbgrader_config.py; 0: none)")
     p = sub.add_parser("release", help="regenerate course/ from solutions/")
     p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 07_kv_cache (default: all)")
     p.add_argument("--check", action="store_true", help="only check that course/ is up to date")
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
         elif args.command == "grade-all":
             from autograder.batch import grade_all
             csv_path = grade_all(args.submissions, args.out, jobs=args.jobs, db_url=args.db, timeout=args.timeout,
-                                 job_timeout=args.job_timeout)
+                                 job_timeout=args.job_timeout, memory_mb=args.memory_mb)
             print(f"grades: {csv_path}")
         elif args.command == "release":
             from autograder import release

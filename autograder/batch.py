@@ -1,7 +1,7 @@
 """The instructor's batch grading: a folder of a class's submissions in, a gradebook, a CSV and
 a feedback folder per learner out.
 
-    python -m autograder grade-all SUBMISSIONS [--out grading] [--jobs N] [--db URL] [--timeout S]
+    python -m autograder grade-all SUBMISSIONS [--out grading] [--jobs N] [--db URL] [--timeout S] [--memory-mb M]
 
 SUBMISSIONS holds one folder per learner with that learner's notebooks inside (any depth):
     SUBMISSIONS/alice/01_dot_product_attention.ipynb
@@ -16,7 +16,9 @@ Out come:
 Each submission is graded by `python -m autograder submit`'s own code (autograder.submit.grade)
 in a process of its own with a workspace of its own; `--jobs` of them run at once (default: the
 number of cores). A learner's infinite loop, crash or flood of output therefore costs that
-learner's notebook and nothing else, and a process that outlives `--job-timeout` is killed.
+learner's notebook and nothing else, and a process that outlives `--job-timeout` is killed. Each
+grading kernel gets at most `--memory-mb` MiB (default: nbgrader_config.py's 4096); a notebook
+that goes over it scores 0 on the tests that did, with a verdict that names the limit.
 Every process writes its grades into the one gradebook inside a lock (a file lock for SQLite,
 an advisory lock for PostgreSQL), so several processes, or grade-all on several machines sharing
 one PostgreSQL database, lose no row. Re-grading updates the same rows (grades of an unchanged
@@ -39,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from autograder.notebooks import BadInput, identify, read_notebook
+from autograder.prestart import MEMORY_ENV
 
 FIELDS = ["learner", "notebook", "score", "max_score", "status", "feedback_html"]
 JOB_TIMEOUT = 900  # s; the notebook-wide limit of grading (nbgrader_config.py) comes well before
@@ -195,16 +198,17 @@ def collect(submissions: Path) -> tuple[list[tuple[str, str, Path]], list[dict]]
     return [(learner, stem, path) for (learner, stem), path in sorted(jobs.items())], errors
 
 
-def _run_job(learner, stem, path, out, db_url, timeout, job_timeout, scratch) -> dict:
+def _run_job(learner, stem, path, out, db_url, timeout, job_timeout, scratch, memory_mb=None) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"{learner}-{stem}-", dir=scratch))
     spec = {"path": str(path.resolve()), "learner": learner, "out": str(out.resolve()), "db": db_url,
             "work": str(work / "ws"), "timeout": timeout, "result": str(work / "result.json")}
     row = {"learner": learner, "notebook": stem, "score": "", "max_score": "", "feedback_html": ""}
     log = work / "grading.log"
     with open(log, "w") as f:
+        env = {**os.environ, **({MEMORY_ENV: str(memory_mb)} if memory_mb is not None else {})}
         proc = subprocess.Popen([sys.executable, "-m", "autograder.batch", "--one", json.dumps(spec)],
                                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         try:
             proc.wait(timeout=job_timeout)
         except subprocess.TimeoutExpired:
@@ -225,8 +229,10 @@ def _run_job(learner, stem, path, out, db_url, timeout, job_timeout, scratch) ->
 
 
 def grade_all(submissions, out, jobs: int | None = None, db_url: str | None = None,
-              timeout: int | None = None, job_timeout: int = JOB_TIMEOUT, log=print, progress=True) -> Path:
-    """Grade every learner's notebooks in `submissions` into `out`; return the path of the CSV."""
+              timeout: int | None = None, job_timeout: int = JOB_TIMEOUT, log=print, progress=True,
+              memory_mb: int | None = None) -> Path:
+    """Grade every learner's notebooks in `submissions` into `out`; return the path of the CSV.
+    `memory_mb`: each grading kernel's memory limit in MiB (default: the course config's)."""
     from tqdm.auto import tqdm
 
     submissions, out = Path(submissions), Path(out)
@@ -242,7 +248,7 @@ def grade_all(submissions, out, jobs: int | None = None, db_url: str | None = No
             ThreadPoolExecutor(max_workers=jobs) as pool, \
             tqdm(total=len(todo), unit="notebook", desc=f"grading ({jobs} at once)", disable=not progress,
                  file=sys.stderr) as bar:
-        futures = [pool.submit(_run_job, learner, stem, path, out, db_url, timeout, job_timeout, scratch)
+        futures = [pool.submit(_run_job, learner, stem, path, out, db_url, timeout, job_timeout, scratch, memory_mb)
                    for learner, stem, path in todo]
         for future in as_completed(futures):
             row = future.result()

@@ -8,8 +8,18 @@ costs of every submit removed (about 0.7 s of 1.3 s on 2 cores, measured on note
   without alternative text one and to make JupyterLab-template cells focusable. The feedback
   template is the classic one, which has no such cells, so only the alternative text is added
   here, by a regular expression on the `<img` tags.
+
+Formulas render offline: nbgrader's template loads MathJax from a CDN, which a learner without a
+network (or a course server without one) cannot reach. The page loads MathJax 2 from the
+environment instead (PyPI's jupyter-server-mathjax): from the Jupyter server that serves the page
+(`<base>/static/jupyter_server_mathjax/`, where `<base>` is what comes before `/files/` in the
+page's address, `/user/<name>` on JupyterHub), or, opened from disk, from the package's folder on
+the machine that graded it (autograder/tests/test_feedback_mathjax.py checks both, offline).
 """
+import importlib.util
+import json
 import re
+from pathlib import Path
 
 from jinja2 import FileSystemBytecodeCache
 from nbconvert.exporters import HTMLExporter, TemplateExporter
@@ -20,6 +30,27 @@ from autograder.workspace import CACHE
 
 _IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
 NO_ALT = "No description has been provided for this image"
+_CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*">\s*</script>')
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"  # the one combined configuration the package ships
+
+
+def mathjax_folder() -> Path | None:
+    """The folder of MathJax.js in jupyter-server-mathjax (found without importing the package)."""
+    spec = importlib.util.find_spec("jupyter_server_mathjax")
+    folder = Path(spec.origin).parent / "static" if spec and spec.origin else None
+    return folder if folder and (folder / "MathJax.js").exists() else None
+
+
+def local_mathjax_loader() -> str:
+    folder = mathjax_folder()
+    on_disk = folder.as_uri() if folder else ""
+    return ("<script>(function () {\n"
+            "  // MathJax from the environment, not a CDN (autograder/feedback.py)\n"
+            "  var page = location.pathname, at = page.indexOf('/files/');\n"
+            f"  var base = location.protocol === 'file:' ? {json.dumps(on_disk)} :\n"
+            "      (at >= 0 ? page.slice(0, at) : '') + '/static/jupyter_server_mathjax';\n"
+            f"  if (base) document.write('<script src=\"' + base + '/MathJax.js?config={MATHJAX_CONFIG}\"><' + '/script>');\n"
+            "})();</script>")
 
 
 class FeedbackExporter(HTMLExporter):
@@ -40,4 +71,5 @@ class FeedbackExporter(HTMLExporter):
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(
             notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        html = _CDN_MATHJAX.sub(lambda _: local_mathjax_loader(), html, count=1)
         return _IMG_WITHOUT_ALT.sub(f'<img alt="{NO_ALT}"', html), resources

@@ -11,6 +11,11 @@ c.CourseDirectory.course_id = "attention-course"
 # about two minutes plus nbgrader's own few seconds.
 c.Execute.timeout = 60
 c.GradingExecute.notebook_timeout = 120
+# Memory of each grading kernel, in MiB (RLIMIT_DATA, autograder/prestart.py): a notebook that asks
+# for more fails that cell with a verdict naming the limit, and grade-all's other jobs go on.
+# Notebooks 07, 12 and 14's solutions keep full marks when graded with 1536 MiB; `grade-all
+# --memory-mb` (or AUTOGRADER_MEMORY_LIMIT_MB) overrides it.
+c.GradingExecute.memory_limit_mb = 4096
 # The python3 kernel of the environment that runs nbgrader: the course's own .venv.
 c.Execute.kernel_name = "python3"
 # nbgrader's autograde steps, with its Execute replaced by the course's (autograder/preprocessors.py):

@@ -25,7 +25,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Integer
 
-from autograder.prestart import KERNEL_ARGUMENTS, PRESTARTED, kernel_env
+from autograder.prestart import DEFAULT_MEMORY_MB, KERNEL_ARGUMENTS, PRESTARTED, kernel_env, limit_memory, memory_limit_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 GUARD = (Path(__file__).resolve().parent / "kernel_guard.py").read_text(encoding="utf-8")
@@ -79,6 +79,10 @@ class GradingExecute(Execute):
         10, help="Seconds to wait for a cell's last output after its reply, or for an interrupted cell to "
                  "stop (nbclient's 4 s is short for an import interrupted on a busy machine)."
     ).tag(config=True)
+    memory_limit_mb = Integer(
+        DEFAULT_MEMORY_MB, help="MiB of data memory for the grading kernel (0: no limit); a cell that goes over "
+                                "it fails with a verdict that names the limit. AUTOGRADER_MEMORY_LIMIT_MB overrides it."
+    ).tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         self._deadline = monotonic() + self.notebook_timeout
@@ -102,6 +106,7 @@ class GradingExecute(Execute):
 
     async def async_start_new_kernel(self, **kwargs):
         kwargs.setdefault("env", kernel_env())
+        kwargs.setdefault("preexec_fn", limit_memory(memory_limit_mb(self.memory_limit_mb)))
         self.extra_arguments = [*KERNEL_ARGUMENTS, *self.extra_arguments]
         return await super().async_start_new_kernel(**kwargs)
 
@@ -119,6 +124,19 @@ class GradingExecute(Execute):
     async def _async_handle_timeout(self, timeout, cell=None):
         self._timed_out = timeout
         return await super()._async_handle_timeout(timeout, cell)
+
+    def _name_memory_errors(self, cell):
+        """An allocation refused by the kernel's memory limit becomes a verdict that names the limit."""
+        limit = memory_limit_mb(self.memory_limit_mb)
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "error" or limit <= 0:
+                continue
+            ename, evalue = output.get("ename", ""), output.get("evalue", "")
+            if ename in ("MemoryError", "_ArrayMemoryError") or "Cannot allocate memory" in evalue or "can't allocate memory" in evalue:
+                en = (f"Out of memory: grading gives your notebook at most {limit} MiB, and this cell asked for more "
+                      f"({ename}). Look for a tensor much larger than the exercise needs.")
+                zh = f"内存不足：评分时笔记本最多可用 {limit} MiB 内存，该单元格申请了更多（{ename}）。请检查是否创建了远大于练习所需的张量。"
+                output.update(ename="MemoryLimit", evalue=f"{en} {zh}", traceback=[f"MemoryLimit: {en}", zh])
 
     def _budget_stop(self, current=("", "")):
         en, zh = self._first_timeout or current
@@ -217,6 +235,7 @@ class GradingExecute(Execute):
                 f"Not run: {en} did not finish in time and did not stop when interrupted, so grading stopped there.",
                 f"未运行：{zh}未能按时完成，且中断后仍未停止，评分在此停止。")
             return cell, self.resources
+        self._name_memory_errors(cell)
         if self._timed_out:
             self._first_timeout = self._first_timeout or (en, zh)
             limit = self._timed_out

@@ -5,12 +5,40 @@ submit` starts it before anything else; `autograder.preprocessors.GradingExecute
 of starting its own. Light on purpose: importing this module must not import nbgrader.
 """
 import os
+import resource
 import shutil
 import tempfile
 from pathlib import Path
 
 PRESTARTED = []
 _SOCKET_FOLDERS = []
+# Memory of every grading kernel: at most this many MiB of data (RLIMIT_DATA: the heap and private
+# mappings, where tensors and arrays live), so that one learner's notebook cannot take the machine
+# while grade-all grades a class. nbgrader_config.py sets it (GradingExecute.memory_limit_mb, 0: no
+# limit); the environment variable below, set by `grade-all --memory-mb`, overrides it.
+MEMORY_ENV = "AUTOGRADER_MEMORY_LIMIT_MB"
+DEFAULT_MEMORY_MB = 4096
+
+
+def memory_limit_mb(configured: int | None = None) -> int:
+    """The grading kernel's memory limit in MiB (0: none): the environment's, else `configured`,
+    else the course config's."""
+    if os.environ.get(MEMORY_ENV, "").strip():
+        return int(os.environ[MEMORY_ENV])
+    if configured is None:
+        from autograder.workspace import load_config
+        section = load_config(Path(".")).GradingExecute
+        configured = section.memory_limit_mb if "memory_limit_mb" in section else DEFAULT_MEMORY_MB
+    return int(configured)
+
+
+def limit_memory(limit_mb: int):
+    """A function that the kernel's process runs before Python starts (Popen's preexec_fn): the soft
+    and the hard limit, so the learner's code cannot raise it (unless it runs as root)."""
+    def apply():
+        if limit_mb > 0:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit_mb << 20, limit_mb << 20))
+    return apply
 
 
 def kernel_env() -> dict:
@@ -52,12 +80,15 @@ def prestart_kernel(kernel_name: str | None = None):
 
     sockets = _local_sockets()
     cwd = sockets["ip"].rpartition(os.sep)[0] if sockets else _new_folder()
-    if kernel_name is None:  # the course's Execute.kernel_name (load_config does not import nbgrader)
-        from autograder.workspace import load_config
-        kernel_name = load_config(Path(cwd)).Execute.kernel_name
+    from autograder.workspace import load_config
+    config = load_config(Path(cwd))  # the course's settings (load_config does not import nbgrader)
+    if kernel_name is None:
+        kernel_name = config.Execute.kernel_name
+    section = config.GradingExecute
+    limit = memory_limit_mb(section.memory_limit_mb if "memory_limit_mb" in section else DEFAULT_MEMORY_MB)
     km = AsyncKernelManager(kernel_name=kernel_name, **sockets)
     try:  # `import torch` at boot, binding no name in the learner's namespace
-        run_sync(km.start_kernel)(cwd=cwd, env=kernel_env(), extra_arguments=[
+        run_sync(km.start_kernel)(cwd=cwd, env=kernel_env(), preexec_fn=limit_memory(limit), extra_arguments=[
             *KERNEL_ARGUMENTS, "--IPKernelApp.exec_lines=__import__('torch') and None"])
     except Exception:  # GradingExecute starts its own, as nbgrader would
         return None

@@ -30,7 +30,7 @@ def reason(cell, timeout: int) -> str:
     if not errors:
         return ""
     ename, evalue = errors[-1].get("ename", ""), _ANSI.sub("", errors[-1].get("evalue", ""))
-    if ename in ("NotRun", "GradingGuard", "DeadKernelError") or (ename == "CellTimeoutError" and evalue):
+    if ename in ("NotRun", "GradingGuard", "DeadKernelError", "MemoryLimit") or (ename == "CellTimeoutError" and evalue):
         return " ".join(evalue.split())  # written by autograder/preprocessors.py, in words
     if ename in ("CellTimeoutError", "KeyboardInterrupt") or "timeout" in evalue.lower():
         return (f"The tests did not finish within {timeout} s: look for an infinite loop or a very slow step. "
