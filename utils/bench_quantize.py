@@ -1,14 +1,16 @@
-"""Decode speed and weight memory of notebook 07's GPT in float32, bfloat16 and int8 weight-only,
-side by side, one run, the same prompt (notebook 11).
+"""Decode speed, memory and accuracy of float32, weight-only int8 and W8A8, side by side in one
+run (notebook 11).
 
-    .venv/bin/python -m utils.bench_quantize            # full size: 12 layers, width 768, GPT-2 vocabulary
-    .venv/bin/python -m utils.bench_quantize --small    # the size notebook 11 uses
-    .venv/bin/python -m utils.bench_quantize --threads 1  # one thread, as the notebook times it
+    .venv/bin/python -m utils.bench_quantize              # full size: 12 layers, width 768, GPT-2 vocabulary
+    .venv/bin/python -m utils.bench_quantize --small      # a smaller GPT, about a minute
+    .venv/bin/python -m utils.bench_quantize --threads 2  # default 1: steady timings on a shared machine
 
-Decoding one token reads every weight once, so tokens/s is bounded by memory bandwidth / bytes
-of weights. The command measures this machine's copy bandwidth, prints that bound next to each
-measured speed, and reports speeds as ratios to float32 (absolute numbers depend on the machine
-and on what else runs on it). Each variant decodes `repeats` times, interleaved; medians.
+Speed: greedy decoding of notebook 07's GPT (random weights; speed does not depend on them),
+batch 1, each variant `repeats` times interleaved, medians, as ratios to float32. Decoding one
+token reads every weight once, so the command also prints the bytes read per token and the share
+of this machine's copy bandwidth that the measured speed reaches. Accuracy: the trained mini
+DeepSeek of notebook 12, teacher-forced on the copying task: top-1 agreement with float32 on the
+positions whose next token is determined (copied), on all positions, and the change in loss.
 """
 import argparse
 import contextlib
@@ -21,9 +23,13 @@ from tqdm.auto import tqdm
 
 from utils.gpt import GPTConfig, GPTModel
 from utils.quantize import quantize_model_, weight_bytes
+from utils.w8a8 import W8A8Linear
 
 FULL = GPTConfig()  # notebook 07's model: 12 layers, width 768, 12 heads, vocabulary 50257
 SMALL = GPTConfig(vocab_size=8192, context_length=128, emb_dim=512, n_heads=8, n_layers=4)
+WEIGHT_ONLY_REASON = ("weight-only int8 reads a quarter of float32's bytes but widens every weight to float and "
+                      "multiplies in float, so on a CPU core it is bound by that arithmetic, not by memory; W8A8 "
+                      "multiplies int8 by int8 into int32, many products per instruction (AVX2 vpmaddubsw, AVX-512 VNNI).")
 
 
 @contextlib.contextmanager
@@ -58,12 +64,10 @@ def bytes_read_per_token(model) -> int:
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()] if id(t) not in tables)
 
 
-def build_variants(cfg: GPTConfig, seed: int = 0) -> dict:
-    """float32, bfloat16 and int8 weight-only copies of one random-weight GPT."""
-    torch.manual_seed(seed)
-    fp32 = GPTModel(cfg).eval()
-    return {"float32": fp32, "bfloat16": copy.deepcopy(fp32).to(torch.bfloat16),
-            "int8 weight-only": quantize_model_(copy.deepcopy(fp32))}
+def build_variants(model) -> dict:
+    """float32, weight-only int8 and W8A8 copies of one model (every nn.Linear quantized)."""
+    return {"float32": model, "int8 weight-only": quantize_model_(copy.deepcopy(model)),
+            "W8A8 (fbgemm)": quantize_model_(copy.deepcopy(model), layer=W8A8Linear)}
 
 
 @torch.inference_mode()
@@ -80,21 +84,25 @@ def decode(model, prompt, new_tokens: int):
     return time.perf_counter() - start, torch.cat(ids, dim=1)
 
 
-def decode_benchmark(variants: dict, prompt, new_tokens: int = 16, repeats: int = 3, progress=True) -> list[dict]:
+def decode_benchmark(variants: dict, prompt, new_tokens: int = 16, repeats: int = 3, bandwidth: float | None = None,
+                     progress=True) -> list[dict]:
+    """One row per variant: tokens/s, speed and memory as ratios to the first variant, the
+    share of generated tokens equal to its, and with `bandwidth` the share of it reached."""
     times = {name: [] for name in variants}
     tokens = {}
     for name, model in variants.items():  # warm-up, and the tokens each variant generates
         tokens[name] = decode(model, prompt, 2)[1]
     for _ in tqdm(range(repeats), desc="decode rounds", leave=False, disable=not progress):
-        for name, model in variants.items():
+        for name, model in variants.items():  # interleaved: a busy moment slows every variant alike
             seconds, tokens[name] = decode(model, prompt, new_tokens)
             times[name].append(seconds)
     base = next(iter(variants))
     rows = []
     for name, model in variants.items():
         speed = new_tokens / statistics.median(times[name])
-        rows.append({"variant": name, "tokens/s": speed, "weight MB": weight_bytes(model) / 1e6,
-                     "read MB/token": bytes_read_per_token(model) / 1e6,
+        read = bytes_read_per_token(model)
+        rows.append({"variant": name, "tokens/s": speed, "weight MB": weight_bytes(model) / 1e6, "read MB/token": read / 1e6,
+                     "of bandwidth": speed * read / bandwidth if bandwidth else None,
                      "same tokens as float32": float((tokens[name] == tokens[base]).float().mean())})
     for r in rows:
         r["speed / float32"] = r["tokens/s"] / rows[0]["tokens/s"]
@@ -102,36 +110,77 @@ def decode_benchmark(variants: dict, prompt, new_tokens: int = 16, repeats: int 
     return rows
 
 
-def format_rows(rows, bandwidth: float | None = None) -> str:
-    head = f"{'variant':<17} {'tokens/s':>9} {'speed/fp32':>10} {'weight MB':>10} {'mem/fp32':>9} {'same tokens':>11}"
-    if bandwidth:
-        head += f" {'MB read/token':>13} {'bound tok/s':>11}"
+def format_rows(rows) -> str:
+    head = (f"{'variant':<17} {'tokens/s':>9} {'speed/fp32':>10} {'weight MB':>10} {'mem/fp32':>9} {'same tokens':>11} "
+            f"{'MB read/token':>13} {'of bandwidth':>12}")
     lines = [head]
     for r in rows:
-        line = (f"{r['variant']:<17} {r['tokens/s']:>9.2f} {r['speed / float32']:>9.2f}x {r['weight MB']:>10.1f} "
-                f"{r['memory / float32']:>8.2f}x {r['same tokens as float32']:>10.0%}")
-        if bandwidth:
-            line += f" {r['read MB/token']:>13.1f} {bandwidth / (r['read MB/token'] * 1e6):>11.1f}"
-        lines.append(line)
+        share = f"{r['of bandwidth']:>12.0%}" if r["of bandwidth"] is not None else f"{'-':>12}"
+        lines.append(f"{r['variant']:<17} {r['tokens/s']:>9.2f} {r['speed / float32']:>9.2f}x {r['weight MB']:>10.1f} "
+                     f"{r['memory / float32']:>8.2f}x {r['same tokens as float32']:>10.0%} {r['read MB/token']:>13.1f} {share}")
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+@torch.no_grad()
+def accuracy_rows(variants: dict, tokens: torch.Tensor) -> list[dict]:
+    """Teacher-forced on `tokens` (B, T) of the copying task: for each variant the next-token loss,
+    its change from the first variant's, and the share of positions where its top-1 token is the
+    first variant's, on the copied positions (next token determined) and on all of them."""
+    from utils.mini_deepseek import next_token_loss
+    from utils.copy_task import copy_mask
+    copied = copy_mask(tokens)[:, 1:]                                          # (B, T-1)
+    logits = {name: model(tokens) for name, model in variants.items()}
+    base = next(iter(variants))
+    top1 = {name: out.argmax(dim=-1)[:, :-1] for name, out in logits.items()}
+    rows = []
+    for name, out in logits.items():
+        same = top1[name] == top1[base]
+        loss = float(next_token_loss(out, tokens))
+        rows.append({"variant": name, "loss": loss, "agree copied": float(same[copied].float().mean()),
+                     "agree all": float(same.float().mean())})
+    for r in rows:
+        r["loss change"] = r["loss"] - rows[0]["loss"]
+    return rows
+
+
+def format_accuracy(rows) -> str:
+    lines = [f"{'variant':<20} {'loss':>8} {'change':>9} {'top-1 = float32, copied':>24} {'all positions':>14}"]
+    lines += [f"{r['variant']:<20} {r['loss']:>8.4f} {r['loss change']:>+9.5f} {r['agree copied']:>24.2%} {r['agree all']:>14.2%}"
+              for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", action="store_true", help="the size notebook 11 uses")
+    parser.add_argument("--small", action="store_true", help="a smaller GPT (4 layers, width 512)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's choice)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     cfg = SMALL if args.small else FULL
     bandwidth = copy_bandwidth()
-    print(f"threads: {torch.get_num_threads()}; copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s")
-    variants = build_variants(cfg)
+    print(f"threads: {torch.get_num_threads()}; CPU: {torch.backends.cpu.get_cpu_capability()}, "
+          f"VNNI {'yes' if torch.cpu._is_vnni_supported() else 'no'}; copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s")
+    torch.manual_seed(0)
+    variants = build_variants(GPTModel(cfg).eval())
     prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
-    rows = decode_benchmark(variants, prompt, args.new_tokens, args.repeats)
-    print(f"{cfg.n_layers} layers, width {cfg.emb_dim}, vocabulary {cfg.vocab_size}; batch 1, prompt 16 tokens, "
+    rows = decode_benchmark(variants, prompt, args.new_tokens, args.repeats, bandwidth)
+    print(f"\nspeed: {cfg.n_layers} layers, width {cfg.emb_dim}, vocabulary {cfg.vocab_size}; batch 1, prompt 16 tokens, "
           f"{args.new_tokens} decode steps, median of {args.repeats} interleaved runs")
-    print(format_rows(rows, bandwidth))
-    print("bound = copy bandwidth / bytes read per token (every weight once; of the embedding tables one row).")
+    print(format_rows(rows))
+    print("of bandwidth = tokens/s * bytes read per token / copy bandwidth (every weight once; of the embedding table one row)")
+    print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x, W8A8 {rows[2]['speed / float32']:.2f}x float32: {WEIGHT_ONLY_REASON}")
+
+    from utils.mini_deepseek import load_checkpoint
+    from utils.copy_task import make_batch
+    trained, _ = load_checkpoint()
+    tokens = make_batch(256, generator=torch.Generator().manual_seed(11))
+    print(f"\naccuracy: the trained mini DeepSeek, {tokens.numel():,} positions of the copying task, teacher-forced")
+    print(format_accuracy(accuracy_rows(build_variants(trained), tokens)))
+    print("on positions that are not copied the next token is random and the model's top two are near-ties, "
+          "which any rounding can swap")
+
+
+if __name__ == "__main__":
+    main()

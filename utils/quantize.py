@@ -1,18 +1,25 @@
-"""Quantized inference (notebook 11): absmax int8, DeepSeek-V3's block-wise FP8, an int8
-weight-only linear that is faster than float32 on CPU, and an int8 KV cache.
+"""Quantized inference (notebook 11): absmax int8, DeepSeek-V3's block-wise FP8, group-wise intN,
+an int8 weight-only linear, and an int8 KV cache. The W8A8 layer (int8 activations too) is
+`utils.w8a8`.
 
-    .venv/bin/python -m utils.bench_quantize    # full-size decode speed and weight memory
+    .venv/bin/python -m utils.bench_quantize    # full-size decode speed, memory and accuracy
 
-Conventions (../curriculum.md, section 11):
+Conventions (CURRICULUM.md in the repository root, section 11):
 - absmax int8 is symmetric: scale = amax / 127, q = round(x / scale) clamped to [-127, 127],
   x ~ q * scale. With `dim`, the amax is taken along `dim` (kept, for broadcasting): for a weight
   (out, in), `dim=-1` gives one scale per output channel, shape (out, 1).
+- An all-zero slice would make x / scale = 0 / 0 = NaN: amax is clamped to at least AMAX_FLOOR
+  (1e-4, the floor of DeepSeek's current `act_quant`: DeepSeek-V3's `inference/kernel.py` since
+  the V3.1 update, DeepSeek-V3.2-Exp's kernel), so such a slice gets q = 0 and x_hat = 0. The
+  floor changes no scale of a slice whose amax is at least 1e-4.
 - FP8 e4m3 (`torch.float8_e4m3fn`) has a largest finite value of 448. DeepSeek-V3 stores weights
   in 128 x 128 blocks, each with its scale `weight_scale_inv` = amax / 448, so that
   dequantized block = fp8 block * scale (DeepSeek-V3 `inference/kernel.py`, `weight_dequant`).
   Activations get one scale per token per 128 channels (`act_quant`).
 - Int8WeightOnlyLinear calls `torch._weight_int8pack_mm(x_bf16, w_int8, scale_bf16)`, PyTorch's
-  int8 weight-only matmul: the int8 weight is read as is, never expanded into a float copy.
+  int8 weight-only matmul: the int8 weight is read as is, never expanded into a float copy of the
+  whole matrix, but each weight is widened to float and multiplied in float, so on a CPU the
+  kernel is bound by that arithmetic rather than by the bytes it reads.
 """
 import torch
 import torch.nn.functional as F
@@ -21,16 +28,18 @@ from torch import nn
 INT8_MAX = 127
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0          # torch.finfo(torch.float8_e4m3fn).max
-TINY = 1e-12             # an all-zero slice gets a tiny scale instead of 0 / 0
+AMAX_FLOOR = 1e-4        # an all-zero slice gets this amax instead of 0, and no 0 / 0 (DeepSeek's act_quant)
 
 
 # absmax int8 -----------------------------------------------------------------------------
 def absmax_quantize(x: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8: (q int8 like x, scale float). scale is a 0-d tensor, or has x's shape with
-    size 1 along `dim` (one scale per slice along `dim`)."""
+    size 1 along `dim` (one scale per slice along `dim`). Computed in float32: in bfloat16,
+    x / scale keeps 8 significant bits and rounds to the wrong integer (even to 128)."""
+    x = x.float()
     amax = x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)
-    scale = amax.float() / INT8_MAX
-    q = torch.round(x.float() / scale.clamp(min=TINY)).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    scale = amax.clamp(min=AMAX_FLOOR) / INT8_MAX
+    q = torch.round(x / scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     return q, scale
 
 
@@ -59,8 +68,8 @@ def fp8_block_quantize(w: torch.Tensor, block_size: int = 128) -> tuple[torch.Te
     padded = w.float().new_zeros(nb * block_size, kb * block_size)
     padded[:n, :k] = w.float().abs()
     amax = padded.view(nb, block_size, kb, block_size).amax(dim=(1, 3))   # (nb, kb)
-    scale = amax / FP8_MAX
-    w_fp8 = (w.float() / _expand(scale.clamp(min=TINY), (n, k), block_size)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    scale = amax.clamp(min=AMAX_FLOOR) / FP8_MAX
+    w_fp8 = (w.float() / _expand(scale, (n, k), block_size)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return w_fp8, scale
 
 
@@ -74,8 +83,8 @@ def fp8_activation_quantize(x: torch.Tensor, block_size: int = 128) -> tuple[tor
     if k % block_size:
         raise ValueError(f"the last dimension ({k}) must be a multiple of block_size ({block_size}), as in DeepSeek-V3's act_quant")
     tiles = x.float().unflatten(-1, (k // block_size, block_size))     # (..., K/b, b)
-    scale = tiles.abs().amax(dim=-1) / FP8_MAX                          # (..., K/b)
-    x_fp8 = (tiles / scale.clamp(min=TINY).unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    scale = tiles.abs().amax(dim=-1).clamp(min=AMAX_FLOOR) / FP8_MAX    # (..., K/b); a zero tile: no 0 / 0
+    x_fp8 = (tiles / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return x_fp8.flatten(-2), scale
 
 
@@ -131,14 +140,44 @@ class Int8WeightOnlyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
 
 
-def quantize_model_(model: nn.Module, skip: tuple[str, ...] = ()) -> nn.Module:
-    """Replace every nn.Linear of `model` in place by Int8WeightOnlyLinear, except those whose
+def quantize_model_(model: nn.Module, skip: tuple[str, ...] = (), layer=None) -> nn.Module:
+    """Replace every nn.Linear of `model` in place by `layer.from_linear(linear)`
+    (Int8WeightOnlyLinear by default; utils.w8a8.W8A8Linear is the other), except those whose
     name in model.named_modules() is in `skip` (for example skip=("out_head",)). Returns model."""
+    layer = layer or Int8WeightOnlyLinear
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if isinstance(child, nn.Linear) and full not in skip:
-                setattr(module, child_name, Int8WeightOnlyLinear.from_linear(child))
+                setattr(module, child_name, layer.from_linear(child))
+    return model
+
+
+# what rounding costs: group-wise intN and weights replaced by their round trip ------------
+def group_roundtrip(w: torch.Tensor, bits: int = 4, group_size: int | None = 128) -> torch.Tensor:
+    """w (out, in) quantized to symmetric `bits`-bit integers and back, one scale per
+    `group_size` consecutive input features of each row (a group longer than the row is the
+    row); group_size=None: one scale for the whole tensor."""
+    qmax = 2 ** (bits - 1) - 1                      # int4: [-7, 7], like absmax int8's [-127, 127]
+    w = w.float()
+    if group_size is None:
+        groups = w.reshape(1, 1, -1)
+    else:
+        g = min(group_size, w.shape[-1])
+        if w.shape[-1] % g:
+            raise ValueError(f"in_features ({w.shape[-1]}) must be a multiple of group_size ({g})")
+        groups = w.unflatten(-1, (-1, g))                                       # (out, in / g, g)
+    scale = groups.abs().amax(dim=-1, keepdim=True).clamp(min=AMAX_FLOOR) / qmax
+    return (torch.round(groups / scale).clamp(-qmax, qmax) * scale).reshape(w.shape)
+
+
+def roundtrip_weights_(model: nn.Module, roundtrip) -> nn.Module:
+    """Every nn.Linear's weight replaced, in place, by roundtrip(weight) (quantize, then
+    dequantize): the outputs of a model that computes with exactly those rounded weights."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.copy_(roundtrip(module.weight))
     return model
 
 
@@ -161,7 +200,11 @@ def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Int8KVCache:
     """utils.kv_cache.KVCache's interface with keys and values stored as int8, one scale per
-    token and head: 1 byte per element plus 4 per head vector, instead of 4 (float32)."""
+    token and head: 1 byte per element plus 4 per head vector, instead of 4 (float32).
+
+    It saves memory, not decode bandwidth: `update` dequantizes the whole cache at every step and
+    attention then reads float32 keys and values, more bytes than a float32 cache. Serving
+    kernels dequantize inside attention, tile by tile, so only the int8 bytes cross memory."""
 
     def __init__(self, batch_size, max_seq_len, num_kv_heads, head_dim, dtype=torch.float32, device=None):
         self.max_seq_len, self.dtype = max_seq_len, dtype

@@ -116,3 +116,74 @@ def test_int8_kv_cache_is_a_drop_in_for_generate():
     assert int8.shape == plain.shape and (int8 == plain).float().mean() > 0.8
     cache = qz.Int8KVCache(1, 16, 4, 8)
     assert cache.nbytes() < 0.4 * 2 * 16 * 4 * 8 * 4
+
+
+def test_an_all_zero_slice_block_or_tile_gives_zeros_not_nan():
+    """amax = 0 would make x / scale = 0 / 0: the floor of DeepSeek's act_quant (1e-4) prevents it."""
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(8))
+    x[1] = 0.0
+    q, s = qz.absmax_quantize(x, dim=1)
+    assert torch.isfinite(s).all() and (q[1] == 0).all()
+    assert torch.equal(s[0, 0], x[0].abs().max() / 127)  # the floor changes no scale above 1e-4
+    assert (qz.absmax_quantize(torch.zeros(4))[0] == 0).all()
+    w = torch.randn(256, 256, generator=torch.Generator().manual_seed(9))
+    w[:128, 128:] = 0.0
+    w_fp8, ws = qz.fp8_block_quantize(w)
+    assert not w_fp8.float().isnan().any() and (w_fp8[:128, 128:].float() == 0).all() and torch.isfinite(ws).all()
+    a = torch.randn(2, 3, 256, generator=torch.Generator().manual_seed(10))
+    a[0, 2] = 0.0  # a padding token
+    a_fp8, a_s = qz.fp8_activation_quantize(a)
+    assert not a_fp8.float().isnan().any() and (a_fp8[0, 2].float() == 0).all() and torch.isfinite(a_s).all()
+
+
+def test_group_roundtrip_levels_and_error():
+    w = torch.randn(6, 256, generator=torch.Generator().manual_seed(11))
+    for group, bits in [(128, 4), (64, 4), (None, 4), (256, 8)]:
+        back = qz.group_roundtrip(w, bits=bits, group_size=group)
+        qmax = 2 ** (bits - 1) - 1
+        groups = w.reshape(1, 1, -1) if group is None else w.unflatten(-1, (-1, group))
+        step = groups.abs().amax(-1, keepdim=True) / qmax
+        err = (back.reshape(groups.shape) - groups).abs()
+        assert (err <= step / 2 + 1e-6).all()
+        levels = torch.round(back.reshape(groups.shape) / step)
+        assert levels.abs().max() <= qmax
+    coarse = (qz.group_roundtrip(w, 4, None) - w).abs().mean()
+    fine = (qz.group_roundtrip(w, 4, 64) - w).abs().mean()
+    assert fine < coarse
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        qz.group_roundtrip(torch.zeros(2, 100), 4, 64)
+
+
+def test_roundtrip_weights_changes_only_linear_weights():
+    model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    qz.roundtrip_weights_(model, lambda w: torch.zeros_like(w))
+    after = model.state_dict()
+    assert (after["0.weight"] == 0).all()
+    assert all(torch.equal(after[k], before[k]) for k in before if k != "0.weight")
+
+
+def test_w8a8_linear_matches_float_and_gives_each_token_its_scale():
+    from utils.w8a8 import W8A8Linear
+    torch.manual_seed(12)
+    lin = nn.Linear(128, 96)
+    layer = W8A8Linear.from_linear(lin)
+    assert layer.weight.dtype == torch.int8 and set(layer.state_dict()) == {"weight", "scale", "bias"}
+    x = torch.randn(4, 128)
+    x[1] *= 1e-3  # a quiet token next to loud ones: a scale for the whole batch would round it away
+    x[2] = 0.0
+    with torch.no_grad():
+        out, right = layer(x), lin(x)
+        one = layer(x[1:2])
+    assert out.shape == (4, 96) and not out.isnan().any()
+    for i in (0, 1, 3):  # every token within 3% of its own largest output
+        assert (out[i] - right[i]).abs().max() <= 0.03 * right[i].abs().max() + 1e-6
+    torch.testing.assert_close(out[2], lin.bias.detach())
+    assert (one[0] - right[1]).abs().max() <= 0.03 * right[1].abs().max() + 1e-6
+
+
+def test_quantize_model_takes_another_layer():
+    from utils.w8a8 import W8A8Linear
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    qz.quantize_model_(model, skip=("2",), layer=W8A8Linear)
+    assert isinstance(model[0], W8A8Linear) and type(model[2]) is nn.Linear

@@ -9,6 +9,7 @@ FP8 = torch.float8_e4m3fn
 # absmax_quantize -------------------------------------------------------------------------
 def absmax(mistake=None):
     def absmax_quantize(x, dim=None):
+        x = x if mistake in ("bfloat16", "no clamp") else x.float()
         a = x.abs() if mistake != "max" else x
         if mistake == "mean":
             amax = a.mean() if dim is None else a.mean(dim=dim, keepdim=True)
@@ -16,8 +17,14 @@ def absmax(mistake=None):
             amax = a.amax() if dim is None else a.amax(dim=dim, keepdim=True)
         if mistake == "wrong axis" and dim is not None:
             amax = a.amax(dim=1 - dim if dim >= 0 else 0, keepdim=True)
+        if mistake != "no guard":
+            amax = amax.clamp(min=1e-4)
         scale = amax / (128 if mistake == "128" else 127)
-        r = (x / scale) if mistake == "no clamp" else (x.float() / scale.float())
+        if mistake == "bfloat16":  # a float32 scale, but a 0-d one: x / scale stays bfloat16
+            scale = scale.float()
+            r = x / scale
+        else:
+            r = (x / scale) if mistake == "no clamp" else (x.float() / scale.float())
         r = r.trunc() if mistake == "trunc" else r.round()
         if mistake != "no clamp":
             r = r.clamp(-127, 127)
@@ -29,13 +36,14 @@ def absmax(mistake=None):
 
 def absmax_multiply(x, dim=None):  # multiply by 127 / amax, clamp with torch.clamp, 0-d via max()
     amax = x.detach().float().abs().max() if dim is None else x.float().abs().max(dim=dim, keepdim=True).values
+    amax = torch.where(amax == 0, torch.ones_like(amax), amax)  # another guard of the all-zero slice
     q = torch.clamp(torch.round(x.float() * (127.0 / amax)), min=-127, max=127).to(torch.int8)
     return q, amax / 127.0
 
 
 def absmax_where(x, dim=None):  # float64 arithmetic, scale kept as float64, torch.where clamp
     xd = x.double()
-    amax = xd.abs().amax(dim=() if dim is None else dim, keepdim=dim is not None)
+    amax = xd.abs().amax(dim=() if dim is None else dim, keepdim=dim is not None) + 1e-30  # a tiny epsilon guards 0 / 0
     r = torch.round(xd / (amax / 127))
     r = torch.where(r > 127, torch.full_like(r, 127), torch.where(r < -127, torch.full_like(r, -127), r))
     return r.to(torch.int8), amax / 127
@@ -58,6 +66,10 @@ def deq_flat_scale(q, scale):
     return q.float() * scale.flatten()[0]
 
 
+def deq_bf16(q, scale):
+    return q.to(torch.bfloat16) * scale.to(torch.bfloat16)
+
+
 def deq_mul(q, scale):
     return q.to(scale.dtype) * scale
 
@@ -67,10 +79,10 @@ def deq_torch_mul(q, scale):
 
 
 # fp8_block_quantize ----------------------------------------------------------------------
-def _padded_amax(w, b):
+def _padded_amax(w, b, in_dtype=False):
     n, k = w.shape
     nb, kb = -(-n // b), -(-k // b)
-    p = F.pad(w.abs().float(), (0, kb * b - k, 0, nb * b - n))
+    p = F.pad(w.abs() if in_dtype else w.abs().float(), (0, kb * b - k, 0, nb * b - n))
     return p.reshape(nb, b, kb, b).amax(dim=(1, 3))
 
 
@@ -80,9 +92,11 @@ def fp8_quant(mistake=None):
         b = block_size
         if mistake == "ragged":
             w = w[: n // b * b, : k // b * b]
-        amax = _padded_amax(w, b)
+        amax = _padded_amax(w, b, in_dtype=mistake == "bfloat16")
         if mistake == "per tensor":
             amax = torch.full_like(amax, float(w.abs().max()))
+        if mistake != "no guard":
+            amax = amax.clamp(min=1e-4)
         scale = amax / (127.0 if mistake == "127" else 448.0)
         full = scale.repeat_interleave(b, 0)[: w.shape[0]].repeat_interleave(b, 1)[:, : w.shape[1]]
         q = (w / full).clamp(-448, 448).to(FP8)
@@ -101,7 +115,7 @@ def fp8_quant_loops(w, block_size=128):  # block by block, slicing handles the r
         for j, c in enumerate(cols):
             block = w[r:r + block_size, c:c + block_size].float()
             scale[i, j] = block.abs().max() / 448
-            q[r:r + block_size, c:c + block_size] = (block / scale[i, j]).to(FP8)
+            q[r:r + block_size, c:c + block_size] = (block / scale[i, j]).nan_to_num(0.0).to(FP8)  # 0 / 0 -> 0
     return q, scale
 
 
@@ -134,13 +148,15 @@ def fp8_deq_loops(w_fp8, scale, block_size=128):
 # fp8_activation_quantize -----------------------------------------------------------------
 def fp8_act(mistake=None):
     def fp8_activation_quantize(x, block_size=128):
-        tiles = x.float().unflatten(-1, (-1, block_size))  # (..., K/b, b)
+        tiles = (x if mistake == "bfloat16" else x.float()).unflatten(-1, (-1, block_size))  # (..., K/b, b)
         if mistake == "per tensor":
             amax = tiles.abs().amax().expand(tiles.shape[:-1])
         elif mistake == "per token":
             amax = tiles.abs().amax(dim=(-2, -1))[..., None]
         else:
             amax = tiles.abs().amax(dim=-1)
+        if mistake != "no guard":
+            amax = amax.clamp(min=1e-4)
         scale = amax / (127.0 if mistake == "127" else 448.0)
         if mistake == "per tensor":
             scale = scale.flatten()[:1]
@@ -153,7 +169,7 @@ def fp8_act(mistake=None):
 def fp8_act_view(x, block_size=128):
     shape = x.shape
     flat = x.reshape(-1, shape[-1] // block_size, block_size).float()
-    scale = flat.abs().max(dim=-1, keepdim=True).values / 448
+    scale = torch.maximum(flat.abs().max(dim=-1, keepdim=True).values, torch.tensor(1e-6)) / 448
     return (flat / scale).to(FP8).reshape(shape), scale.squeeze(-1).reshape(*shape[:-1], -1)
 
 
@@ -180,11 +196,26 @@ def int8_linear(mistake=None, scale_shape="flat"):
                     layer.bias.copy_(linear.bias.detach())
             if mistake == "keeps float":
                 layer.register_buffer("w_float", w.clone())
+            elif mistake == "float copy in a list":  # out of sight of parameters() and buffers()
+                layer.cache = [w.clone()]
+            elif mistake == "plain attribute":  # not a buffer: state_dict and .to() miss it
+                q = layer._buffers.pop("w_int8")
+                layer.w_int8 = q
+            elif mistake == "reads the linear":  # a closure over the float layer, used by forward
+                layer.source = lambda: linear
             return layer
 
         def forward(self, x):
             s = self.scale.reshape(-1)
-            if mistake == "row loop":  # exact, never a big float tensor, but one small matmul per row
+            if mistake == "casts its scale":  # the buffer itself becomes bfloat16 at the first call
+                self.scale = self.scale.bfloat16()
+                s = self.scale.reshape(-1)
+            if mistake == "reads the linear":
+                y = F.linear(x, self.source().weight)
+            elif mistake == "view":  # view() needs a contiguous input
+                y = torch._weight_int8pack_mm(x.view(-1, self.in_features).bfloat16(), self.w_int8, s.bfloat16())
+                y = y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+            elif mistake == "row loop":  # exact, never a big float tensor, but one small matmul per row
                 xs = x.reshape(-1, self.in_features)
                 y = torch.stack([xs @ self.w_int8[i].to(x.dtype) * s[i] for i in range(self.out_features)], dim=-1)
                 y = y.reshape(*x.shape[:-1], self.out_features)
@@ -206,8 +237,69 @@ def int8_linear(mistake=None, scale_shape="flat"):
     return Int8Linear
 
 
+# An exercise that uses an earlier one is graded with the course's version of it: these
+# notebooks' later classes call a broken absmax_quantize / Int8WeightOnlyLinear and still pass.
+_NOTEBOOK_SOURCE = """
+class Int8WeightOnlyLinear(nn.Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scale", torch.ones(out_features))
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear):
+        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        q, scale = absmax_quantize(linear.weight.detach(), dim=-1)
+        layer.weight.copy_(q)
+        layer.scale.copy_(scale.squeeze(-1))
+        if linear.bias is not None:
+            layer.bias.copy_(linear.bias.detach())
+        return layer
+
+    def forward(self, x):
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        y = torch._weight_int8pack_mm(x2, self.weight, self.scale.to(torch.bfloat16)).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def quantize_model_(model, skip=()):
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full_name = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and full_name not in skip:
+                setattr(module, child_name, Int8WeightOnlyLinear.from_linear(child))
+    return model
+"""
+
+
+def notebook_with(**earlier):
+    """The notebook's Int8WeightOnlyLinear and quantize_model_, defined over the given earlier answers."""
+    namespace = {"__name__": "__main__", "torch": torch, "nn": nn, **earlier}
+    exec(compile(_NOTEBOOK_SOURCE, "<notebook 11>", "exec"), namespace)
+    return namespace
+
+
+def over_broken_int8():
+    """quantize_model_ of a notebook whose Int8WeightOnlyLinear drops the bias."""
+    namespace = notebook_with(absmax_quantize=absmax())
+    namespace["Int8WeightOnlyLinear"] = int8_linear("no bias")
+    return namespace["quantize_model_"]
+
+
 # quantize_model_ -------------------------------------------------------------------------
 Int8Linear = int8_linear()
+
+
+def qm_child_name(model, skip=()):  # compares the child's own name, not the dotted one
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and child_name not in skip:
+                setattr(module, child_name, Int8Linear.from_linear(child))
+    return model
 
 
 def qm_top_level(model, skip=()):
@@ -267,18 +359,23 @@ WRONG = {
         "no keepdim": (absmax("no keepdim"), "broadcasting"),
         "divide by 128": (absmax("128"), "not / 128"),
         "inverse scale": (absmax("inverse"), "inverted"),
+        "zero slice 0 / 0": (absmax("no guard"), "all-zero"),
+        "bfloat16 arithmetic": (absmax("bfloat16"), "bfloat16"),
     },
     "dequantize": {
         "divide": (deq_divide, "multiply"),
         "integers": (deq_int, "floating-point"),
         "over 127": (deq_over_127, "127 again"),
         "first scale only": (deq_flat_scale, "broadcast"),
+        "bfloat16 result": (deq_bf16, "float32"),
     },
     "fp8_block_quantize": {
         "127": (fp8_quant("127"), "448"),
         "inverse": (fp8_quant("inverse"), "inverse"),
         "ragged": (fp8_quant("ragged"), "ragged"),
         "per tensor": (fp8_quant("per tensor"), "each block"),
+        "zero block 0 / 0": (fp8_quant("no guard"), "all-zero block"),
+        "bfloat16 scale": (fp8_quant("bfloat16"), "bfloat16"),
     },
     "fp8_block_dequantize": {
         "divide": (fp8_deq("divide"), "divides"),
@@ -289,15 +386,22 @@ WRONG = {
         "per token": (fp8_act("per token"), "per token AND per block"),
         "127": (fp8_act("127"), "448"),
         "inverse": (fp8_act("inverse"), "inverse"),
+        "padding token 0 / 0": (fp8_act("no guard"), "padding token"),
+        "bfloat16 scale": (fp8_act("bfloat16"), "bfloat16"),
     },
     "Int8WeightOnlyLinear": {
         "dequantize every call": (int8_linear("dequantize"), "whole weight at every call"),
         "dequantize with .to": (int8_linear("dequantize to"), "whole weight at every call"),
         "dequantize into a buffer": (int8_linear("dequantize buffer"), "whole weight at every call"),
-        "python loop over rows": (int8_linear("row loop"), "far slower"),
+        "python loop over rows": (int8_linear("row loop"), "Python loops"),
         "keeps float weight": (int8_linear("keeps float"), "floating-point copy"),
         "no bias": (int8_linear("no bias"), "bias is dropped"),
         "per tensor": (int8_linear("per tensor"), "one scale for the whole weight"),
+        "float copy in a list": (int8_linear("float copy in a list"), "floating-point copy"),
+        "int8 weight not a buffer": (int8_linear("plain attribute"), "register_buffer"),
+        "reads the nn.Linear it came from": (int8_linear("reads the linear"), "still reads the nn.Linear"),
+        "view on a non-contiguous input": (int8_linear("view"), "crashed"),
+        "casts its scale buffer": (int8_linear("casts its scale"), "changes the layer's buffers"),
     },
     "quantize_model_": {
         "top level only": (qm_top_level, "nested"),
@@ -305,6 +409,7 @@ WRONG = {
         "no skip parameter": (qm_no_skip_param, "skip="),
         "copy": (qm_copy, "in place"),
         "returns None": (qm_returns_none, "in place"),
+        "child name against skip": (qm_child_name, "FULL dotted name"),
     },
 }
 
@@ -314,6 +419,8 @@ RIGHT = {
     "fp8_block_quantize": {"pad and reshape": fp8_quant(), "loops": fp8_quant_loops},
     "fp8_block_dequantize": {"repeat_interleave": fp8_deq(), "kron": fp8_deq_kron, "loops": fp8_deq_loops},
     "fp8_activation_quantize": {"unflatten": fp8_act(), "reshape": fp8_act_view},
-    "Int8WeightOnlyLinear": {"int8pack flat scale": int8_linear(), "column scale": int8_linear(scale_shape="column")},
-    "quantize_model_": {"named_modules": qm_named, "recursive": qm_recursive},
+    "Int8WeightOnlyLinear": {"int8pack flat scale": int8_linear(), "column scale": int8_linear(scale_shape="column"),
+                             "over a wrong absmax_quantize": notebook_with(absmax_quantize=absmax("trunc"))["Int8WeightOnlyLinear"]},
+    "quantize_model_": {"named_modules": qm_named, "recursive": qm_recursive,
+                        "over a wrong Int8WeightOnlyLinear": over_broken_int8()},
 }

@@ -1,0 +1,190 @@
+"""Probes of notebook 11's int8 layer and of quantize_model_: the linear layers they quantize,
+where a module keeps its tensors, the reference output, a watch for a dequantized weight, timing.
+
+Decisions: the int8 linear may compute in bfloat16 (torch._weight_int8pack_mm does), so its
+outputs are compared per output channel within 2% of that channel's largest output. "Dequantizes
+the whole weight at every call" is caught without a clock: a torch function mode records the
+torch calls of one forward (tensor methods and operators included), and none may return a float
+tensor half as large as the weight. (A dispatch mode would see below the Python calls too, but
+entering the first one imports torch._dynamo, 1.3 s of every submit.) Speed is then measured
+against the float32 layer at 4096 x 4096 (more than a last-level cache), interleaved, best of many
+rounds, on one thread (on a busy machine a two-thread kernel waits for its second thread at every
+call). The rule, as the exercise states it: a forward that takes SLACK = 1.5 times the float32
+layer's time or more, in two tries, fails. The bound is not "faster than float32" because
+torch._weight_int8pack_mm widens every weight to float and multiplies in float: on one core of a
+CPU whose vector units convert slowly (AVX2) it only matches float32 (1.07x, issue 20), while on
+AVX-512 it is about 2.5x faster. What the bound catches is a forward that is slow for another
+reason: a Python loop, or work per weight on top of the kernel.
+"""
+import time
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+import utils.quantize as ref
+from autograder.checks import expect, expect_tensor, fail, generator, randn
+
+BIG = 4096   # the timed layer: its float32 weight (64 MB) must come from memory, its int8 one is 16 MB
+SLACK = 1.5  # the exercise's rule: 1.5 times the float32 layer's time or more fails
+
+
+def make_linear(d_in, d_out, bias, seed):
+    # On the meta device: no random initialisation to pay for (every value is set below), and
+    # unlike nn.utils.skip_init no import of sympy (0.6 s).
+    layer = nn.Linear(d_in, d_out, bias=bias, device="meta")
+    weight = randn(d_out, d_in, seed=seed) / d_in ** 0.5
+    weight[1] *= 50.0  # one loud output channel: a per-tensor scale ruins every other row
+    layer.weight = nn.Parameter(weight)
+    if bias:
+        layer.bias = nn.Parameter(torch.linspace(-3.0, 3.0, d_out))
+    return layer
+
+
+def _reachable(value, depth=3):
+    """Tensors inside lists, tuples, dicts, plain objects and unregistered modules, a few levels down."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, nn.Module):
+        yield from (t for _, t in value.state_dict(keep_vars=True).items())
+    elif depth and isinstance(value, (list, tuple, set)):
+        for v in value:
+            yield from _reachable(v, depth - 1)
+    elif depth and isinstance(value, dict):
+        for v in value.values():
+            yield from _reachable(v, depth - 1)
+    elif depth and hasattr(value, "__dict__") and not isinstance(value, type):
+        yield from _reachable(vars(value), depth - 1)
+
+
+def tensors(module):
+    """Every tensor the module keeps: parameters, buffers, tensor attributes, and tensors inside
+    containers held as attributes (a list, a dict, a plain object, a module not registered)."""
+    found = {}
+    for name, m in module.named_modules():
+        items = [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]
+        items += [(f"{k}[{i}]" if not isinstance(v, torch.Tensor) else k, t) for k, v in vars(m).items()
+                  if k not in ("_parameters", "_buffers", "_modules") for i, t in enumerate(_reachable(v))]
+        found.update({f"{name}.{k}".lstrip("."): t for k, t in items if t is not None})
+    return found
+
+
+def expect_int8_storage(module, d_in, d_out, who):
+    held = tensors(module)
+    saved = module.state_dict()
+    expect(any(t.dtype == torch.int8 and t.numel() == d_in * d_out for t in held.values()),
+           f"{who} must store the weight as a torch.int8 tensor of shape (out_features, in_features).",
+           f"{who} 必须把权重存成形状为 (out_features, in_features) 的 torch.int8 张量。", f"tensors: {[(k, t.dtype) for k, t in held.items()]}")
+    floats = [k for k, t in held.items() if t.is_floating_point() and t.numel() >= d_in * d_out]
+    expect(not floats, f"{who} keeps a floating-point copy of the whole weight: keep only the int8 weight and its scales, or the memory saving is lost.",
+           f"{who} 保留了整个权重的浮点副本：只保留 int8 权重和它的 scale，否则就省不下内存。", f"float tensors {floats}")
+    expect(any(t.dtype == torch.int8 and t.numel() == d_in * d_out for t in saved.values()),
+           f"{who} keeps its int8 weight outside the module's state: register it as a buffer (self.register_buffer), so that state_dict, .to() and the memory count see it.",
+           f"{who} 把 int8 权重放在了模块状态之外：请用 self.register_buffer 注册为缓冲区，这样 state_dict、.to() 和内存统计才能看到它。",
+           f"state_dict: {[(k, t.dtype) for k, t in saved.items()]}")
+
+
+def reference_linear(linear, x, per_channel=True, bias=True):
+    q, s = ref.absmax_quantize(linear.weight.detach(), dim=-1 if per_channel else None)
+    y = x @ (q.float() * s).T
+    return y + linear.bias.detach() if bias and linear.bias is not None else y
+
+
+def expect_like_linear(out, x, right, who, mistakes=(), slack=0.02):
+    """Per output channel within `slack` of that channel's largest output (bfloat16 activations allowed)."""
+    expect_tensor(out, f"{who}'s output", f"{who} 的输出")
+    expect(out.shape == right.shape and out.dtype == x.dtype, f"{who} must map (..., in_features) to (..., out_features) in the dtype of the input.",
+           f"{who} 必须把 (..., in_features) 映射为 (..., out_features)，dtype 与输入相同。",
+           f"shape {tuple(out.shape)} {out.dtype}, expected {tuple(right.shape)} {x.dtype}")
+    tol = slack * right.abs().flatten(0, -2).amax(0) + 1e-3
+    close = lambda y: bool(((y.detach().float() - right).abs() <= tol).all())
+    if close(out):
+        return
+    for wrong, en, zh in mistakes:
+        if bool(((out.detach().float() - wrong).abs() <= tol).all()):
+            fail(f"{who} is wrong: {en}.", f"{who} 不对：{zh}。")
+    fail(f"{who} must compute x W^T + b with W = int8 weight * per-output-channel scale.",
+         f"{who} 必须计算 x W^T + b，其中 W = int8 权重 * 每个输出通道的 scale。", f"largest difference {float((out.detach().float() - right).abs().max()):.4g}")
+
+
+def linear_mistakes(linear, x):
+    return [(reference_linear(linear, x, bias=False), "the bias is dropped: add the layer's bias after the matmul", "偏置被丢掉了：在矩阵乘法之后加上该层的偏置"),
+            (reference_linear(linear, x, per_channel=False), "one scale for the whole weight: one loud output channel ruins the others, use one scale per output channel (amax along the input features)",
+             "整个权重只用了一个 scale：一个很大的输出通道毁掉了其余通道，请每个输出通道一个 scale（沿输入特征求 amax）")]
+
+
+class FloatsAsLargeAsTheWeight(TorchFunctionMode):
+    """Records every floating-point tensor of at least `limit` elements that a torch call returns."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit, self.found = limit, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= self.limit:
+                self.found.append(f"{getattr(func, '__name__', func)}: {tuple(t.shape)} {t.dtype}")
+        return out
+
+
+def best_times(fast, slow, x, rounds):
+    """One thread: on a busy machine a multi-threaded kernel waits for its second thread at every call."""
+    best, threads = [float("inf"), float("inf")], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _time_rounds(fast, slow, x, rounds, best)
+    finally:
+        torch.set_num_threads(threads)
+    return best
+
+
+def _time_rounds(fast, slow, x, rounds, best):
+    with torch.inference_mode():
+        for fn in (fast, slow):
+            fn(x)
+        for _ in range(rounds):  # interleaved: a busy moment slows both alike; the best round is the quiet one
+            for i, fn in enumerate((fast, slow)):
+                start = time.perf_counter()
+                fn(x); fn(x)
+                best[i] = min(best[i], time.perf_counter() - start)
+            if best[0] > 3 * best[1]:  # hopeless: stop early, a slow forward would only burn the time limit
+                return
+
+
+# quantize_model_'s probe -------------------------------------------------------------------
+class _Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class _Probe(nn.Module):
+    """Linears at the top, in a ModuleList of Sequentials, in a ModuleDict and in a custom module."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(16, 32)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32, bias=False)) for _ in range(2))
+        self.mixer = nn.ModuleDict({"inner": _Inner()})
+        self.norm = nn.LayerNorm(32)
+        self.head = nn.Linear(32, 24)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = x + block(x)
+        x = x + self.mixer["inner"](x)
+        return self.head(self.norm(x))
+
+
+def probe_model(seed):
+    model = _Probe()
+    g = generator(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5 if p.dim() > 1 else 4) + (1.0 if "norm.weight" in name else 0.0))
+    return model.eval()
