@@ -706,8 +706,9 @@ print(f"MTP module: {mtp / 1e9:.2f}B of its own (README_WEIGHTS.md: 11.5B unique
 # D. Dai et al., *DeepSeekMoE* (2024, shared experts); DeepSeek-AI, *DeepSeek-V3 Technical Report*
 # (2024), section 2.1.2 (sigmoid gate, auxiliary-loss-free balancing, node-limited routing) and its
 # README (685B with the MTP module) and `README_WEIGHTS.md` (671B, 36.7B activated, MTP module 11.5B,
-# shared embedding and head); DeepSeek-V3's public inference code, `inference/model.py` (`Gate`,
-# `Expert`, `MoE`) and `inference/configs/config_671B.json`;
+# shared embedding and head); the released checkpoint's `model.safetensors.index.json` (layer 61's
+# `embed_tokens` and `shared_head.head` stored again); DeepSeek-V3's public inference code,
+# `inference/model.py` (`Gate`, `Expert`, `MoE`) and `inference/configs/config_671B.json`;
 # R. Dandekar, *Build DeepSeek from Scratch* lectures on MoE.
 #
-# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 门控、无辅助损失的负载均衡、节点限制路由）及其 README（含 MTP 模块 6850 亿）和 `README_WEIGHTS.md`（6710 亿、激活 367 亿、MTP 模块 115 亿、共享的嵌入与输出头）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；R. Dandekar，《Build DeepSeek from Scratch》中关于 MoE 的讲座。
+# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 门控、无辅助损失的负载均衡、节点限制路由）及其 README（含 MTP 模块 6850 亿）和 `README_WEIGHTS.md`（6710 亿、激活 367 亿、MTP 模块 115 亿、共享的嵌入与输出头）；发布的检查点的 `model.safetensors.index.json`（第 61 层的 `embed_tokens` 和 `shared_head.head` 又存了一遍）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；R. Dandekar，《Build DeepSeek from Scratch》中关于 MoE 的讲座。
