@@ -452,9 +452,9 @@ plt.show()
 # The counts printed: at $\theta$ = 10,000, 14 of the 64 pairs turn less than once over 8,192 tokens
 # and none over 131,072; at $\theta$ = 500,000, 29 and 15. A model trained at 8K with $\theta$ =
 # 10,000 and then stretched to 128K would have every pair wrap around at least once over its
-# context; with 500,000, a quarter of the pairs still change slowly from one end to the other.
+# context; with 500,000, 15 pairs still turn less than once from one end of it to the other.
 #
-# 打印出的个数：$\theta$ = 10,000 时，64 对中有 14 对在 8,192 个词元中转不满一圈，而在 131,072 个词元中一对也没有；$\theta$ = 500,000 时，分别是 29 对和 15 对。一个用 $\theta$ = 10,000 在 8K 上训练、再被拉长到 128K 的模型，其每一对在整个上下文中都至少转过一圈；用 500,000 时，仍有四分之一的对从上下文的一端到另一端只缓慢变化。
+# 打印出的个数：$\theta$ = 10,000 时，64 对中有 14 对在 8,192 个词元中转不满一圈，而在 131,072 个词元中一对也没有；$\theta$ = 500,000 时，分别是 29 对和 15 对。一个用 $\theta$ = 10,000 在 8K 上训练、再被拉长到 128K 的模型，其每一对在整个上下文中都至少转过一圈；用 500,000 时，仍有 15 对从上下文的一端到另一端转不满一圈。
 
 # %% [markdown]
 # ## RoPE inside attention, with the KV cache · 注意力中的 RoPE，以及 KV 缓存
