@@ -218,7 +218,7 @@ def check_flash_attention_backward(flash_attention_backward):
     fn, who = flash_attention_backward, "flash_attention_backward"
     B, H, T_q, T_k, d, d_v = 2, 3, 13, 29, 8, 5
     q, k, v = _heads_layout(B, H, T_q, d, 150), _heads_layout(B, H, T_k, d, 151), _heads_layout(B, H, T_k, d_v, 152)
-    g = randn(B, H, T_q, d_v, seed=153)
+    g = _heads_layout(B, H, T_q, d_v, 153)  # grad_out as autograd may pass it: not contiguous
     sq, sk, sv, sg = randn(1, 2, 48, 4, seed=154), randn(1, 2, 80, 4, seed=155), randn(1, 2, 80, 3, seed=156), randn(1, 2, 48, 3, seed=157)
     eq, eg = randn(1, 1, 64, 4, seed=158), randn(1, 1, 64, 4, seed=159)
     saved = {causal: ref.flash_attention_forward(q, k, v, causal, 64, 64) for causal in (False, True)}
