@@ -1,4 +1,6 @@
 """Tests of utils.bench_flash, notebook 14's measurements: `.venv/bin/pytest utils/tests/test_bench_flash.py`."""
+import time
+
 import pytest
 import torch
 
@@ -37,3 +39,9 @@ def test_measure_reports_the_three_variants_with_equal_outputs():
     assert [r["T"] for r in rows] == [128, 256]
     assert all(r[f"{n} {u}"] >= 0 for r in rows for n in ("naive", "tiled", "SDPA") for u in ("MiB", "s"))
     assert "naive" in bench_flash.format_rows(rows)
+
+
+def test_the_time_is_the_call_alone(method):
+    peak, seconds, result = bench_flash.peak_memory_and_time(lambda: time.sleep(0.05) or torch.ones(3).sum())
+    assert float(result) == 3.0 and peak < 8 * MiB
+    assert 0.05 <= seconds < 0.5, seconds
