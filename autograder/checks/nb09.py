@@ -39,6 +39,8 @@ MISTAKES = {  # name: (English, Chinese)
                    "RoPE 必须像 DeepSeek-V3 那样旋转相邻的一对 (2i, 2i+1)：使用 apply_rope(..., interleaved=True)，而不是前后两半的布局。"),
     "rope on whole head": ("RoPE must rotate only the last qk_rope_head_dim coordinates of each query head and the shared rope key, not the whole head.",
                            "RoPE 只能旋转每个查询头的最后 qk_rope_head_dim 个坐标和共享的 rope 键，而不是整个头。"),
+    "default theta": ("RoPE must use the configured base cfg.rope_theta (not 10,000 always): pass it to apply_rope.",
+                      "RoPE 必须使用配置中的基数 cfg.rope_theta（而不是总用 10,000）：把它传给 apply_rope。"),
     "scale nope": ("The scores must be divided by sqrt(qk_nope_head_dim + qk_rope_head_dim), the width of the whole query head, not by sqrt(qk_nope_head_dim).",
                    "分数必须除以 sqrt(qk_nope_head_dim + qk_rope_head_dim)，即整个查询头的宽度，而不是 sqrt(qk_nope_head_dim)。"),
     "scale v": ("The scores must be divided by sqrt(qk_nope_head_dim + qk_rope_head_dim), the width of the query-key dot product, not by sqrt(v_head_dim).",
@@ -69,7 +71,8 @@ def restated(state, cfg, x, positions, mistake=None):
 
     def rot(t):  # (B, n, ..., r): rope along the token axis
         t4 = t if t.dim() == 4 else t.unsqueeze(2)
-        out = apply_rope(t4.transpose(1, 2), positions, cfg.rope_theta, interleaved=mistake != "half-split").transpose(1, 2)
+        theta = 10000.0 if mistake == "default theta" else cfg.rope_theta
+        out = apply_rope(t4.transpose(1, 2), positions, theta, interleaved=mistake != "half-split").transpose(1, 2)
         return out if t.dim() == 4 else out.squeeze(2)
 
     q = x @ state["wq.weight"].T if cfg.q_lora_rank == 0 else \

@@ -59,7 +59,7 @@ def mla_class(mistake=None, style="einsum"):
                 return apply_rope(t, positions, self.cfg.rope_theta, interleaved=False)
             if style == "complex rope":
                 return rope_complex(t, positions, self.cfg.rope_theta)
-            return apply_rope(t, positions, self.cfg.rope_theta, interleaved=True)
+            return apply_rope(t, positions, 10000.0 if mistake == "default theta" else self.cfg.rope_theta, interleaved=True)
 
         def forward(self, x, start_pos=0, absorb=False):
             cfg = self.cfg
@@ -189,6 +189,7 @@ def kv_right(n_layers, n_kv_heads, head_dim):
 WRONG = {
     "MultiHeadLatentAttention": {
         "half-split rope": (mla_class("half-split"), "adjacent pairs"),
+        "rope_theta ignored": (mla_class("default theta"), "cfg.rope_theta"),
         "rope on the whole head": (mla_class("rope on whole head"), "not the whole head"),
         "scale over nope": (mla_class("scale nope"), "not by sqrt(qk_nope_head_dim)"),
         "scale over v_head_dim": (mla_class("scale v"), "not by sqrt(v_head_dim)"),
