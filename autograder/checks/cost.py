@@ -18,7 +18,9 @@ a second of every submit). autograder/tests/test_cost.py compares the two.
     cost.by_name   # {"linear": macs, "matmul": macs, ...}
 
 What it does not see: products inside Python-level torch functions that are overridable as a
-whole (`F.multi_head_attention_forward`); such calls are listed in `cost.uncounted`.
+whole (`F.multi_head_attention_forward`); such calls are listed in `cost.uncounted`. An einsum of
+three or more operands is counted contracted left to right, which is what torch does without
+opt_einsum (not installed here; with it, torch may choose another order).
 """
 import math
 from collections import Counter
