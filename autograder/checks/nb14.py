@@ -29,7 +29,7 @@ from autograder.checks.tile_watch import TileWatch, elements, expect_skips, expe
 
 NEG_INF = float("-inf")
 _SDPA = [(torch.nn.functional, "scaled_dot_product_attention")]
-SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
+_SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
 _AUTOGRAD = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward")]
 
 
@@ -201,7 +201,7 @@ def check_flash_attention_forward(flash_attention_forward):
     expect_close(double[0], sdpa(q.double(), k.double(), v.double(), True), f"{who} is wrong on float64 inputs.",
                  f"{who} 在 float64 输入上不对。")
     expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
-    expect_skips(work[True], work[False], who, SQUARE)
+    expect_skips(work[True], work[False], who, _SQUARE)
 
 
 # flash_attention_backward ----------------------------------------------------------------------
@@ -259,7 +259,7 @@ def check_flash_attention_backward(flash_attention_backward):
         expect_close(ours, expected, f"{who} is wrong on float64 inputs: {name} differs from autograd's.",
                      f"{who} 在 float64 输入上不对：{name} 与 autograd 的结果不同。", atol=1e-4, rtol=1e-4)
     expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
-    expect_skips(work[True], work[False], who, SQUARE)
+    expect_skips(work[True], work[False], who, _SQUARE)
 
 
 # FlashAttention --------------------------------------------------------------------------------
