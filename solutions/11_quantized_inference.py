@@ -656,8 +656,10 @@ variants = {"float32 nn.Linear": big, "dequantize, then F.linear": dequantize_fi
 best = {name: float("inf") for name in variants}
 x1 = torch.randn(1, 4096)
 with torch.inference_mode():
-    for _ in range(10 if GRADING else 30):
+    for r in range(10 if GRADING else 30):
         for name, fn in variants.items():
+            if r >= 3 and fn is dequantize_first:  # far behind from the first round: three are enough
+                continue
             start = time.perf_counter(); fn(x1); best[name] = min(best[name], time.perf_counter() - start)
 print(f"vector instructions PyTorch uses here: {torch.backends.cpu.get_cpu_capability()}; "
       f"AVX-512 VNNI: {'yes' if torch.cpu._is_vnni_supported() else 'no'}")

@@ -23,7 +23,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import utils.quantize as ref
-from autograder.checks import expect, expect_tensor, fail, generator, randn
+from autograder.checks import expect, expect_tensor, fail, generator, learner_functions, randn
 
 BIG = 4096   # the timed layer: its float32 weight (64 MB) must come from memory, its int8 one is 16 MB
 SLACK = 1.5  # the exercise's rule: 1.5 times the float32 layer's time or more fails
@@ -67,6 +67,21 @@ def tensors(module):
                   if k not in ("_parameters", "_buffers", "_modules") for i, t in enumerate(_reachable(v))]
         found.update({f"{name}.{k}".lstrip("."): t for k, t in items if t is not None})
     return found
+
+
+def copies_elsewhere(cls, weight):
+    """Names of class attributes and notebook-level containers (dicts, lists, ...) that hold a
+    float copy of `weight`: a layer could keep its float weight there, out of the module's sight."""
+    places = [(f"{k.__name__}.{name}", v) for k in type.mro(cls) if k.__module__.split(".")[0] not in ("torch", "builtins", "utils")
+              for name, v in vars(k).items() if isinstance(v, (list, tuple, dict, set))]
+    seen = set()
+    for f in learner_functions(cls):
+        if id(f.__globals__) not in seen:
+            seen.add(id(f.__globals__))
+            places += [(name, v) for name, v in f.__globals__.items() if isinstance(v, (list, tuple, dict, set))]
+    same = lambda t: t.is_floating_point() and t.shape in (weight.shape, weight.T.shape) and bool(
+        torch.allclose(t.detach().float().reshape(weight.shape) if t.shape == weight.shape else t.detach().float().T, weight, atol=1e-3))
+    return [name for name, v in places if any(same(t) for t in _reachable(v, depth=3))]
 
 
 def expect_int8_storage(module, d_in, d_out, who):

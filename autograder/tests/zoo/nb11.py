@@ -174,6 +174,9 @@ def fp8_act_view(x, block_size=128):
 
 
 # Int8WeightOnlyLinear --------------------------------------------------------------------
+FLOAT_COPIES = {}
+
+
 def int8_linear(mistake=None, scale_shape="flat"):
     class Int8Linear(nn.Module):
         def __init__(self, in_features, out_features, bias=True):
@@ -185,6 +188,7 @@ def int8_linear(mistake=None, scale_shape="flat"):
 
         @classmethod
         def from_linear(cls, linear):
+            FLOAT_COPIES.clear()  # one mistake's copies must not leak into the next candidate's check
             layer = cls(linear.in_features, linear.out_features, linear.bias is not None)
             w = linear.weight.detach()
             amax = w.abs().amax() if mistake == "per tensor" else w.abs().amax(dim=1)
@@ -203,6 +207,8 @@ def int8_linear(mistake=None, scale_shape="flat"):
                 layer.w_int8 = q
             elif mistake == "reads the linear":  # a closure over the float layer, used by forward
                 layer.source = lambda: linear
+            elif mistake == "float copy in a global":  # a module-level dict, out of the layer's sight
+                FLOAT_COPIES[id(layer)] = w.clone()
             return layer
 
         def forward(self, x):
@@ -212,6 +218,8 @@ def int8_linear(mistake=None, scale_shape="flat"):
                 s = self.scale.reshape(-1)
             if mistake == "reads the linear":
                 y = F.linear(x, self.source().weight)
+            elif mistake == "float copy in a global":
+                y = F.linear(x, FLOAT_COPIES[id(self)])
             elif mistake == "view":  # view() needs a contiguous input
                 y = torch._weight_int8pack_mm(x.view(-1, self.in_features).bfloat16(), self.w_int8, s.bfloat16())
                 y = y.to(x.dtype).view(*x.shape[:-1], self.out_features)
@@ -400,6 +408,7 @@ WRONG = {
         "float copy in a list": (int8_linear("float copy in a list"), "floating-point copy"),
         "int8 weight not a buffer": (int8_linear("plain attribute"), "register_buffer"),
         "reads the nn.Linear it came from": (int8_linear("reads the linear"), "still reads the nn.Linear"),
+        "float copy in a global dict": (int8_linear("float copy in a global"), "outside the layer"),
         "view on a non-contiguous input": (int8_linear("view"), "crashed"),
         "casts its scale buffer": (int8_linear("casts its scale"), "changes the layer's buffers"),
     },
