@@ -9,6 +9,12 @@ and grouped-query (4 groups) and multi-query attention with a preallocated cache
 Every variant generates from the same prompt; the MHA variants must give identical tokens. Each
 cached variant runs `repeats` times, interleaved, and reports its median; the uncached one runs
 once (it is the slow one). Absolute speeds depend on the machine; the ratios are what carry over.
+
+The bandwidth line (utils.bandwidth): a decode step at batch 1 reads every weight once and the
+cache, so each cached row also prints the bytes read per generated token and the fraction of the
+machine's measured copy bandwidth that this reaches. The same run then times the cache update
+where it matters: a small model at a long context (`LONG`), preallocated against torch.cat, decode
+steps only.
 """
 import argparse
 import statistics
@@ -17,11 +23,13 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from utils.bandwidth import bandwidth_fraction, memory_bandwidth
 from utils.gpt import GPTConfig, GPTModel
 from utils.kv_cache import ConcatKVCache, KVCache, generate
 
 FULL = GPTConfig()  # 12 layers, width 768, 12 heads, GPT-2 vocabulary, context 1024
 SMALL = GPTConfig(vocab_size=1000, context_length=160, emb_dim=128, n_heads=8, n_layers=4)
+LONG = GPTConfig(vocab_size=1000, context_length=2048, emb_dim=128, n_heads=8, n_layers=4)  # SMALL, long texts
 
 
 def build(cfg: GPTConfig, n_kv_groups=None, seed=0) -> GPTModel:
@@ -35,6 +43,84 @@ def cache_bytes(model, batch_size, max_seq_len, cache_cls=KVCache) -> int:
     return sum(c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size() for c in caches)
 
 
+def decode_bytes_per_token(model, context_len: float) -> float:
+    """Bytes one batch-1 decode step reads: every parameter except the embedding tables (one row
+    of each is read), plus the keys and values of `context_len` cached tokens in every layer."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for table in (model.tok_emb, model.pos_emb):
+        if table is not None:
+            w = table.weight
+            total -= (w.shape[0] - 1) * w.shape[1] * w.element_size()
+    p = next(model.parameters())
+    per_position = sum(2 * getattr(b.att, "num_kv_heads", b.att.num_heads) * b.att.head_dim for b in model.trf_blocks)
+    return total + per_position * p.element_size() * context_len
+
+
+def filled_caches(model, context_len: int, extra: int = 0, cache_cls=KVCache, seed: int = 0):
+    """One cache per layer holding `context_len` positions of seeded random keys and values (what a
+    decode step costs does not depend on what the cache holds), with room for `extra` more."""
+    g = torch.Generator().manual_seed(seed)
+    caches = model.new_caches(1, context_len + extra, cache_cls)
+    for b, cache in zip(model.trf_blocks, caches):
+        shape = (1, getattr(b.att, "num_kv_heads", b.att.num_heads), context_len, b.att.head_dim)
+        cache.update(torch.randn(shape, generator=g), torch.randn(shape, generator=g))
+    return caches
+
+
+@torch.inference_mode()
+def decode_tokens_per_s(model, context_len: int, new_tokens: int, cache_cls=KVCache, seed: int = 0) -> float:
+    """Greedy decode steps alone, after `context_len` cached positions: tokens per second (the
+    caches are filled by filled_caches, not by a prefill, which would take longer than the steps)."""
+    caches = filled_caches(model, context_len, new_tokens, cache_cls, seed)
+    next_id = torch.zeros(1, 1, dtype=torch.long)
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        next_id = model(next_id, caches)[:, -1:].argmax(dim=-1)
+    return new_tokens / (time.perf_counter() - start)
+
+
+@torch.inference_mode()
+def step_times(model, contexts, steps: int = 9, prefill_max: int = 1024) -> list[dict]:
+    """Prefill and decode as two cost regimes: for each context length T, the time of one prefill
+    pass over T tokens (what an uncached step costs at that length; None past prefill_max) and the
+    median time of a cached decode step with T tokens in the cache."""
+    rows = []
+    for T in contexts:
+        ids = torch.randint(0, model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(T))
+        prefill_s = timed(lambda: model(ids, model.new_caches(1, T)))[0] if T <= prefill_max else None
+        caches, token = filled_caches(model, T, steps, seed=T), ids[:, :1]
+        decode = [timed(lambda: model(token, caches))[0] for _ in range(steps)]
+        rows.append({"context": T, "prefill_s": prefill_s, "decode_s": statistics.median(decode)})
+    return rows
+
+
+def cache_regimes(regimes: dict, repeats: int = 3, seed: int = 0) -> list[dict]:
+    """Preallocated against torch.cat, decode steps alone, in several regimes measured in one run:
+    regimes = {name: (cfg, context_len, new_tokens)}. Rows of {regime, context, preallocated,
+    torch.cat (tokens/s, medians of interleaved repeats), ratio, bytes_per_token, fraction}."""
+    rows = []
+    for name, (cfg, context_len, new_tokens) in regimes.items():
+        model = build(cfg, seed=seed)
+        speeds = {KVCache: [], ConcatKVCache: []}
+        decode_tokens_per_s(model, 8, 4)  # warm-up
+        for _ in range(repeats):
+            for cls in speeds:
+                speeds[cls].append(decode_tokens_per_s(model, context_len, new_tokens, cls, seed))
+        pre, cat = statistics.median(speeds[KVCache]), statistics.median(speeds[ConcatKVCache])
+        read = decode_bytes_per_token(model, context_len + (new_tokens - 1) / 2)
+        rows.append({"regime": name, "context": f"{context_len}..{context_len + new_tokens}", "preallocated": pre,
+                     "torch.cat": cat, "ratio": pre / cat, "bytes_per_token": read, "fraction": bandwidth_fraction(read, pre)})
+    return rows
+
+
+def format_regimes(rows) -> str:
+    width = max(len(r["regime"]) for r in rows)
+    lines = [f"{'regime':<{width}}  {'context':>11}  {'preallocated':>12}  {'torch.cat':>9}  {'ratio':>6}  {'MB/token':>8}  {'% bw':>5}"]
+    lines += [f"{r['regime']:<{width}}  {r['context']:>11}  {r['preallocated']:>12.1f}  {r['torch.cat']:>9.1f}  "
+              f"{r['ratio']:>5.2f}x  {r['bytes_per_token'] / 1e6:>8.2f}  {100 * r['fraction']:>5.1f}" for r in rows]
+    return "\n".join(lines)
+
+
 def timed(fn):
     start = time.perf_counter()
     out = fn()
@@ -42,7 +128,8 @@ def timed(fn):
 
 
 def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed=0, verbose=False):
-    """Rows of {variant, tokens_per_s, speedup (vs no cache), cache_bytes}; asserts equal tokens."""
+    """Rows of {variant, tokens_per_s, speedup (vs no cache), cache_bytes, bytes_per_token,
+    fraction (of the measured bandwidth; None without a cache)}; asserts equal tokens."""
     prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
     models = {"mha": build(cfg, seed=seed), "gqa4": build(cfg, 4, seed), "mqa": build(cfg, 1, seed)}
     variants = {  # name: (model, use_cache, cache class)
@@ -73,8 +160,11 @@ def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed
     rows = []
     for name, s in seconds.items():
         m, c, cls = ("mha", False, None) if name == "no cache" else variants[name]
+        # the prefill is in the time too: a step reads the weights and, on average, half the generation's cache
+        read = decode_bytes_per_token(models[m], prompt_len + (new_tokens - 1) / 2) if c else None
         rows.append({"variant": name, "tokens_per_s": new_tokens / s, "speedup": no_cache_s / s,
-                     "cache_bytes": cache_bytes(models[m], 1, total) if c else 0})
+                     "cache_bytes": cache_bytes(models[m], 1, total) if c else 0, "bytes_per_token": read,
+                     "fraction": bandwidth_fraction(read, new_tokens / s) if c else None})
     return rows
 
 
@@ -97,9 +187,10 @@ def update_benchmark(cfg=FULL, total_tokens=264, repeats=3):
 
 def format_rows(rows) -> str:
     width = max(len(r["variant"]) for r in rows)
-    lines = [f"{'variant':<{width}}  {'tokens/s':>9}  {'vs no cache':>11}  {'cache MiB':>9}"]
-    lines += [f"{r['variant']:<{width}}  {r['tokens_per_s']:>9.1f}  {r['speedup']:>10.2f}x"
-              f"  {r['cache_bytes'] / 2**20:>9.2f}" for r in rows]
+    lines = [f"{'variant':<{width}}  {'tokens/s':>9}  {'vs no cache':>11}  {'cache MiB':>9}  {'MB/token':>8}  {'% bw':>5}"]
+    lines += [f"{r['variant']:<{width}}  {r['tokens_per_s']:>9.1f}  {r['speedup']:>10.2f}x  {r['cache_bytes'] / 2**20:>9.2f}  "
+              + (f"{r['bytes_per_token'] / 1e6:>8.2f}  {100 * r['fraction']:>5.1f}" if r["fraction"] else f"{'-':>8}  {'-':>5}")
+              for r in rows]
     return "\n".join(lines)
 
 
@@ -120,7 +211,12 @@ if __name__ == "__main__":
     by = {r["variant"]: r for r in rows}
     pre, cat = by["KV cache, preallocated"], by["KV cache, torch.cat"]
     print(f"preallocated / torch.cat: {pre['tokens_per_s'] / cat['tokens_per_s']:.2f}x tokens/s")
+    print(f"bandwidth: {memory_bandwidth() / 1e9:.1f} GB/s measured (copy, read + written, utils.bandwidth); "
+          f"MB/token = weights + cache read per generated token, % bw = MB/token x tokens/s / bandwidth")
     updates = update_benchmark(cfg, 8 + args.new_tokens, args.repeats)
     print(f"cache updates alone ({cfg.n_layers} layers x {8 + args.new_tokens} tokens): preallocated "
           f"{1e3 * updates['KVCache']:.1f} ms, torch.cat {1e3 * updates['ConcatKVCache']:.1f} ms, "
           f"{updates['ConcatKVCache'] / updates['KVCache']:.1f}x")
+    print("decode steps alone, preallocated vs torch.cat (tokens/s), where the update matters and where it does not:")
+    print(format_regimes(cache_regimes({"small model, long context": (LONG, 1792, 256),
+                                        "this size, short context": (cfg, 8, min(args.new_tokens, 64))}, args.repeats)))

@@ -1,0 +1,38 @@
+import time
+
+import pytest
+import torch
+
+from utils import bandwidth as bw
+
+
+def test_memory_bandwidth_is_measured_once_and_plausible():
+    first = bw.memory_bandwidth(2**24, repeats=2)  # 16 MiB: quick, still a real copy
+    assert 1e8 < first < 1e13  # between 0.1 GB/s and 10 TB/s
+    start = time.perf_counter()
+    assert bw.memory_bandwidth(2**24, repeats=2) == first  # cached: no second measurement
+    assert time.perf_counter() - start < 1e-3
+
+
+def test_memory_bandwidth_is_kept_per_thread_count():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = bw.memory_bandwidth(2**22, repeats=1)
+        assert (1, 2**22) in bw._MEASURED and bw._MEASURED[(1, 2**22)] == one
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_fraction_is_bytes_per_second_over_bandwidth():
+    assert bw.bandwidth_fraction(1e6, 50.0, bandwidth=1e8) == pytest.approx(0.5)
+    assert bw.bandwidth_fraction(2e6, 10.0, bandwidth=1e9) == pytest.approx(0.02)
+    with pytest.raises(ValueError):
+        bw.bandwidth_fraction(0, 10.0, bandwidth=1e9)
+    with pytest.raises(ValueError):
+        bw.memory_bandwidth(2, repeats=1)
+
+
+def test_line_says_bytes_speed_and_fraction():
+    line = bw.bandwidth_line(12.5e6, 40.0, bandwidth=2e9)
+    assert line == "12.50 MB read per token x 40.0 tokens/s = 0.50 GB/s, 25.0% of the measured 2.0 GB/s"
