@@ -26,6 +26,15 @@
 # - Each exercise is followed by a **visible test cell**. Run it: silence or a ✓ means it passed, and an
 #   `AssertionError` says in one sentence what is wrong. Test cells are locked.
 # - **Hidden tests** check more cases (other shapes, large values, edge cases) when your notebook is graded.
+# - **Your own work, and what you may reuse.** Each exercise has a reference implementation in the
+#   course's `utils/` folder. Handing that in is the one shortcut the graders refuse: calling it,
+#   importing it under another name, wrapping it (`functools.partial`, a lambda, a decorator) or
+#   subclassing it, and the feedback names what was handed in. Reusing what an *earlier* notebook
+#   built is fine: in notebook 04 you may extend notebook 02's `SelfAttentionV2` by subclassing it and
+#   writing your own `forward`, in 05 notebook 04's `CausalSelfAttention`, in 07 notebook 06's
+#   `MultiHeadAttention`. Where a library function would do an exercise's whole job (`torch.softmax`
+#   in notebook 01), the exercise says so; where it would not (`F.scaled_dot_product_attention` in
+#   notebook 07, which teaches the cache, not the softmax), it is allowed.
 # - The **Validate** button in the toolbar runs the whole notebook and all visible tests.
 # - To get a grade, run `make submit NB=course/00_tokens_and_embeddings.ipynb` in a terminal, in the
 #   course's top folder (the one with the `Makefile`; JupyterLab's File → New → Terminal opens in
@@ -36,6 +45,7 @@
 # - **练习** 是包含 `raise NotImplementedError()` 的代码单元格。把这一行换成你的代码，并保持 `def` 这一行不变：评分程序按名字调用你的函数。
 # - 每个练习后面都有一个 **可见测试单元格**。运行它：没有报错或显示 ✓ 表示通过；`AssertionError` 会用一句话说明哪里错了。测试单元格是锁定的。
 # - 评分时，**隐藏测试** 会检查更多情况（其他形状、很大的数值、边界情况）。
+# - **自己的工作，以及可以复用的东西。** 每个练习在课程的 `utils/` 文件夹里都有一个参考实现。把它交上来是评分程序唯一拒绝的捷径：调用它、换个名字导入它、包装它（`functools.partial`、lambda、装饰器）或者继承它，反馈都会指出交上来的是什么。复用 *之前* 笔记本已经构建的东西是可以的：在笔记本 04 中，你可以通过继承并编写自己的 `forward` 来扩展笔记本 02 的 `SelfAttentionV2`，在 05 中扩展笔记本 04 的 `CausalSelfAttention`，在 07 中扩展笔记本 06 的 `MultiHeadAttention`。如果某个库函数会完成练习的全部工作（笔记本 01 中的 `torch.softmax`），练习会说明不能用；如果不会（笔记本 07 中的 `F.scaled_dot_product_attention`，它教的是缓存，而不是 softmax），就可以用。
 # - 工具栏中的 **Validate** 按钮会运行整个笔记本和所有可见测试。
 # - 想要得到分数，在终端中、于课程的顶层目录（有 `Makefile` 的那个目录；JupyterLab 的 File → New → Terminal 打开在 `course/` 中，所以先输入 `cd ..`）运行 `make submit NB=course/00_tokens_and_embeddings.ipynb`。你会看到每个练习的得分、每个失分的原因，以及一个 HTML 反馈文件。你的笔记本只会被读取，不会被修改。
 

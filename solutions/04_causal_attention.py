@@ -11,12 +11,13 @@
 #
 # A language model learns by predicting the next token. It does not do that one token at a time:
 # one forward pass over "Your journey starts with one step" makes a prediction at every position at
-# once ("Your" → "journey", "Your journey" → "starts", ...), so a text of T tokens gives T training
-# examples for the price of one pass. That only works if position i cannot look at positions after
+# once ("Your" → "journey", "Your journey" → "starts", ...), so a text of T tokens gives T - 1
+# training examples for the price of one pass: every position but the last, whose next token is not
+# in the text (the cell below lists the 5 of this 6-token sentence). That only works if position i cannot look at positions after
 # i. If it could, the answer it is asked for would be sitting right there, and the model would learn
 # to copy instead of to predict.
 #
-# 语言模型通过预测下一个词元来学习。但它并不是一次只预测一个词元：对 "Your journey starts with one step" 做一次前向计算，就能同时在每个位置上做出预测（"Your" → "journey"，"Your journey" → "starts"，……），所以一段 T 个词元的文本，只花一次前向计算就得到 T 个训练样本。这只有在位置 i 看不到 i 之后的位置时才成立。如果能看到，要预测的答案就摆在眼前，模型学会的将是抄答案，而不是预测。
+# 语言模型通过预测下一个词元来学习。但它并不是一次只预测一个词元：对 "Your journey starts with one step" 做一次前向计算，就能同时在每个位置上做出预测（"Your" → "journey"，"Your journey" → "starts"，……），所以一段 T 个词元的文本，只花一次前向计算就得到 T - 1 个训练样本：除最后一个位置之外的每个位置（最后一个位置的下一个词元不在文本中；下面的单元格列出了这个 6 个词元的句子的 5 个样本）。这只有在位置 i 看不到 i 之后的位置时才成立。如果能看到，要预测的答案就摆在眼前，模型学会的将是抄答案，而不是预测。
 #
 # **Causal attention** (also called masked attention) enforces this: each query may attend to its
 # own key and to earlier keys, never to later ones. In this notebook you build the mask, apply it by
@@ -310,9 +311,12 @@ plt.tight_layout(); plt.show()
 # `(B, T, d_in)`, raises `ValueError` when `T > context_length`, and returns
 # $\operatorname{softmax}(\operatorname{mask}(Q K^\top / \sqrt{d_{out}}))\,V$ of shape `(B, T, d_out)`.
 # Write it with torch operations (your functions above may help); `F.scaled_dot_product_attention`
-# is not allowed here.
+# is not allowed here. Extending may mean subclassing: `SelfAttentionV2` is imported above, and a
+# class that subclasses it and writes its own `forward` is your own work (reusing an earlier
+# notebook's class is fine; handing in `utils.causal.CausalSelfAttention`, this exercise's own
+# reference, is not).
 #
-# 扩展笔记本 02 的 `SelfAttentionV2`：三个名为 `W_query`、`W_key`、`W_value` 的 `nn.Linear(d_in, d_out, bias=qkv_bias)` 层，以及一个名为 `mask` 的缓冲区，存放 `(context_length, context_length)` 的因果掩码（True 或 1 = 被屏蔽）。`forward(x)` 接收形状为 `(B, T, d_in)` 的 `x`，当 `T > context_length` 时抛出 `ValueError`，并返回形状为 `(B, T, d_out)` 的 $\operatorname{softmax}(\operatorname{mask}(Q K^\top / \sqrt{d_{out}}))\,V$。请用 torch 运算实现（上面你写的函数可能有帮助）；这里不允许使用 `F.scaled_dot_product_attention`。
+# 扩展笔记本 02 的 `SelfAttentionV2`：三个名为 `W_query`、`W_key`、`W_value` 的 `nn.Linear(d_in, d_out, bias=qkv_bias)` 层，以及一个名为 `mask` 的缓冲区，存放 `(context_length, context_length)` 的因果掩码（True 或 1 = 被屏蔽）。`forward(x)` 接收形状为 `(B, T, d_in)` 的 `x`，当 `T > context_length` 时抛出 `ValueError`，并返回形状为 `(B, T, d_out)` 的 $\operatorname{softmax}(\operatorname{mask}(Q K^\top / \sqrt{d_{out}}))\,V$。请用 torch 运算实现（上面你写的函数可能有帮助）；这里不允许使用 `F.scaled_dot_product_attention`。扩展可以是继承：上面已导入 `SelfAttentionV2`，继承它并编写自己的 `forward` 的类算作你自己的工作（复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.causal.CausalSelfAttention` 则不行）。
 
 # %% nbgrader={"grade": false, "grade_id": "CausalSelfAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CausalSelfAttention(nn.Module):

@@ -265,9 +265,11 @@ print("eval(): ", layer.eval()(x))
 # `mask` (True, or 1, = blocked). `forward(x)` for `x` of shape `(B, T, d_in)`, `T <= context_length`:
 # scaled scores, mask sliced to `[:T, :T]` and filled with `-inf`, softmax, **dropout on the
 # weights**, then weights times values. Here `nn.Dropout` is what you should use: it turns itself off
-# in `eval()`.
+# in `eval()`. You may subclass notebook 04's `CausalSelfAttention` (imported above) and write your
+# own `forward`: reusing an earlier notebook's class is fine; handing in `utils.dropout.CausalAttention`,
+# this exercise's own reference, is not.
 #
-# 书中紧凑的因果注意力类：笔记本 04 的 `CausalSelfAttention` 加上 dropout。`__init__(d_in, d_out, context_length, dropout, qkv_bias=False)` 创建 `W_query`、`W_key`、`W_value`（`nn.Linear(d_in, d_out, bias=qkv_bias)`）、一个 `nn.Dropout(dropout)` 层和缓冲区 `mask`（True 或 1 = 被屏蔽）。对形状为 `(B, T, d_in)`、`T <= context_length` 的 `x`，`forward(x)` 依次计算：缩放后的分数，把掩码切成 `[:T, :T]` 并填入 `-inf`，softmax，**对权重做 dropout**，再用权重乘以值。这里应该使用 `nn.Dropout`：它在 `eval()` 中会自动关闭。
+# 书中紧凑的因果注意力类：笔记本 04 的 `CausalSelfAttention` 加上 dropout。`__init__(d_in, d_out, context_length, dropout, qkv_bias=False)` 创建 `W_query`、`W_key`、`W_value`（`nn.Linear(d_in, d_out, bias=qkv_bias)`）、一个 `nn.Dropout(dropout)` 层和缓冲区 `mask`（True 或 1 = 被屏蔽）。对形状为 `(B, T, d_in)`、`T <= context_length` 的 `x`，`forward(x)` 依次计算：缩放后的分数，把掩码切成 `[:T, :T]` 并填入 `-inf`，softmax，**对权重做 dropout**，再用权重乘以值。这里应该使用 `nn.Dropout`：它在 `eval()` 中会自动关闭。你可以继承笔记本 04 的 `CausalSelfAttention`（上面已导入）并编写自己的 `forward`：复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.dropout.CausalAttention` 则不行。
 
 # %% nbgrader={"grade": false, "grade_id": "CausalAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CausalAttention(nn.Module):

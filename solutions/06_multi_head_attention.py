@@ -355,11 +355,14 @@ print("every target token's weights over the source sum to 1:", torch.allclose(w
 # rather than how busy the other cores are), each relative to the shortest length, on the machine
 # that ran this. Memory follows $T^2$ exactly. Time grows roughly like $T^2$ as well, often faster on
 # a CPU once the weights no longer fit in its caches, and more slowly at small lengths, where fixed
-# overheads dominate: compare the time ratios with the last column. This quadratic cost is what the
-# KV cache (notebook 07), multi-head latent attention (notebook 09) and fused kernels such as
-# `F.scaled_dot_product_attention` work around.
+# overheads dominate: compare the time ratios with the last column. What comes later does not remove
+# this cost, and each idea touches a different part of it: the KV cache (notebook 07) saves
+# recomputing keys and values while generating, but every new token still attends over all earlier
+# ones; multi-head latent attention (notebook 09) shrinks what is cached per token, a memory linear
+# in T; fused kernels such as `F.scaled_dot_product_attention` (notebook 14) never store the $(T, T)$
+# weights, but still compute all $T^2$ scores.
 #
-# 每个头都要保存一个 `(T, T)` 的权重矩阵，并用 $T^2$ 次点积来计算它，所以长度加倍时，这一步的内存和时间都变为四倍。下面的单元格在不断增加的长度下构建你的 `MultiHeadAttention` 的权重（批大小 1，4 个头），并打印它们的大小以及"分数-softmax-权重"这一步的耗时（在单线程上测量，这样比值反映的是计算量，而不是其他核心有多忙），都相对于最短长度给出，数值来自运行本笔记本的机器。内存严格按 $T^2$ 增长。时间也大致按 $T^2$ 增长：在 CPU 上，一旦权重放不进缓存，往往增长得更快；而在长度较小时，固定开销占主导，增长得更慢：请把时间的比值与最后一列对比。KV 缓存（笔记本 07）、多头潜在注意力（笔记本 09）以及 `F.scaled_dot_product_attention` 这样的融合内核，都是在绕开这个平方级的代价。
+# 每个头都要保存一个 `(T, T)` 的权重矩阵，并用 $T^2$ 次点积来计算它，所以长度加倍时，这一步的内存和时间都变为四倍。下面的单元格在不断增加的长度下构建你的 `MultiHeadAttention` 的权重（批大小 1，4 个头），并打印它们的大小以及"分数-softmax-权重"这一步的耗时（在单线程上测量，这样比值反映的是计算量，而不是其他核心有多忙），都相对于最短长度给出，数值来自运行本笔记本的机器。内存严格按 $T^2$ 增长。时间也大致按 $T^2$ 增长：在 CPU 上，一旦权重放不进缓存，往往增长得更快；而在长度较小时，固定开销占主导，增长得更慢：请把时间的比值与最后一列对比。后面的内容并没有消除这个代价，每个思路触及的是它的不同部分：KV 缓存（笔记本 07）在生成时省去了重新计算键和值，但每个新词元仍要关注之前的所有词元；多头潜在注意力（笔记本 09）缩小了每个词元缓存的内容，这部分内存随 T 线性增长；`F.scaled_dot_product_attention` 这样的融合内核（笔记本 14）从不保存 $(T, T)$ 的权重，但仍要计算全部 $T^2$ 个分数。
 
 # %%
 # NBVAL_IGNORE_OUTPUT

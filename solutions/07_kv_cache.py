@@ -31,10 +31,13 @@ import time
 
 import matplotlib.pyplot as plt
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from utils.bench_generate import SMALL, format_rows, generation_benchmark
+from utils.bandwidth import memory_bandwidth
+from utils.bench_generate import (FULL, LONG, SMALL, build, cache_regimes, format_regimes, format_rows, generation_benchmark,
+                                  step_times)
 from utils.causal import causal_mask
 from utils.gpt import GPTConfig, GPTModel, TransformerBlock, parameter_count
 from utils.kv_cache import ConcatKVCache
@@ -100,34 +103,54 @@ with torch.no_grad():
         next_id = model(ids)[:, -1].argmax(dim=-1, keepdim=True)
         ids = torch.cat((ids, next_id), dim=1)
 hook.remove()
+T0, N = prompt.shape[1], len(rows)
 print("rows projected by W_key, step by step:", rows)
-print("total rows:", sum(rows), "- of which new tokens:", len(rows) + prompt.shape[1] - 1)
+print(f"total rows: {sum(rows)}; N*T0 + N(N-1)/2 = {N * T0 + N * (N - 1) // 2} for N = {N} new tokens, T0 = {T0}")
+print(f"rows a cached run projects: T0 + N - 1 = {T0 + N - 1} (the prompt once, then each new token but the last)")
 
 # %% [markdown]
-# At step $t$ the model projects all $T_0 + t$ tokens again, so the work per new token grows with the
-# prefix, and generating $N$ tokens costs about $N^2/2$ token-passes instead of $N$. But the keys and
-# values of the old tokens do not change: a token's key depends only on that token and the ones
-# before it (the mask of notebook 04), and those are fixed. Let's check it on the first layer.
+# At step $t$ (counting from 0) the model projects all $T_0 + t$ tokens again, so generating $N$
+# tokens after a $T_0$-token prompt costs $\sum_{t=0}^{N-1} (T_0 + t) = N T_0 + N(N-1)/2$ token-passes
+# per layer, quadratic in $N$; the cell above printed the count and the formula side by side. A run
+# that keeps what it computed projects each token once: the prompt, then every new token but the
+# last, $T_0 + N - 1$ rows. That is possible because the keys and values of the old tokens do not
+# change: a token's key depends only on that token and the ones before it, and those are fixed.
 #
-# 在第 $t$ 步，模型要把全部 $T_0 + t$ 个词元重新投影一遍，所以每个新词元的计算量随前缀增长，生成 $N$ 个词元的代价大约是 $N^2/2$ 次词元计算，而不是 $N$ 次。但是旧词元的键和值并没有变化：一个词元的键只取决于它自己和它之前的词元（笔记本 04 的掩码），而它们是固定的。我们在第一层上验证这一点。
+# 在第 $t$ 步（从 0 数起），模型要把全部 $T_0 + t$ 个词元重新投影一遍，所以在 $T_0$ 个词元的提示之后生成 $N$ 个词元，每层的代价是 $\sum_{t=0}^{N-1} (T_0 + t) = N T_0 + N(N-1)/2$ 次词元计算，随 $N$ 平方增长；上面的单元格把这个计数和公式并排打印了出来。如果保留已经算过的结果，每个词元只需投影一次：提示一次，然后是除最后一个之外的每个新词元，共 $T_0 + N - 1$ 行。之所以能这样做，是因为旧词元的键和值不会变化：一个词元的键只取决于它自己和它之前的词元，而它们是固定的。
+#
+# Where is that true? In the first layer trivially: a key there is computed from one token's
+# embedding alone. In the last block it is not trivial: its input has been through every earlier
+# attention layer, where tokens mix, and only the causal mask (notebook 04) keeps the later tokens
+# out. So we check it there: the last block's keys of the first 20 tokens, computed from those 20
+# tokens and from the whole sequence.
+#
+# 这在哪里成立？在第一层是显然的：那里的键只由一个词元自己的嵌入计算出来。在最后一个块里就不显然了：它的输入已经经过了前面每一个注意力层，词元在那里相互混合，只有因果掩码（笔记本 04）把后面的词元挡在外面。所以我们在那里验证：最后一个块中前 20 个词元的键，分别由这 20 个词元和由整个序列计算出来。
 
 # %%
+def last_block_keys(ids):
+    """The keys the last block computes: its input has passed every earlier block."""
+    x = model.tok_emb(ids) + model.pos_emb(torch.arange(ids.shape[1]))
+    for earlier in model.trf_blocks[:-1]:
+        x = earlier(x)
+    last = model.trf_blocks[-1]
+    return last.att.W_key(last.norm1(x))
+
+
 with torch.no_grad():
-    x_short = model.tok_emb(ids[:, :20]) + model.pos_emb(torch.arange(20))
-    x_long = model.tok_emb(ids) + model.pos_emb(torch.arange(ids.shape[1]))
-    k_short = block.att.W_key(block.norm1(x_short))
-    k_long = block.att.W_key(block.norm1(x_long))
-print("first layer, keys of tokens 0..19 computed from 20 tokens and from", ids.shape[1], "tokens:")
-print("largest difference:", (k_short - k_long[:, :20]).abs().max().item())
+    k_short, k_long = last_block_keys(ids[:, :20]), last_block_keys(ids)
+gap = (k_short - k_long[:, :20]).abs().max().item()
+print(f"last block (block {cfg.n_layers - 1}), keys of tokens 0..19 from 20 tokens and from {ids.shape[1]} tokens:")
+print(f"largest difference: {gap:.2g}; equal to float32 rounding (atol 1e-5): {gap < 1e-5}")
 
 # %% [markdown]
-# Identical. In every layer, the new token needs three things: its own query, and the keys and values
+# Equal, up to the rounding of float32 arithmetic on inputs of different lengths. In every layer, the
+# new token needs three things: its own query, and the keys and values
 # of **all** tokens so far. The old keys and values can be kept from earlier steps; that is the
 # **KV cache**. The old **queries** are never needed again: a query is only used to compute the output
 # at its own position, and the outputs at old positions were already produced (and used) when those
 # tokens were generated. So the cache keeps K and V, not Q.
 #
-# 完全相同。在每一层里，新词元需要三样东西：它自己的查询，以及目前 **所有** 词元的键和值。旧的键和值可以从之前的步骤保留下来；这就是 **KV 缓存**。旧的 **查询** 再也用不到了：一个查询只用于计算它自己位置上的输出，而旧位置的输出在生成那些词元时就已经算过（并用过）了。所以缓存保存 K 和 V，不保存 Q。
+# 相等，差别至多是 float32 对不同长度的输入做运算时的舍入。在每一层里，新词元需要三样东西：它自己的查询，以及目前 **所有** 词元的键和值。旧的键和值可以从之前的步骤保留下来；这就是 **KV 缓存**。旧的 **查询** 再也用不到了：一个查询只用于计算它自己位置上的输出，而旧位置的输出在生成那些词元时就已经算过（并用过）了。所以缓存保存 K 和 V，不保存 Q。
 #
 # Generation with a cache has two phases. **Prefill**: the prompt goes through the model once, all
 # its tokens at a time, filling the cache. **Decode**: from then on, one token per step; each layer
@@ -142,12 +165,14 @@ print("largest difference:", (k_short - k_long[:, :20]).abs().max().item())
 # One layer's cache. In `__init__`, **preallocate** `self.k` and `self.v` as zeros of shape
 # `(batch_size, num_kv_heads, max_seq_len, head_dim)` with the given `dtype` and `device`, and set
 # `self.seq_len = 0` (positions filled so far). `update(k_new, v_new)` receives
-# `(B, H_kv, T_new, hd)` tensors: write them at positions `seq_len .. seq_len + T_new - 1` (tokens are
-# axis 2), advance `seq_len`, and return the **filled part** of the keys and values, `(B, H_kv, seq_len, hd)`.
-# Raise `ValueError` when the new tokens do not fit in `max_seq_len`. `reset()` empties the cache for a
-# new prompt.
+# `(B, H_kv, T_new, hd)` tensors (often not contiguous: they come from a transpose): write them
+# **into** the preallocated tensors at positions `seq_len .. seq_len + T_new - 1` (tokens are axis 2;
+# slice assignment or `copy_`), advance `seq_len`, and return the **filled part** of the keys and
+# values as views, `self.k[:, :, :seq_len]` and the same for `v`, of shape `(B, H_kv, seq_len, hd)`
+# (a copy would cost what `torch.cat` costs, below). Raise `ValueError` when the new tokens do not
+# fit in `max_seq_len`. `reset()` empties the cache for a new prompt.
 #
-# 一层的缓存。在 `__init__` 中 **预先分配** `self.k` 和 `self.v`：形状为 `(batch_size, num_kv_heads, max_seq_len, head_dim)` 的零张量，使用给定的 `dtype` 和 `device`，并设 `self.seq_len = 0`（目前已填的位置数）。`update(k_new, v_new)` 接收形状为 `(B, H_kv, T_new, hd)` 的张量：把它们写到位置 `seq_len .. seq_len + T_new - 1`（词元是第 2 轴），增加 `seq_len`，并返回键和值中 **已填的部分**，形状 `(B, H_kv, seq_len, hd)`。当新词元放不进 `max_seq_len` 时抛出 `ValueError`。`reset()` 为新的提示清空缓存。
+# 一层的缓存。在 `__init__` 中 **预先分配** `self.k` 和 `self.v`：形状为 `(batch_size, num_kv_heads, max_seq_len, head_dim)` 的零张量，使用给定的 `dtype` 和 `device`，并设 `self.seq_len = 0`（目前已填的位置数）。`update(k_new, v_new)` 接收形状为 `(B, H_kv, T_new, hd)` 的张量（它们来自转置，往往不连续）：把它们 **写入** 预先分配的张量中位置 `seq_len .. seq_len + T_new - 1` 处（词元是第 2 轴；用切片赋值或 `copy_`），增加 `seq_len`，并以视图的形式返回键和值中 **已填的部分**：`self.k[:, :, :seq_len]` 以及对应的 `v`，形状 `(B, H_kv, seq_len, hd)`（复制一份的代价和下文的 `torch.cat` 一样）。当新词元放不进 `max_seq_len` 时抛出 `ValueError`。`reset()` 为新的提示清空缓存。
 
 # %% nbgrader={"grade": false, "grade_id": "KVCache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class KVCache:
@@ -226,8 +251,19 @@ for t_new, t_total in [(1, 6), (2, 6)]:
 # `utils.multihead` are imported above); if a cache is given, `k, v = kv_cache.update(k, v)`; then
 # causal attention with the bottom-right mask `causal_mask(T_new, T_total)` (imported from
 # `utils.causal`), merge heads, `out_proj`. Without a cache it is plain causal multi-head attention.
+# Keep `self.num_heads` and `self.head_dim`: the course's GPT reads them to shape each layer's cache
+# (`model.new_caches`), and the grader checks them.
 #
-# 笔记本 06 中去掉 dropout 的 `MultiHeadAttention`，层与之相同（`W_query`、`W_key`、`W_value` 从 `d_in` 映射到 `d_out`，`bias=qkv_bias`；`out_proj` 从 `d_out` 映射到 `d_out`，带偏置）。`forward(x, kv_cache=None)`：投影 `x`，拆分头（上面已导入 `utils.multihead` 的 `split_heads` 和 `merge_heads`）；如果给了缓存，就 `k, v = kv_cache.update(k, v)`；然后用右下对齐的掩码 `causal_mask(T_new, T_total)`（从 `utils.causal` 导入）做因果注意力，合并头，`out_proj`。没有缓存时，它就是普通的因果多头注意力。
+# 笔记本 06 中去掉 dropout 的 `MultiHeadAttention`，层与之相同（`W_query`、`W_key`、`W_value` 从 `d_in` 映射到 `d_out`，`bias=qkv_bias`；`out_proj` 从 `d_out` 映射到 `d_out`，带偏置）。`forward(x, kv_cache=None)`：投影 `x`，拆分头（上面已导入 `utils.multihead` 的 `split_heads` 和 `merge_heads`）；如果给了缓存，就 `k, v = kv_cache.update(k, v)`；然后用右下对齐的掩码 `causal_mask(T_new, T_total)`（从 `utils.causal` 导入）做因果注意力，合并头，`out_proj`。没有缓存时，它就是普通的因果多头注意力。请保留 `self.num_heads` 和 `self.head_dim`：课程的 GPT 读取它们来确定每一层缓存的形状（`model.new_caches`），评分也会检查它们。
+#
+# What is yours to write here is the cache and its mask, not the softmax: you may call
+# `F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T_new, T_total))` (its `attn_mask`
+# marks the **allowed** keys, and its `is_causal=True` is top-left aligned). You may also subclass
+# notebook 06's `MultiHeadAttention` (imported above) and write your own `forward`. The rule, the
+# same in every notebook: reusing an earlier notebook's class is fine; handing in this exercise's own
+# reference, `utils.kv_cache.CachedMultiHeadAttention` (or an alias, a wrapper, a subclass of it), is not.
+#
+# 这里要你写的是缓存和它的掩码，而不是 softmax：你可以调用 `F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T_new, T_total))`（它的 `attn_mask` 标记的是 **允许** 的键，而它的 `is_causal=True` 是左上对齐的）。你也可以继承笔记本 06 的 `MultiHeadAttention`（上面已导入），写你自己的 `forward`。这条规则在每个笔记本中都一样：复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.kv_cache.CachedMultiHeadAttention`（或它的别名、包装、子类）则不行。
 
 # %% nbgrader={"grade": false, "grade_id": "CachedMultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CachedMultiHeadAttention(nn.Module):
@@ -396,13 +432,66 @@ print(f"without the cache: {speed[False]:7.1f} tokens/s")
 print(f"speed-up on the machine that ran this: {speed[True] / speed[False]:.1f}x")
 
 # %% [markdown]
-# The speed-up printed above is what the machine that ran this notebook measured. It grows with the
-# length of the text (the uncached step does work proportional to the prefix, the cached one does
-# not) and with the size of the model: at this small size a good part of each step is Python
-# overhead that both paths pay. `python -m utils.bench_generate` runs the same comparison at GPT-2
-# small's full size (12 layers, width 768, 256 new tokens) in a few minutes.
+# The speed-up printed above is what the machine that ran this notebook measured. An uncached step
+# redoes the projections and the feed-forward of every token of the prefix; a cached step does them
+# for one token. That is what stops growing with the text. The cached step is not free of the prefix,
+# though: its query still attends over every cached key and value, $O(T \cdot d)$ per layer per step for
+# $T$ cached tokens of width $d$, against $O(d^2)$ per layer for the projections and the feed-forward.
+# At this small size a good part of each step is also Python overhead that both paths pay.
+# `python -m utils.bench_generate` runs the same comparison at GPT-2 small's full size (12 layers,
+# width 768, 256 new tokens) in a few minutes.
 #
-# 上面打印的加速比是运行本笔记本的机器测得的。它随文本长度增长（不带缓存的一步所做的计算与前缀长度成正比，带缓存的则不然），也随模型规模增长：在这么小的规模下，每一步有相当一部分时间是两条路径都要付出的 Python 开销。`python -m utils.bench_generate` 在 GPT-2 small 的完整规模（12 层，宽度 768，生成 256 个新词元）下做同样的比较，几分钟即可复现。
+# 上面打印的加速比是运行本笔记本的机器测得的。不带缓存的一步要为前缀中的每个词元重做投影和前馈网络；带缓存的一步只为一个词元做这些。随文本增长而不再增长的正是这一部分。但带缓存的一步并没有摆脱前缀：它的查询仍然要关注缓存中的每一个键和值，对 $T$ 个宽度为 $d$ 的已缓存词元，每层每步是 $O(T \cdot d)$，而投影和前馈网络每层是 $O(d^2)$。在这么小的规模下，每一步还有相当一部分时间是两条路径都要付出的 Python 开销。`python -m utils.bench_generate` 在 GPT-2 small 的完整规模（12 层，宽度 768，生成 256 个新词元）下做同样的比较，几分钟即可复现。
+
+# %% [markdown]
+# ## Prefill and decode: two cost regimes · 预填充与解码：两种代价
+#
+# So generation has two regimes. **Prefill** runs $T$ prompt tokens at once: $T$ rows through every
+# weight matrix, and a $(T, T)$ attention in each layer, so its time grows faster than $T$ once the
+# attention dominates. A cached **decode** step runs one token: the weights cost the same at any
+# length, and only the attention over the cache grows, linearly in $T$. The cell below measures both
+# on the same small model with a longer context (`utils.bench_generate.LONG`: 4 layers of width 128,
+# context 2,048), at several lengths: the time of one prefill pass over $T$ tokens up to 1,024 (which is
+# also what one uncached step costs at that length), and the median time of a cached decode step with
+# $T$ tokens in the cache, up to 2,000 (the cache is filled with random keys and values: what a step
+# costs does not depend on what they are).
+#
+# 所以生成有两种代价。**预填充** 一次处理 $T$ 个提示词元：$T$ 行经过每个权重矩阵，每层还有一个 $(T, T)$ 的注意力，所以一旦注意力占主导，它的时间增长得比 $T$ 更快。带缓存的 **解码** 一步只处理一个词元：权重的开销在任何长度下都一样，只有对缓存的注意力在增长，且与 $T$ 成线性关系。下面的单元格在同一个小模型上、用更长的上下文（`utils.bench_generate.LONG`：4 层，宽度 128，上下文 2,048），在几个长度下测量两者：对最多 1,024 个词元做一次预填充的时间（这也正是不带缓存时在该长度下一步的开销），以及缓存中有 $T$ 个词元（最多 2,000 个）时一次带缓存解码步骤的时间中位数（缓存用随机的键和值填充：一步的开销与它们的值无关）。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+long_model = build(LONG)
+contexts = [32, 256, 1024] if GRADING else [32, 64, 128, 256, 512, 1024, 1536, 2000]
+regimes = step_times(long_model, contexts, steps=3 if GRADING else 15, prefill_max=256 if GRADING else 1024)
+print(f"{'context T':>9}  {'prefill ms':>10}  {'prefill ms/token':>16}  {'decode step ms':>14}")
+for r in regimes:
+    prefill = (f"{1e3 * r['prefill_s']:>10.2f}  {1e3 * r['prefill_s'] / r['context']:>16.4f}" if r["prefill_s"]
+               else f"{'(not run)':>10}  {'':>16}")
+    print(f"{r['context']:>9}  {prefill}  {1e3 * r['decode_s']:>14.3f}")
+timed_prefill = [r for r in regimes if r["prefill_s"]]
+a, b = timed_prefill[0], timed_prefill[-1]
+print(f"prefill, T = {a['context']} to {b['context']} ({b['context'] // a['context']}x longer): "
+      f"{b['prefill_s'] / a['prefill_s']:.0f}x the time")
+a, b = regimes[0], regimes[-1]
+print(f"cached decode step, T = {a['context']} to {b['context']} ({b['context'] / a['context']:.0f}x longer): "
+      f"{b['decode_s'] / a['decode_s']:.1f}x the time")
+fig, ax = plt.subplots(figsize=(6.5, 3.2))
+ax.loglog([r["context"] for r in timed_prefill], [1e3 * r["prefill_s"] for r in timed_prefill], "o-",
+          label="prefill of T tokens = one uncached step")
+ax.loglog(contexts, [1e3 * r["decode_s"] for r in regimes], "s-", label="one cached decode step")
+ax.set_xlabel("context length T (tokens)"); ax.set_ylabel("ms"); ax.legend(); ax.set_title("two cost regimes")
+plt.show()
+
+# %% [markdown]
+# The last two lines printed how much longer each took over the range of lengths measured, on the
+# machine that ran this notebook. Prefill grows with $T$ and, at the long end, faster than $T$ (its
+# time per token rises: the $(T, T)$ attention); the cached decode step grows much more slowly, from a
+# floor set by the weights and the Python overhead, by the attention over the cache. For a long text
+# that attention is the part of each new token's cost that keeps growing, and it reads the whole
+# cache at every step: that is what grouped-query attention (below) and DeepSeek's multi-head latent attention
+# (notebook 09) make smaller.
+#
+# 最后两行打印了在所测长度范围内两者的时间各变为多少倍（来自运行本笔记本的机器）。预填充随 $T$ 增长，在长的一端增长得比 $T$ 更快（每个词元的时间在上升：这是 $(T, T)$ 的注意力）；带缓存的解码步骤增长得慢得多：它从由权重和 Python 开销决定的底线出发，因对缓存的注意力而增长。对于长文本，每个新词元的代价中不断增长的正是这部分注意力，而它每一步都要读取整个缓存：下面的分组查询注意力和 DeepSeek 的多头潜在注意力（笔记本 09）缩小的正是它。
 
 # %% [markdown]
 # ## Preallocated or `torch.cat` · 预先分配还是 `torch.cat`
@@ -438,12 +527,46 @@ for name, s in best.items():
 print(f"torch.cat / preallocated on the machine that ran this: {best['ConcatKVCache (torch.cat)'] / best['KVCache (preallocated)']:.1f}x")
 
 # %% [markdown]
-# The updates alone differ a lot, and the gap widens with the length of the text. In a whole decoding
-# step the cache update is only one part of the work next to the weight matrices, so the difference
-# in tokens per second is smaller; the table at the end of this notebook, and the full-size benchmark,
-# show both side by side.
+# The updates alone: `torch.cat` took the multiple printed above of the preallocated cache's time,
+# and the gap widens with the length of the text. Whether that shows in tokens per second depends
+# on what else a decoding step does. The next cell times decode steps alone (the caches filled with
+# random keys and values first), preallocated against `torch.cat`, in two regimes measured in one
+# run: the small model of the two-regimes plot above (`LONG`) at a long context (1,792 cached tokens:
+# there the cache, which `torch.cat` copies whole at every step, is larger than the weights), and GPT-2 small's full
+# size with a short text (about 500 MB of weights read per token, next to a cache of a few dozen
+# tokens). `MB/token` is what one step reads (every weight once, one row of each embedding table,
+# the cache); `% bw` is that times the tokens per second over this machine's memory bandwidth,
+# measured once with a large copy by `utils.bandwidth`: how close each decode comes to the speed limit
+# of reading memory.
 #
-# 单看缓存更新，差别很大，而且文本越长差距越大。在完整的一步解码中，缓存更新只是权重矩阵计算之外的一小部分，所以每秒词元数上的差别要小一些；本笔记本末尾的表格以及完整规模的基准测试把两者并排列出。
+# 单看缓存更新：`torch.cat` 所用的时间是预先分配缓存的上面打印的那么多倍，而且文本越长差距越大。这在每秒词元数上能否体现出来，取决于一步解码还做了什么。下一个单元格只为解码步骤计时（先用随机的键和值填好缓存），比较预先分配和 `torch.cat`，在一次运行中测量两种情形：上面两种代价图中的小模型（`LONG`）在长上下文下（已缓存 1,792 个词元：这时 `torch.cat` 每一步都要整个复制的缓存比权重还大），以及 GPT-2 small 的完整规模配上短文本（每个词元要读约 500 MB 的权重，而缓存只有几十个词元）。`MB/token` 是一步读取的字节数（每个权重一次、每个嵌入表的一行、缓存）；`% bw` 是它乘以每秒词元数再除以本机的内存带宽（由 `utils.bandwidth` 用一次大的复制测量一次）：表示每种解码离读内存这个速度上限有多近。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+if GRADING:  # grading runs it small: the same code, two tiny regimes
+    cases = {"small model, long context": (LONG, 256, 8), "small model, short context": (SMALL, 8, 8)}
+else:
+    cases = {"small model, long context": (LONG, 1792, 64), "full size, short context": (FULL, 8, 4)}
+regime_rows = cache_regimes(cases, repeats=1 if GRADING else 5)
+print(format_regimes(regime_rows))
+print(f"memory bandwidth measured by utils.bandwidth (copy, read + written, {torch.get_num_threads()} thread): "
+      f"{memory_bandwidth() / 1e9:.1f} GB/s")
+long_row, full_row = regime_rows
+print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {full_row['ratio']:.2f}x at full size "
+      f"with a short text; the update matters more where the cache dominates: {long_row['ratio'] > full_row['ratio']}")
+
+# %% [markdown]
+# Read the two rows side by side. At a long context with a small model, preallocation is faster in
+# tokens per second by the first ratio printed: each `torch.cat` copies the whole cache of every
+# layer, and that cache outweighs what the rest of the step reads. At full size with a short text the
+# ratio is the second one printed: the step reads hundreds of megabytes of weights, and the copy of a
+# short cache is lost in it, so what is left of the difference is the noise of the measurement (the
+# last line says whether the update mattered more where the cache dominates; the table at the end of
+# this notebook, a small model with a short text, is in the second regime too). The `% bw` column shows the full-size decode
+# near the bandwidth limit (one step reads every weight once), and the small model well below it: with
+# matrices this small, Python and the dispatch of each operation, not memory, set the pace.
+#
+# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中，剩下的差别就是测量的噪声（最后一行说明了缓存占主导时缓存更新是否更重要；本笔记本末尾的表格用的是小模型和短文本，也属于第二种情形）。`% bw` 一列显示，完整规模的解码接近带宽上限（一步把每个权重读一遍），而小模型明显低于它：矩阵这么小时，决定速度的是 Python 和每个运算的调度开销，而不是内存。
 
 # %% [markdown]
 # ## What the cache costs · 缓存的代价
@@ -534,11 +657,64 @@ for name, (layers, kv_heads, hd, context) in models.items():
 print("DeepSeek-V3, numbers per token per layer:", 2 * 128 * 160)
 
 # %% [markdown]
-# A 128K-token conversation with DeepSeek-V3's shape would need the cache printed above for one
-# sequence: more than the memory of several GPUs, before any batching. Llama-3-8B's cache is small
-# per token largely because it keeps 8 KV heads instead of 32. That is the next idea.
+# How large is that last number? An 8xH100 node, the usual unit a model like DeepSeek-V3 is served
+# on, has 8 GPUs of 80 GB each by NVIDIA's datasheet; `nvidia-smi` reports 81,559 MiB per H100 80GB
+# (quoted in NVIDIA/nccl issue 1264 and modal-labs/modal-client pull request 2797). The weights come on
+# top: DeepSeek-V3's 671B parameters take 671 GB in FP8, one byte each.
 #
-# 对 DeepSeek-V3 的结构来说，一段 128K 词元的对话仅一条序列就需要上面打印的那么多缓存：在还没有任何批处理之前，就超过了好几块 GPU 的显存。Llama-3-8B 每个词元的缓存之所以小，很大程度上是因为它只保存 8 个 KV 头而不是 32 个。这就是下一个思路。
+# 最后那个数有多大？一个 8xH100 节点（部署 DeepSeek-V3 这类模型的常用单位）按 NVIDIA 的规格表有 8 块各 80 GB 的 GPU；`nvidia-smi` 对每块 H100 80GB 报告 81,559 MiB（见 NVIDIA/nccl 的 issue 1264 和 modal-labs/modal-client 的 pull request 2797）。权重还要另算：DeepSeek-V3 的 671B 个参数用 FP8 存储（每个一字节）要占 671 GB。
+
+# %%
+v3_cache = kv_cache_bytes(1, 131072, 61, 128, 160)
+node_datasheet = 8 * 80 * 10**9  # 8 x 80 GB
+node_reported = 8 * 81559 * 2**20  # 8 x 81,559 MiB, what nvidia-smi shows
+print(f"DeepSeek-V3 as plain MHA, one 128K-token sequence: {v3_cache / 1e9:,.0f} GB = {v3_cache / 2**30:,.0f} GiB")
+print(f"8xH100 node, datasheet 8 x 80 GB: {node_datasheet / 1e9:,.0f} GB; cache / node = {v3_cache / node_datasheet:.2f}")
+print(f"8xH100 node, as nvidia-smi reports it: {node_reported / 1e9:,.0f} GB; cache / node = {v3_cache / node_reported:.2f}")
+print(f"and the weights in FP8: {671e9 / 1e9:,.0f} GB, so cache + weights = {(v3_cache + 671e9) / node_reported:.1f} nodes")
+
+# %% [markdown]
+# The cache of a single 128K-token sequence would be more than the whole node's memory by the
+# datasheet's count, and nearly all of it by `nvidia-smi`'s (the ratios printed), before the weights,
+# which need about one more node, and before any batching. Llama-3-8B's cache is small per token
+# largely because it keeps 8 KV heads instead of 32. That is the next idea.
+#
+# 一条 128K 词元的序列，其缓存按规格表计算就超过了整个节点的显存，按 `nvidia-smi` 的数字也几乎占满（见打印的比值），这还没算需要大约再一个节点的权重，也还没有任何批处理。Llama-3-8B 每个词元的缓存之所以小，很大程度上是因为它只保存 8 个 KV 头而不是 32 个。这就是下一个思路。
+#
+# Unlike the weights, the cache grows with the text and with the batch. The plot puts Llama-3-8B's
+# cache in bf16 against its weights in bf16 (8,030,261,248 parameters, counted from its published
+# configuration in the cell), for batches of 1, 16 and 64: each line crosses the weights where the
+# cache becomes the larger of the two, and the cell prints where.
+#
+# 与权重不同，缓存随文本和批增长。下图把 Llama-3-8B 的 bf16 缓存与它的 bf16 权重（8,030,261,248 个参数，在单元格里由它公开的配置算出）放在一起比较，批大小分别为 1、16 和 64：每条线与权重线相交的地方，就是缓存变得比权重更大的地方，单元格会打印出这些位置。
+
+# %%
+# Llama-3-8B (its config.json): vocabulary 128,256, width 4,096, 32 layers, feed-forward 14,336,
+# 32 query heads and 8 KV heads of 128, untied input and output embeddings, two RMSNorms per layer.
+vocab, width, layers, ffn, kv_width = 128256, 4096, 32, 14336, 8 * 128
+per_layer = 2 * width * width + 2 * width * kv_width + 3 * width * ffn + 2 * width
+llama_params = 2 * vocab * width + layers * per_layer + width
+weights = 2 * llama_params  # bf16
+print(f"Llama-3-8B parameters: {llama_params:,}; weights in bf16: {weights / 2**30:.1f} GiB")
+lengths = [2**i for i in range(8, 18)]  # 256 .. 131,072 tokens
+fig, ax = plt.subplots(figsize=(6.5, 3.4))
+for batch in (1, 16, 64):
+    ax.loglog(lengths, [kv_cache_bytes(batch, t, 32, 8, 128) / 2**30 for t in lengths], label=f"KV cache, batch {batch}")
+    crossing = weights / kv_cache_bytes(batch, 1, 32, 8, 128)
+    print(f"batch {batch:>2}: the cache outgrows the weights past {crossing:,.0f} tokens per sequence")
+    ax.plot(crossing, weights / 2**30, "ko")
+ax.axhline(weights / 2**30, color="k", linestyle="--", label="weights (bf16)")
+ax.axvline(8192, color="gray", linestyle=":", label="Llama 3's context, 8,192")
+ax.set_xlabel("tokens per sequence"); ax.set_ylabel("GiB"); ax.legend(fontsize=8)
+ax.set_title("Llama-3-8B: KV cache against weights")
+plt.show()
+
+# %% [markdown]
+# At batch 1 the cache passes the weights only at 122,532 tokens per sequence, far beyond Llama 3's
+# 8,192-token context; at batch 16 it does within that context (7,658 tokens), and at batch 64 after
+# 1,915 tokens. Serving many long texts at once is where the cache, not the model, fills the GPU.
+#
+# 批大小为 1 时，每条序列要到 122,532 个词元缓存才超过权重，远在 Llama 3 的 8,192 词元上下文之外；批大小为 16 时，在这个上下文之内就超过了（7,658 个词元）；批大小为 64 时，1,915 个词元之后就超过了。同时服务许多长文本时，占满 GPU 的是缓存，而不是模型。
 
 # %% [markdown]
 # ## Multi-query and grouped-query attention · 多查询注意力与分组查询注意力
@@ -570,9 +746,13 @@ print("group of each query head (4 heads, 2 groups):", [h // (4 // 2) for h in r
 # Like your `CachedMultiHeadAttention`, but `W_key` and `W_value` map `d_in` to
 # `num_kv_groups * head_dim` (with `head_dim = d_out // num_heads`). In `forward(x, kv_cache=None)`,
 # split the keys and values into `num_kv_groups` heads, update the cache **with those** (that is where
-# the memory is saved), and only then repeat each KV head for the query heads of its group.
+# the memory is saved), and only then repeat each KV head for the query heads of its group. Keep
+# `self.num_heads`, `self.head_dim` and `self.num_kv_heads` (= `num_kv_groups`): the GPT makes each
+# layer's cache with `num_kv_heads` heads. `F.scaled_dot_product_attention(..., enable_gqa=True)`,
+# which repeats the KV heads the same way, is allowed: the grouping is what you write, not the
+# softmax.
 #
-# 与你的 `CachedMultiHeadAttention` 类似，但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。
+# 与你的 `CachedMultiHeadAttention` 类似，但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。请保留 `self.num_heads`、`self.head_dim` 和 `self.num_kv_heads`（= `num_kv_groups`）：GPT 按 `num_kv_heads` 个头为每一层建立缓存。`F.scaled_dot_product_attention(..., enable_gqa=True)` 以同样的方式重复 KV 头，可以使用：你要写的是分组，而不是 softmax。
 
 # %% nbgrader={"grade": false, "grade_id": "GroupedQueryAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class GroupedQueryAttention(nn.Module):
@@ -657,9 +837,10 @@ for groups in (4, 2, 1):
 # random weights, greedy generation from the same prompt, measured side by side in one run by
 # `utils.bench_generate.generation_benchmark` (it also checks that the cached and uncached MHA tokens
 # are identical). `vs no cache` is the speed relative to MHA without a cache; `cache MiB` is the
-# bytes of the real cache tensors.
+# bytes of the real cache tensors; `MB/token` and `% bw` are the bandwidth line of the regime table
+# above (here the prefill is inside the time, and the cache read is taken at the middle length).
 #
-# 同一个小 GPT，分别使用多头注意力、4 组的 GQA（每个 KV 头对应 2 个查询头）和 MQA；随机权重，从同一个提示做贪心生成，由 `utils.bench_generate.generation_benchmark` 在一次运行中并排测量（它还会检查 MHA 有缓存和无缓存时生成的词元是否完全相同）。`vs no cache` 是相对于无缓存 MHA 的速度；`cache MiB` 是真实缓存张量的字节数。
+# 同一个小 GPT，分别使用多头注意力、4 组的 GQA（每个 KV 头对应 2 个查询头）和 MQA；随机权重，从同一个提示做贪心生成，由 `utils.bench_generate.generation_benchmark` 在一次运行中并排测量（它还会检查 MHA 有缓存和无缓存时生成的词元是否完全相同）。`vs no cache` 是相对于无缓存 MHA 的速度；`cache MiB` 是真实缓存张量的字节数；`MB/token` 和 `% bw` 与上面情形表中的带宽一栏相同（这里的时间包含了预填充，缓存的读取量按中间长度计算）。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -685,6 +866,7 @@ plt.show()
 # 在运行本笔记本的机器上：上面打印的缓存比值是精确的（`num_heads / num_kv_groups`），而速度是测量值。在这个规模下，GQA 和 MQA 每个词元即使比 MHA 快，也快不了多少：每一步读取的主要是权重，而不是缓存，而且重复 KV 头还要付出一点代价。它们的收益在于内存，进而能在同样的硬件上处理更长的文本和更大的批，这正是 Llama 3 使用 GQA 的原因。DeepSeek 更进一步，压缩了缓存本身：见笔记本 09。
 #
 # Full size, a few minutes on 2 cores: `python -m utils.bench_generate` (12 layers, width 768, 12
-# heads, GPT-2's vocabulary, batch 1, 256 new tokens).
+# heads, GPT-2's vocabulary, batch 1, 256 new tokens); it prints the same columns, the measured
+# bandwidth, and the two regimes of preallocated against `torch.cat`.
 #
-# 完整规模，在 2 个核上需要几分钟：`python -m utils.bench_generate`（12 层，宽度 768，12 个头，GPT-2 的词表，批大小 1，生成 256 个新词元）。
+# 完整规模，在 2 个核上需要几分钟：`python -m utils.bench_generate`（12 层，宽度 768，12 个头，GPT-2 的词表，批大小 1，生成 256 个新词元）；它打印同样的各列、测得的带宽，以及预先分配与 `torch.cat` 的两种情形。
