@@ -39,9 +39,11 @@ def bytes_read(cfg: DSAConfig, context: int, element_size: int = 4) -> dict:
             "sparse": (end * cfg.index_head_dim + min(cfg.index_topk, end) * latent) * element_size}
 
 
-def decode_step_benchmark(contexts, dim=1024, repeats=5, seed=0, progress=None) -> list[dict]:
-    """Median ms of one decode step, dense absorbed MLA vs sparse, at each context (ascending)."""
-    cfg = v32_layer(dim, max(contexts) + 1)
+def decode_step_benchmark(contexts, dim=1024, repeats=5, seed=0, progress=None, cfg=None) -> list[dict]:
+    """Median ms of one decode step, dense absorbed MLA vs sparse, at each context (ascending);
+    V3.2's per-head sizes unless another DSAConfig is given (its max_seq_len must exceed the contexts)."""
+    cfg = cfg or v32_layer(dim, max(contexts) + 1)
+    dim = cfg.dim
     torch.manual_seed(seed)
     module = SparseMLA(cfg).eval()
     g = torch.Generator().manual_seed(seed)

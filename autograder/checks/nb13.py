@@ -1,0 +1,287 @@
+"""Hidden checks of notebook 13: sliding windows, attention sinks, DeepSeek Sparse Attention.
+
+Values are compared with utils.sliding_window and utils.dsa on deterministic inputs; when they
+differ, autograder.checks.dsa_mistakes restates the reference with one known mistake at a time
+and the message names it. The rolling cache is fed keys that carry their own position, so the
+order, the count and the storage of what it returns can be read off directly.
+"""
+import torch
+
+import utils.dsa as ref
+from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches,
+                               own_module, own_work, randn, seeded_state)
+from autograder.checks import dsa_mistakes as mis
+from utils.sliding_window import attention_with_sinks as ref_sinks
+from utils.sliding_window import sliding_window_mask as ref_mask
+
+MASK_CASES = ((5, 5, 2), (3, 7, 3), (4, 6, 1), (6, 6, 6), (2, 5, 9), (1, 8, 4))
+MASK_MISTAKES = {
+    "wide": ("The window is off by one: the query at position p sees the keys p - window + 1 .. p, exactly window of them, not window + 1.",
+             "窗口差了一：位置 p 的查询看到键 p - window + 1 .. p，正好 window 个，而不是 window + 1 个。"),
+    "narrow": ("The window is off by one: the query at position p sees the keys p - window + 1 .. p, exactly window of them (itself included), not window - 1.",
+               "窗口差了一：位置 p 的查询看到键 p - window + 1 .. p，正好 window 个（包括它自己），而不是 window - 1 个。"),
+    "top-left": ("The mask must be bottom-right aligned: with fewer queries than keys the queries are the LAST num_queries positions.",
+                 "掩码必须右下对齐：查询少于键时，查询是最后 num_queries 个位置。"),
+    "inverted": ("True means BLOCKED: the mask is True where a query may NOT attend (outside the window or in the future).",
+                 "True 表示被屏蔽：掩码在查询不能关注的位置（窗口之外或未来）为 True。"),
+    "no causal": ("The mask must also block the future: a query never sees a key after its own position.",
+                  "掩码还必须屏蔽未来：查询永远看不到它自己位置之后的键。"),
+    "no window": ("The window is missing: keys more than window - 1 positions before the query must be blocked too.",
+                  "缺少窗口：比查询早 window - 1 个位置以上的键也必须被屏蔽。"),
+}
+
+
+def check_sliding_window_mask(sliding_window_mask):
+    fn = sliding_window_mask
+    for T_q, T_k, window in MASK_CASES:
+        with own_work(fn, "sliding_window_mask"):
+            got = call(fn, T_q, T_k, window, name="sliding_window_mask")
+        expect_tensor(got, "sliding_window_mask's result", "sliding_window_mask 的结果")
+        expect(got.dtype == torch.bool, "The mask must be a boolean tensor (True = blocked).", "掩码必须是布尔张量（True 表示屏蔽）。",
+               f"dtype {got.dtype}")
+        want = ref_mask(T_q, T_k, window)
+        if tuple(got.shape) == tuple(want.shape) and torch.equal(got, want):
+            continue
+        for name, variant in mis.window_mask_variants(T_q, T_k, window).items():
+            if tuple(got.shape) == tuple(variant.shape) and torch.equal(got, variant):
+                fail(*MASK_MISTAKES[name], f"num_queries={T_q}, num_keys={T_k}, window={window}")
+        fail("sliding_window_mask is wrong: the query at absolute position p = i + num_keys - num_queries sees the keys p - window + 1 .. p.",
+             "sliding_window_mask 不对：绝对位置 p = i + num_keys - num_queries 的查询看到键 p - window + 1 .. p。",
+             f"num_queries={T_q}, num_keys={T_k}, window={window}; got {tuple(got.shape)} with {int((~got).sum())} open, "
+             f"expected {int((~want).sum())}")
+
+
+def _tensors(obj):
+    found = [v for v in vars(obj).values() if isinstance(v, torch.Tensor)]
+    for v in vars(obj).values():
+        if isinstance(v, (list, tuple)):
+            found += [t for t in v if isinstance(t, torch.Tensor)]
+    return found
+
+
+def _expect_chunk(k, v, start, T, window, chunks):
+    seen = start + T
+    want = list(range(max(0, start - (window - 1)), seen))
+    expect_tensor(k, "update's keys", "update 返回的键")
+    got = k[0, 0, :, 0].tolist() if k.dim() == 4 else None
+    evidence = f"window={window}, chunks {chunks}: positions returned {got}, expected {want}"
+    expect(got is not None and k.shape[:2] == (2, 3) and k.shape[-1] == 4,
+           "update must return keys and values shaped (B, num_kv_heads, positions, head_dim).",
+           "update 必须返回形状为 (B, num_kv_heads, 位置数, head_dim) 的键和值。", f"shape {tuple(k.shape)}")
+    if got == want:
+        expect(torch.equal(v, -k), "update must return the values of the same positions as the keys, in the same order.",
+               "update 返回的值必须与键是同样的位置，顺序也相同。", evidence)
+        return
+    if sorted(got) == want:
+        fail("update must return the positions in order, oldest first: a ring buffer's slots are not in position order once it wraps.",
+             "update 必须按位置顺序返回（最早的在前）：环形缓冲区绕回之后，槽位的顺序不再是位置的顺序。", evidence)
+    if T > 1 and got == list(range(max(0, seen - window), seen)) and T < window:
+        fail("A chunk of several new queries loses keys: its first query still needs the window - 1 positions before the chunk, so return those and then all the new ones.",
+             "一块多个新查询时丢了键：块中的第一个查询仍需要块之前的 window - 1 个位置，所以要返回这些位置，再加上所有新位置。", evidence)
+    if T >= window and got[-min(T, window):] == want[-min(T, window):] and len(got) < len(want):
+        fail("A chunk longer than the window must come back whole (with the window - 1 positions before it): its first queries need their own keys.",
+             "比窗口还长的块必须完整返回（连同它之前的 window - 1 个位置）：块中前面的查询需要它们自己的键。", evidence)
+    if got == list(range(max(0, start - window), seen)):
+        fail("update returns window positions before the new ones: the first new query can see only window - 1 of them (itself is the window-th).",
+             "update 在新位置之前返回了 window 个位置：第一个新查询只能看到其中 window - 1 个（它自己是第 window 个）。", evidence)
+    fail("update must return, in position order, up to window - 1 positions before the new ones, then every new one.",
+         "update 必须按位置顺序返回新位置之前最多 window - 1 个位置，再加上所有新位置。", evidence)
+
+
+def _run_cache(cls, window, chunks, dtype=torch.float32):
+    with own_work(cls, "RollingKVCache"):
+        cache = call(cls, 2, window, 3, 4, dtype=dtype, name="RollingKVCache")
+    total, start = sum(chunks), 0
+    keys = torch.arange(total, dtype=dtype).view(1, 1, total, 1).expand(2, 3, total, 4).contiguous()
+    for T in chunks:
+        with own_work(cls, "RollingKVCache"):
+            k, v = call(cache.update, keys[:, :, start:start + T], -keys[:, :, start:start + T], name="RollingKVCache.update")
+        _expect_chunk(k, v, start, T, window, chunks)
+        start += T
+        expect(cache.seq_len == start,
+               "seq_len must count every position seen so far, not the positions stored: the next token's RoPE position continues from it after the window wraps.",
+               "seq_len 必须统计目前见过的所有位置，而不是存储的位置数：窗口绕回之后，下一个词元的 RoPE 位置从它接着数。",
+               f"seq_len {cache.seq_len} after {start} positions")
+        stored = sum(t.numel() for t in _tensors(cache))
+        expect(stored <= 2 * 2 * 3 * window * 4,
+               "The cache must store at most window positions of keys and values, whatever the length of the text.",
+               "无论文本多长，缓存最多只能存储 window 个位置的键和值。", f"{stored} numbers stored after {start} positions, window={window}")
+    return cache, k
+
+
+def check_RollingKVCache(RollingKVCache):
+    cls = RollingKVCache
+    for window, chunks in ((4, [1] * 9), (4, [3, 3, 3]), (3, [2, 2, 1, 4]), (4, [7, 2]), (5, [2, 6, 1, 1]), (1, [1, 2, 1])):
+        cache, _ = _run_cache(cls, window, chunks)
+    _, k = _run_cache(cls, 3, [2, 3], torch.float64)
+    expect(k.dtype == torch.float64, "The cache must keep the dtype it was built with (dtype=...).",
+           "缓存必须保持构造时指定的 dtype（dtype=...）。", f"dtype {k.dtype}")
+    with own_work(cls, "RollingKVCache"):
+        call(cache.reset, name="RollingKVCache.reset")
+        k, _ = call(cache.update, torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4), name="RollingKVCache.update")
+    expect(cache.seq_len == 1 and k.shape[2] == 1, "After reset() the cache starts a new text: seq_len 0 and no old positions returned.",
+           "reset() 之后缓存开始一段新文本：seq_len 为 0，也不返回旧的位置。", f"seq_len {cache.seq_len}, {k.shape[2]} positions")
+
+
+def check_attention_with_sinks(attention_with_sinks):
+    fn = attention_with_sinks
+    q, k, v = randn(2, 3, 4, 8, seed=130), randn(2, 3, 6, 8, seed=131), randn(2, 3, 6, 5, seed=132)
+    sinks = torch.tensor([-1.5, 0.3, 2.0])
+    blocked = torch.ones(4, 6, dtype=torch.bool)
+    blocked[1:, 1:5] = False  # row 0 fully blocked
+    for mask in (None, blocked, blocked.expand(2, 1, 4, 6), ref_mask(4, 6, 3)):
+        args = (q.clone(), k.clone(), v.clone(), sinks.clone(), None if mask is None else mask.clone())
+        with own_work(fn, "attention_with_sinks"):
+            got = call(fn, *args, name="attention_with_sinks")
+        want = ref_sinks(q, k, v, sinks, mask)
+        expect_known(got, want, lambda: _sink_mistakes(q, k, v, sinks, mask),
+                     "attention_with_sinks is wrong: scores scaled by 1/sqrt(d), the sink logit as an extra column, softmax, drop that column, then the values.",
+                     "attention_with_sinks 不对：分数按 1/sqrt(d) 缩放，sink logit 作为额外一列，softmax，去掉这一列，再乘以值。")
+        expect(torch.equal(args[0], q) and torch.equal(args[3], sinks), "attention_with_sinks must not change its inputs in place.",
+               "attention_with_sinks 不能原地修改它的输入。")
+
+
+SINK_MISTAKES = {
+    "kept": ("The sink's column must be dropped after the softmax: it has no value vector, so its weight goes nowhere.",
+             "softmax 之后必须去掉 sink 这一列：它没有值向量，它的权重不流向任何地方。"),
+    "after": ("The sink is a logit: it joins the scores before the softmax, not the weights after it.",
+              "sink 是一个 logit：它在 softmax 之前加入分数，而不是在 softmax 之后加入权重。"),
+    "after add": ("The sink is a logit: it joins the scores before the softmax, not the weights after it.",
+                  "sink 是一个 logit：它在 softmax 之前加入分数，而不是在 softmax 之后加入权重。"),
+    "plain": ("Your output is plain attention, as if there were no sink: append the sink to each row of scores before the softmax, and do not renormalise after dropping it (a row's weights sum to less than 1).",
+              "你的输出就是普通注意力，好像没有 sink 一样：要在 softmax 之前把 sink 作为额外一列加到每行分数上，去掉它之后也不要重新归一化（一行权重之和小于 1）。"),
+    "unscaled": ("The scores must be scaled by 1/sqrt(d) before the sink joins them.", "在 sink 加入之前，分数必须按 1/sqrt(d) 缩放。"),
+    "scaled sink": ("The sink is a logit as it is: scale the scores by 1/sqrt(d), not the sink.",
+                    "sink 本身就是 logit：要缩放的是分数（1/sqrt(d)），而不是 sink。"),
+}
+
+
+def _sink_mistakes(q, k, v, sinks, mask):
+    return [(out, *SINK_MISTAKES[name]) for name, out in mis.sink_variants(q, k, v, sinks, mask).items()]
+
+
+INDEX_CFG = ref.DSAConfig(dim=20, n_heads=2, q_lora_rank=10, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                          v_head_dim=3, max_seq_len=12, rope_theta=100.0, index_n_heads=6, index_head_dim=8, index_topk=3)
+SEGMENTS = ((0, 5), (5, 6), (6, 9))  # prefill, one decode step, a chunk at start_pos 6
+INDEX_MISTAKES = {
+    "interleaved": ("The indexer's RoPE must be half-split (pairs i, i + d/2), as DeepSeek corrected it in November 2025: the first release rotated adjacent pairs like MLA does, and serving engines that copied it picked other keys.",
+                    "索引器的 RoPE 必须是前后两半配对（i 与 i + d/2），这是 DeepSeek 在 2025 年 11 月更正的：首次发布的代码像 MLA 一样旋转相邻的一对，照抄它的推理引擎因此选出了别的键。"),
+    "rope last": ("The indexer puts the rope part FIRST in each head and in the key, [pe | nope], the reverse of MLA's [nope | pe].",
+                  "索引器把 rope 部分放在每个头和键的最前面，即 [pe | nope]，与 MLA 的 [nope | pe] 相反。"),
+    "no k_norm": ("The indexer's key goes through k_norm (a LayerNorm) before RoPE.", "索引器的键在 RoPE 之前要经过 k_norm（LayerNorm）。"),
+    "no scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
+                 "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
+    "no head scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
+                      "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
+    "no relu": ("Each head's dot product goes through a ReLU before it is weighted: sum_h w[t, h] * relu(q[t, h] . k[s]).",
+                "每个头的点积先经过 ReLU 再加权：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
+    "relu after weighting": ("The ReLU acts on each head's dot product before the weighting, not after it: sum_h w[t, h] * relu(q[t, h] . k[s]).",
+                             "ReLU 作用于加权之前每个头的点积，而不是加权之后：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
+    "relu of the sum": ("The ReLU acts on each head's dot product before the weighting, not after it: sum_h w[t, h] * relu(q[t, h] . k[s]).",
+                        "ReLU 作用于加权之前每个头的点积，而不是加权之后：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
+}
+
+
+def _finite(scores):
+    return scores.masked_fill(torch.isneginf(scores), 0.0)  # the future is checked on its own
+
+
+def _indexer_mistakes(state, x, qr, start, end):
+    def outputs():
+        for name, (en, zh) in INDEX_MISTAKES.items():
+            yield _finite(mis.index_scores(state, INDEX_CFG, x[:, :end], qr[:, :end], torch.arange(end), name)[:, start:end]), en, zh
+        restart = torch.cat([torch.arange(e - s) for s, e in SEGMENTS])[:end]
+        yield (_finite(mis.index_scores(state, INDEX_CFG, x[:, :end], qr[:, :end], restart)[:, start:end]),
+               "At decode the rope positions must continue from start_pos; yours restart at 0.",
+               "解码时 rope 的位置必须从 start_pos 接着数；你的位置又从 0 开始了。")
+    return outputs
+
+
+def check_LightningIndexer(LightningIndexer):
+    cls, cfg = LightningIndexer, INDEX_CFG
+    with own_work(cls, "LightningIndexer"):
+        module = own_module(cls, cfg)
+    wk = getattr(module, "wk", None)
+    if isinstance(wk, torch.nn.Linear) and wk.out_features == cfg.index_n_heads * cfg.index_head_dim:
+        fail("The indexer has ONE key per token shared by all index heads: wk maps dim to index_head_dim, not a key per head.",
+             "索引器每个词元只有一个键，由所有索引头共享：wk 把 dim 映射到 index_head_dim，而不是每个头一个键。", f"wk has {wk.out_features} outputs")
+    expect(isinstance(getattr(module, "k_norm", None), torch.nn.LayerNorm), "k_norm must be nn.LayerNorm(index_head_dim, eps=1e-6), as in V3.2's Indexer.",
+           "k_norm 必须是 nn.LayerNorm(index_head_dim, eps=1e-6)，与 V3.2 的 Indexer 一致。", f"got {type(getattr(module, 'k_norm', None)).__name__}")
+    reference = ref.LightningIndexer(cfg)
+    state = seeded_state(reference, 133)
+    reference.load_state_dict(state)
+    load_state(module, state, "LightningIndexer")
+    x, qr = randn(2, 9, cfg.dim, seed=134), randn(2, 9, cfg.q_lora_rank, seed=135)
+    with torch.no_grad():
+        expected = reference(x, qr)
+    for start, end in SEGMENTS:
+        with torch.no_grad(), own_work(cls, "LightningIndexer"):
+            got = call(module, x[:, start:end], qr[:, start:end], start, name="LightningIndexer.forward")
+        expect_tensor(got, "The index scores", "索引分数")
+        want = expected[:, start:end, :end]
+        expect(tuple(got.shape) == tuple(want.shape), "The index scores have shape (B, T, start_pos + T): one per cached position and the new ones.",
+               "索引分数的形状是 (B, T, start_pos + T)：每个缓存位置和新位置各一个。", f"shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+        future = torch.isinf(want) & (want < 0)
+        expect(bool((got[future] == float("-inf")).all()), "Positions after a query must get -inf in its index scores (they may never be selected).",
+               "查询之后的位置在它的索引分数中必须是 -inf（它们永远不能被选中）。")
+        expect_known(got.masked_fill(future, 0.0), want.masked_fill(future, 0.0), _indexer_mistakes(state, x, qr, start, end),
+                     "LightningIndexer's scores are wrong: compare each step with the description above the exercise.",
+                     "LightningIndexer 的分数不对：请对照练习上方的说明逐步检查。")
+
+
+def check_topk_key_mask(topk_key_mask):
+    fn = topk_key_mask
+    scores = torch.linspace(-2, 3, 2 * 5 * 7)[torch.randperm(70, generator=torch.Generator().manual_seed(136))].view(2, 5, 7)
+    scores = scores.masked_fill(torch.ones(5, 7, dtype=torch.bool).triu(3), float("-inf"))  # row t has t + 3 finite
+    for topk in (1, 3, 5, 7, 20):
+        given = scores.clone()
+        with own_work(fn, "topk_key_mask"):
+            got = call(fn, given, topk, name="topk_key_mask")
+        expect_tensor(got, "topk_key_mask's result", "topk_key_mask 的结果")
+        expect(got.dtype == torch.bool and got.shape == scores.shape, "The mask is boolean, shaped like the scores (B, T, S), True = blocked.",
+               "掩码是布尔型，形状与分数相同 (B, T, S)，True 表示屏蔽。", f"{got.dtype}, shape {tuple(got.shape)}")
+        expect(torch.equal(given, scores), "topk_key_mask must not change the scores in place.", "topk_key_mask 不能原地修改分数。")
+        want = ref.topk_key_mask(scores, topk)
+        if torch.equal(got, want):
+            continue
+        evidence = f"topk={topk}: kept {(~got).sum(-1).tolist()} keys per query, expected {(~want).sum(-1).tolist()}"
+        if torch.equal(got, ~want):
+            fail("True means BLOCKED: the mask is True for the keys NOT selected.", "True 表示屏蔽：未被选中的键在掩码中为 True。", evidence)
+        if bool((~got & torch.isinf(scores)).any()):
+            fail("A -inf score (a future or masked position) may never be selected: keep min(topk, number of finite scores) keys.",
+                 "分数为 -inf 的位置（未来或被屏蔽的位置）永远不能被选中：只保留 min(topk, 有限分数的个数) 个键。", evidence)
+        fail("topk_key_mask must keep, for each query, its min(topk, finite) highest scores and block all the others.",
+             "topk_key_mask 必须为每个查询保留它最高的 min(topk, 有限分数个数) 个分数，屏蔽其余的。", evidence)
+
+
+SPARSE_CFG = ref.DSAConfig(dim=20, n_heads=3, q_lora_rank=10, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4,
+                           v_head_dim=5, max_seq_len=12, rope_theta=100.0, index_n_heads=6, index_head_dim=8, index_topk=3)
+SPARSE_MISTAKES = {
+    "per head": ("The selection is per query, shared by all MLA heads: the indexer's top-k keys, not each head's own top-k of its scores.",
+                 "选择是按查询进行的，由所有 MLA 头共享：用索引器的 top-k 键，而不是每个头按自己的分数各选 top-k。"),
+    "raw qr": ("The indexer reads MLA's query latent after its norm: qr = q_norm(wq_a(x)).", "索引器读取的是经过归一化的 MLA 查询潜在向量：qr = q_norm(wq_a(x))。"),
+    "dense": ("Every query attends to every earlier position: it may attend only to its index_topk selected keys.",
+              "每个查询都关注了所有之前的位置：它只能关注被选中的 index_topk 个键。"),
+}
+
+
+def check_SparseMLA(SparseMLA):
+    cls, cfg = SparseMLA, SPARSE_CFG
+    with own_work(cls, "SparseMLA"):
+        module = own_module(cls, cfg)
+    reference = ref.SparseMLA(cfg).eval()
+    state = seeded_state(reference, 137)
+    reference.load_state_dict(state)
+    load_state(module, state, "SparseMLA")
+    x = randn(2, 9, cfg.dim, seed=138)
+    with torch.no_grad():
+        expected = reference(x)
+        mistakes = [(mis.sparse_mla(reference, x, cfg.index_topk, name), en, zh) for name, (en, zh) in SPARSE_MISTAKES.items()]
+    for absorb in (False, True):
+        for start, end in SEGMENTS:
+            with torch.no_grad(), own_work(cls, "SparseMLA"):
+                got = call(module, x[:, start:end], start, absorb, name="SparseMLA.forward")
+            step = "prefill" if start == 0 else f"start_pos={start}"
+            expect_known(got, expected[:, start:end], [(out[:, start:end], en, zh) for out, en, zh in mistakes],
+                         f"SparseMLA's output is wrong ({'absorbed' if absorb else 'naive'} path, {step}): each query attends with 09's MLA to its index_topk selected keys only.",
+                         f"SparseMLA 的输出不对（{'吸收' if absorb else '朴素'}路径，{step}）：每个查询用 09 的 MLA 只关注它被选中的 index_topk 个键。")
