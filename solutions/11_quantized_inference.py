@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.bench_quantize import (WEIGHT_ONLY_REASON, accuracy_rows, bytes_read_per_token, copy_bandwidth, decode,
-                                  decode_benchmark, format_accuracy, format_rows)
+from utils.bandwidth import memory_bandwidth
+from utils.bench_quantize import (WEIGHT_ONLY_REASON, accuracy_rows, bytes_read_per_token, decode, decode_benchmark,
+                                  format_accuracy, format_rows)
 from utils.gpt import GPTConfig, GPTModel, parameter_count
 from utils.kv_cache import KVCache, generate, kv_cache_bytes
 
@@ -73,7 +74,7 @@ gpt = GPTModel(cfg).eval()
 weights_mb = sum(p.numel() * p.element_size() for p in gpt.parameters()) / 1e6
 read_mb = bytes_read_per_token(gpt) / 1e6  # the embedding tables give one row per token
 prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
-bandwidth = copy_bandwidth(megabytes=64 if GRADING else 128)
+bandwidth = memory_bandwidth(n_bytes=(64 if GRADING else 128) * 2 ** 20)  # utils.bandwidth: a large copy
 decode(gpt, prompt, 2)  # warm-up
 steps = 4 if GRADING else 24
 seconds, _ = decode(gpt, prompt, steps)

@@ -8,12 +8,11 @@ run (notebook 11).
 Speed: greedy decoding of notebook 07's GPT (random weights; speed does not depend on them),
 batch 1, each variant `repeats` times interleaved, medians, as ratios to float32. Decoding one
 token reads every weight once, so the command also prints the bytes read per token and the share
-of this machine's copy bandwidth that the measured speed reaches. Accuracy: the trained mini
+of this machine's copy bandwidth (`utils.bandwidth`) that the measured speed reaches. Accuracy: the trained mini
 DeepSeek of notebook 12, teacher-forced on the copying task: top-1 agreement with float32 on the
 positions whose next token is determined (copied), on all positions, and the change in loss.
 """
 import argparse
-import contextlib
 import copy
 import statistics
 import time
@@ -21,6 +20,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from utils.bandwidth import bandwidth_fraction, memory_bandwidth
 from utils.gpt import GPTConfig, GPTModel
 from utils.quantize import quantize_model_, weight_bytes
 from utils.w8a8 import W8A8Linear
@@ -30,32 +30,6 @@ SMALL = GPTConfig(vocab_size=8192, context_length=128, emb_dim=512, n_heads=8, n
 WEIGHT_ONLY_REASON = ("weight-only int8 reads a quarter of float32's bytes but widens every weight to float and "
                       "multiplies in float, so on a CPU core it is bound by that arithmetic, not by memory; W8A8 "
                       "multiplies int8 by int8 into int32, many products per instruction (AVX2 vpmaddubsw, AVX-512 VNNI).")
-
-
-@contextlib.contextmanager
-def num_threads(n: int):
-    """Run a block on n threads (1 keeps timings steady on a busy machine), then restore."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
-    """Bytes per second of a large float32 copy, counting the read and the write."""
-    src = torch.ones(megabytes * 2 ** 20 // 4)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    best = min(_timed(lambda: dst.copy_(src))[0] for _ in range(repeats))
-    return 2 * src.numel() * 4 / best
-
-
-def _timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - start, out
 
 
 def bytes_read_per_token(model) -> int:
@@ -102,7 +76,7 @@ def decode_benchmark(variants: dict, prompt, new_tokens: int = 16, repeats: int 
         speed = new_tokens / statistics.median(times[name])
         read = bytes_read_per_token(model)
         rows.append({"variant": name, "tokens/s": speed, "weight MB": weight_bytes(model) / 1e6, "read MB/token": read / 1e6,
-                     "of bandwidth": speed * read / bandwidth if bandwidth else None,
+                     "of bandwidth": bandwidth_fraction(read, speed, bandwidth) if bandwidth else None,
                      "same tokens as float32": float((tokens[name] == tokens[base]).float().mean())})
     for r in rows:
         r["speed / float32"] = r["tokens/s"] / rows[0]["tokens/s"]
@@ -159,7 +133,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = SMALL if args.small else FULL
-    bandwidth = copy_bandwidth()
+    bandwidth = memory_bandwidth()
     print(f"threads: {torch.get_num_threads()}; CPU: {torch.backends.cpu.get_cpu_capability()}, "
           f"VNNI {'yes' if torch.cpu._is_vnni_supported() else 'no'}; copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s")
     torch.manual_seed(0)
