@@ -93,7 +93,7 @@ def rolling_cache_bytes(positions, window=128, num_kv_heads=8, head_dim=64, chun
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384, 32768])
-    parser.add_argument("--dim", type=int, default=2048)
+    parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rows = decode_step_benchmark(sorted(args.contexts), args.dim, args.repeats)

@@ -92,7 +92,8 @@ def _run_cache(cls, window, chunks, dtype=torch.float32):
     with own_work(cls, "RollingKVCache"):
         cache = call(cls, 2, window, 3, 4, dtype=dtype, name="RollingKVCache")
     total, start = sum(chunks), 0
-    keys = torch.arange(total, dtype=dtype).view(1, 1, total, 1).expand(2, 3, total, 4).contiguous()
+    # (B, T, H, hd) transposed: a view that is not contiguous, as heads split from a projection are
+    keys = torch.arange(total, dtype=dtype).view(1, total, 1, 1).expand(2, total, 3, 4).contiguous().transpose(1, 2)
     for T in chunks:
         with own_work(cls, "RollingKVCache"):
             k, v = call(cache.update, keys[:, :, start:start + T], -keys[:, :, start:start + T], name="RollingKVCache.update")
@@ -139,6 +140,28 @@ def check_attention_with_sinks(attention_with_sinks):
                      "attention_with_sinks 不对：分数按 1/sqrt(d) 缩放，sink logit 作为额外一列，softmax，去掉这一列，再乘以值。")
         expect(torch.equal(args[0], q) and torch.equal(args[3], sinks), "attention_with_sinks must not change its inputs in place.",
                "attention_with_sinks 不能原地修改它的输入。")
+    _expect_sink_gradient_and_dtype(fn, q, k, v, sinks)
+
+
+def _expect_sink_gradient_and_dtype(fn, q, k, v, sinks):
+    """The sinks are learned: a gradient must reach them; float64 inputs stay float64."""
+    learned = sinks.clone().requires_grad_(True)
+    with own_work(fn, "attention_with_sinks"):
+        out = call(fn, q, k, v, learned, name="attention_with_sinks")
+    expect(isinstance(out, torch.Tensor) and out.requires_grad,
+           "The sinks are learned parameters: compute with the sinks tensor itself (no .item(), no new tensor built from it) so that a gradient reaches it.",
+           "sink 是可学习的参数：要直接用 sinks 张量计算（不要 .item()，也不要用它新建张量），这样梯度才能传到它。")
+    out.sum().backward()
+    expect(learned.grad is not None and bool(learned.grad.abs().gt(0).all()),
+           "The sinks are learned parameters: compute with the sinks tensor itself (no .item(), no new tensor built from it) so that a gradient reaches it.",
+           "sink 是可学习的参数：要直接用 sinks 张量计算（不要 .item()，也不要用它新建张量），这样梯度才能传到它。", f"grad {learned.grad}")
+    with own_work(fn, "attention_with_sinks"):
+        out = call(fn, q.double(), k.double(), v.double(), sinks.double(), name="attention_with_sinks")
+    expect_close(out, ref_sinks(q.double(), k.double(), v.double(), sinks.double()),
+                 "attention_with_sinks must work in the dtype of its inputs (float64 here): build the sink column with the scores' dtype.",
+                 "attention_with_sinks 必须在输入的 dtype（这里是 float64）下工作：用分数的 dtype 构造 sink 这一列。")
+    expect(out.dtype == torch.float64, "attention_with_sinks must keep the dtype of its inputs (float64 here).",
+           "attention_with_sinks 必须保持输入的 dtype（这里是 float64）。", f"dtype {out.dtype}")
 
 
 SINK_MISTAKES = {
@@ -227,6 +250,12 @@ def check_LightningIndexer(LightningIndexer):
         expect_known(got.masked_fill(future, 0.0), want.masked_fill(future, 0.0), _indexer_mistakes(state, x, qr, start, end),
                      "LightningIndexer's scores are wrong: compare each step with the description above the exercise.",
                      "LightningIndexer 的分数不对：请对照练习上方的说明逐步检查。")
+    with torch.no_grad(), own_work(cls, "LightningIndexer"):  # start_pos 0 starts a new text, here of another batch size
+        got = call(module, x[:1, 4:7], qr[:1, 4:7], 0, name="LightningIndexer.forward")
+        want = reference(x[:1, 4:7], qr[:1, 4:7])
+    expect_close(got.masked_fill(torch.isneginf(want), 0.0), want.masked_fill(torch.isneginf(want), 0.0),
+                 "With start_pos=0 the indexer starts a new text (of any batch size): no key of the previous text may remain.",
+                 "start_pos=0 时索引器开始一段新文本（批大小任意）：不能留下上一段文本的任何键。")
 
 
 def check_topk_key_mask(topk_key_mask):
@@ -234,13 +263,13 @@ def check_topk_key_mask(topk_key_mask):
     scores = torch.linspace(-2, 3, 2 * 5 * 7)[torch.randperm(70, generator=torch.Generator().manual_seed(136))].view(2, 5, 7)
     scores = scores.masked_fill(torch.ones(5, 7, dtype=torch.bool).triu(3), float("-inf"))  # row t has t + 3 finite
     for topk in (1, 3, 5, 7, 20):
-        given = scores.clone()
+        given = scores.clone() if topk != 5 else scores.double().transpose(0, 1).contiguous().transpose(0, 1)  # float64, not contiguous
         with own_work(fn, "topk_key_mask"):
             got = call(fn, given, topk, name="topk_key_mask")
         expect_tensor(got, "topk_key_mask's result", "topk_key_mask 的结果")
         expect(got.dtype == torch.bool and got.shape == scores.shape, "The mask is boolean, shaped like the scores (B, T, S), True = blocked.",
                "掩码是布尔型，形状与分数相同 (B, T, S)，True 表示屏蔽。", f"{got.dtype}, shape {tuple(got.shape)}")
-        expect(torch.equal(given, scores), "topk_key_mask must not change the scores in place.", "topk_key_mask 不能原地修改分数。")
+        expect(torch.equal(given.to(scores.dtype), scores), "topk_key_mask must not change the scores in place.", "topk_key_mask 不能原地修改分数。")
         want = ref.topk_key_mask(scores, topk)
         if torch.equal(got, want):
             continue

@@ -126,6 +126,14 @@ def sinks_fn(mistake=None):
     return attention_with_sinks
 
 
+def sinks_detached(q, k, v, sinks, mask=None):
+    return sinks_fn()(q, k, v, torch.tensor(sinks.tolist()), mask)  # a copy: no gradient reaches the sinks
+
+
+def sinks_float32(q, k, v, sinks, mask=None):
+    return sinks_fn()(q.float(), k.float(), v.float(), sinks.float(), mask)
+
+
 def sinks_zero_value(q, k, v, sinks, mask=None):
     """Valid: keep the sink as a key whose value is zero."""
     B, H, T_q, d = q.shape
@@ -317,6 +325,8 @@ WRONG = {
         "sink ignored": (sinks_fn("ignored"), "as if there were no sink"),
         "scores not scaled": (sinks_fn("unscaled"), "1/sqrt(d) before"),
         "sink scaled too": (sinks_fn("scaled sink"), "not the sink"),
+        "sinks detached (no gradient)": (sinks_detached, "a gradient reaches it"),
+        "computes in float32": (sinks_float32, "dtype of its inputs"),
         "calls utils": (utils.sliding_window.attention_with_sinks, "yourself"),
     },
     "LightningIndexer": {
