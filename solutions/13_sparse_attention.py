@@ -310,7 +310,7 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 # %% [markdown]
 # ### The RoPE layout of the indexer, a bug with a story · 索引器的 RoPE 布局：一个有故事的 bug
 #
-# MLA rotates adjacent pairs $(2i, 2i+1)$ (interleaved, notebook 08). The indexer was trained with
+# MLA rotates adjacent pairs $(2i, 2i+1)$ (interleaved, notebook 08). The indexer's weights expect
 # half-split pairs $(i, i + d/2)$. The first released inference code applied the indexer's RoPE
 # interleaved, like MLA's. On 2025-11-17 DeepSeek added a note to the repository: the indexer's RoPE
 # input "requires a non-interleaved layout, whereas RoPE in the MLA module expects an interleaved
@@ -319,7 +319,7 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 # again PR #7341 after a regression, mlx-lm PR #512). Nothing crashes with the wrong layout: the
 # indexer simply selects other keys. This notebook uses the corrected layout.
 #
-# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器训练时用的是前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库中加了一条说明：索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"，修复方法是对索引器传入 `interleaved=False`。照抄了发布代码的推理引擎随后纷纷修复（vLLM PR #28968、SGLang #13530、vllm-ascend PR #4641 以及回归后的 PR #7341、mlx-lm PR #512）。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
+# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库中加了一条说明：索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"，修复方法是对索引器传入 `interleaved=False`。照抄了发布代码的推理引擎随后纷纷修复（vLLM PR #28968、SGLang #13530、vllm-ascend PR #4641 以及回归后的 PR #7341、mlx-lm PR #512）。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
 
 # %% [markdown]
 # ### Exercise 4 · `LightningIndexer` · 练习 4
@@ -685,7 +685,9 @@ designs = {
     "Llama 3 8B GQA (K, V: 8 x 128)": full_layer(2 * 8 * 128),
     "DeepSeek-V3 MLA (512 + 64)": full_layer(512 + 64),
     "DeepSeek-V3.2 (MLA + FP8 index key)": lambda L: full_layer(512 + 64)(L) + (128 + 4) * L,
+    "gpt-oss, if no layer had a window": full_layer(2 * 8 * 64),
     "gpt-oss (8 x 64; window on half)": lambda L: (full_layer(2 * 8 * 64)(L) + window_layer(2 * 8 * 64)(L)) / 2,
+    "one 512-wide vector, every token": full_layer(512),
     "V4 layer, window + rate 4 + index": lambda L: window_layer(512)(L) + (512 * BF16 + 128 * BF16) * (L // 4),
     "V4 layer, window + rate 128": lambda L: window_layer(512)(L) + 512 * BF16 * (L // 128),
 }
@@ -696,11 +698,12 @@ for name, bytes_at in designs.items():
 
 # %% [markdown]
 # The table shows why the field moved. The window's share shrinks with the context, so gpt-oss tends
-# to half of its full-attention cost; V3.2 keeps MLA's cache and adds a little for the indexer (its
-# gain is in the work per step, section 4, not in memory); V4 compresses the text itself, so its
-# bytes per token fall by the compression rate once the context is much longer than the window.
+# to half of what it would cache without windows; V3.2 keeps MLA's cache and adds a little for the
+# indexer (its gain is in the work per step, section 4, not in memory); V4 compresses the text
+# itself, so once the context is much longer than the window its bytes per token are those of one
+# 512-wide vector per token divided by the compression rate (plus the index keys at rate 4).
 #
-# 这张表说明了业界为何转向。窗口所占的份额随上下文增长而缩小，所以 gpt-oss 趋近于全注意力代价的一半；V3.2 保留了 MLA 的缓存，并为索引器多加了一点（它的收益在于每一步的计算量，见第 4 节，而不在内存）；V4 压缩的是文本本身，所以一旦上下文远长于窗口，它每个词元的字节数就按压缩率下降。
+# 这张表说明了业界为何转向。窗口所占的份额随上下文增长而缩小，所以 gpt-oss 趋近于没有窗口时缓存量的一半；V3.2 保留了 MLA 的缓存，并为索引器多加了一点（它的收益在于每一步的计算量，见第 4 节，而不在内存）；V4 压缩的是文本本身，所以一旦上下文远长于窗口，它每个词元的字节数就是每个词元一个 512 宽向量的字节数除以压缩率（压缩率 4 时再加上索引键）。
 
 # %% [markdown]
 # ## Summary · 小结
