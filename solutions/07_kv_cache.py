@@ -562,11 +562,12 @@ print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {f
 # ratio is the second one printed: the step reads hundreds of megabytes of weights, and the copy of a
 # short cache is lost in it, so what is left of the difference is the noise of the measurement (the
 # last line says whether the update mattered more where the cache dominates; the table at the end of
-# this notebook, a small model with a short text, is in the second regime too). The `% bw` column shows the full-size decode
-# near the bandwidth limit (one step reads every weight once), and the small model well below it: with
-# matrices this small, Python and the dispatch of each operation, not memory, set the pace.
+# this notebook, a small model with a short text, is in the second regime too). The `% bw` column
+# shows the full-size decode at a large fraction of the bandwidth limit (one step reads every weight
+# once), and the small model well below its own: with matrices this small, Python and the dispatch of
+# each operation, not memory, set the pace.
 #
-# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中，剩下的差别就是测量的噪声（最后一行说明了缓存占主导时缓存更新是否更重要；本笔记本末尾的表格用的是小模型和短文本，也属于第二种情形）。`% bw` 一列显示，完整规模的解码接近带宽上限（一步把每个权重读一遍），而小模型明显低于它：矩阵这么小时，决定速度的是 Python 和每个运算的调度开销，而不是内存。
+# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中，剩下的差别就是测量的噪声（最后一行说明了缓存占主导时缓存更新是否更重要；本笔记本末尾的表格用的是小模型和短文本，也属于第二种情形）。`% bw` 一列显示，完整规模的解码达到了带宽上限的很大一部分（一步把每个权重读一遍），而小模型明显低于它自己的上限：矩阵这么小时，决定速度的是 Python 和每个运算的调度开销，而不是内存。
 
 # %% [markdown]
 # ## What the cache costs · 缓存的代价
