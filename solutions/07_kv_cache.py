@@ -563,11 +563,12 @@ print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {f
 # short cache is lost in it, so what is left of the difference is the noise of the measurement (the
 # last line says whether the update mattered more where the cache dominates; the table at the end of
 # this notebook, a small model with a short text, is in the second regime too). The `% bw` column
-# shows the full-size decode at a large fraction of the bandwidth limit (one step reads every weight
-# once), and the small model well below its own: with matrices this small, Python and the dispatch of
-# each operation, not memory, set the pace.
+# says how close each decode came to the bandwidth limit on the machine that ran it: no decode can
+# read faster than the memory delivers, and what separates a row from 100% is everything else a step
+# spends time on (arithmetic, Python, the dispatch of each operation, memory reads that are not one
+# long sequential stream).
 #
-# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中，剩下的差别就是测量的噪声（最后一行说明了缓存占主导时缓存更新是否更重要；本笔记本末尾的表格用的是小模型和短文本，也属于第二种情形）。`% bw` 一列显示，完整规模的解码达到了带宽上限的很大一部分（一步把每个权重读一遍），而小模型明显低于它自己的上限：矩阵这么小时，决定速度的是 Python 和每个运算的调度开销，而不是内存。
+# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中，剩下的差别就是测量的噪声（最后一行说明了缓存占主导时缓存更新是否更重要；本笔记本末尾的表格用的是小模型和短文本，也属于第二种情形）。`% bw` 一列说明了在运行本笔记本的机器上，每种解码离带宽上限有多近：任何解码读取数据的速度都不可能超过内存的供给，而一行与 100% 之间的差距，就是一步中花在其他事情上的时间（算术运算、Python、每个运算的调度、不是一条连续长流的内存读取）。
 
 # %% [markdown]
 # ## What the cache costs · 缓存的代价
