@@ -15,7 +15,8 @@ learner's code with these kernels.
     utils.benchmark   side-by-side timing; `python -m utils.benchmark` (06)
     utils.kv_cache    KVCache, cached MHA, grouped-query attention, greedy generate, cache bytes (07)
     utils.gpt         the small GPT of notebooks 07-12: pluggable attention, one cache per layer (07)
-    utils.bench_generate  `python -m utils.bench_generate`: full-size cache / GQA / MQA timing (07)
+    utils.bench_generate  `python -m utils.bench_generate`: full-size cache / GQA / MQA timing, bytes per token, cache regimes (07)
+    utils.bandwidth   the bandwidth line: copy bandwidth measured once, the fraction of it a decode reaches (07, 11)
     utils.rope        sinusoidal positions, RoPE in both layouts, RoPEMultiHeadAttention (08)
     utils.rmsnorm     RMSNorm, computed in float32 (09, 12)
     utils.mla         multi-head latent attention, naive and absorbed paths, cache sizes; `python -m utils.mla` (09)
@@ -28,6 +29,11 @@ learner's code with these kernels.
     utils.copy_task   the copying task: batches, copy mask, prompts (11, 12)
     utils.train_mini  `python -m utils.train_mini`, which trains the model into checkpoints/ (11, 12)
     utils.fixtures    the book's running example "Your journey starts with one step"
+    utils.sliding_window  sliding-window mask, RollingKVCache, attention with sinks, WindowedLM (13)
+    utils.dsa         DeepSeek Sparse Attention (V3.2): DSAConfig, LightningIndexer, topk_key_mask, SparseMLA (13)
+    utils.bench_sparse  `python -m utils.bench_sparse`: dense absorbed MLA vs indexer + top-k, one decode step (13)
+    utils.flash_attention  online softmax, tiled forward and backward, the FlashAttention autograd Function (14)
+    utils.bench_flash  `python -m utils.bench_flash`: peak memory and time of naive, tiled and SDPA attention (14)
     utils.plots       attention heatmaps and other course figures
 
 Run its tests with `make test` or `.venv/bin/pytest utils/tests`.
