@@ -30,9 +30,56 @@ def sink_variants(q, k, v, sinks, mask) -> dict:
     plain = torch.softmax(scores, -1)
     unscaled = torch.softmax(torch.cat((scores * math.sqrt(q.shape[-1]), col), -1), -1)[..., :-1]
     scaled_sink = torch.softmax(torch.cat((scores, col / math.sqrt(q.shape[-1])), -1), -1)[..., :-1]
+    negated = torch.softmax(torch.cat((scores, -col), -1), -1)[..., :-1]
+    sink_times_root = torch.softmax(torch.cat((scores, col * math.sqrt(q.shape[-1])), -1), -1)[..., :-1]
+    e = scores.exp()
     return {"kept": w[..., :-1] @ v + w[..., -1:],  # the sink's weight lands on a value of ones
             "after": (plain @ v) / (1 + col.exp()), "after add": torch.softmax(scores, -1) @ v + col,
-            "plain": plain @ v, "unscaled": unscaled @ v, "scaled sink": scaled_sink @ v}
+            "plain": plain @ v, "unscaled": unscaled @ v, "scaled sink": scaled_sink @ v,
+            "sink times root": sink_times_root @ v, "negated": negated @ v,
+            "not exponentiated": (e / (e.sum(-1, keepdim=True) + col)) @ v}
+
+
+# The messages naming each mistake (nb13 shows them).
+SINK_MISTAKES = {
+    "kept": ("The sink's column must be dropped after the softmax: it has no value vector, so its weight goes nowhere.",
+             "softmax 之后必须去掉 sink 这一列：它没有值向量，它的权重不流向任何地方。"),
+    "after": ("The sink is a logit: it joins the scores before the softmax, not the weights after it.",
+              "sink 是一个 logit：它在 softmax 之前加入分数，而不是在 softmax 之后加入权重。"),
+    "after add": ("The sink is a logit: it joins the scores before the softmax, not the weights after it.",
+                  "sink 是一个 logit：它在 softmax 之前加入分数，而不是在 softmax 之后加入权重。"),
+    "plain": ("Your output is plain attention, as if there were no sink: append the sink to each row of scores before the softmax, and do not renormalise after dropping it (a row's weights sum to less than 1).",
+              "你的输出就是普通注意力，好像没有 sink 一样：要在 softmax 之前把 sink 作为额外一列加到每行分数上，去掉它之后也不要重新归一化（一行权重之和小于 1）。"),
+    "unscaled": ("The scores must be scaled by 1/sqrt(d) before the sink joins them.", "在 sink 加入之前，分数必须按 1/sqrt(d) 缩放。"),
+    "scaled sink": ("The sink is a logit as it is: scale the scores by 1/sqrt(d), not the sink.",
+                    "sink 本身就是 logit：要缩放的是分数（1/sqrt(d)），而不是 sink。"),
+    "sink times root": ("The sink is a logit as it is: scale the scores by 1/sqrt(d), not the sink.",
+                        "sink 本身就是 logit：要缩放的是分数（1/sqrt(d)），而不是 sink。"),
+    "negated": ("The sink joins the scores with its own sign: the extra column is +sinks[h], not -sinks[h].",
+                "sink 以它自己的符号加入分数：额外的一列是 +sinks[h]，而不是 -sinks[h]。"),
+    "not exponentiated": ("The sink is a logit: it enters the softmax's denominator as exp(sinks[h]), like every score, not as sinks[h] itself.",
+                          "sink 是一个 logit：它像每个分数一样以 exp(sinks[h]) 进入 softmax 的分母，而不是以 sinks[h] 本身。"),
+}
+
+INDEX_MISTAKES = {
+    "interleaved": ("The indexer's RoPE must be half-split (pairs i, i + d/2), as DeepSeek corrected it in November 2025: the first release rotated adjacent pairs like MLA does, and serving engines that copied it picked other keys.",
+                    "索引器的 RoPE 必须是前后两半配对（i 与 i + d/2），这是 DeepSeek 在 2025 年 11 月更正的：首次发布的代码像 MLA 一样旋转相邻的一对，照抄它的推理引擎因此选出了别的键。"),
+    "rope last": ("The indexer puts the rope part FIRST in each head and in the key, [pe | nope], the reverse of MLA's [nope | pe].",
+                  "索引器把 rope 部分放在每个头和键的最前面，即 [pe | nope]，与 MLA 的 [nope | pe] 相反。"),
+    "no k_norm": ("The indexer's key goes through k_norm (a LayerNorm) before RoPE.", "索引器的键在 RoPE 之前要经过 k_norm（LayerNorm）。"),
+    "no scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
+                 "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
+    "no head scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
+                      "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
+    "no dim scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
+                     "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
+    "no relu": ("Each head's dot product goes through a ReLU before it is weighted: sum_h w[t, h] * relu(q[t, h] . k[s]).",
+                "每个头的点积先经过 ReLU 再加权：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
+    "relu after weighting": ("The ReLU acts on each head's dot product before the weighting, not after it: sum_h w[t, h] * relu(q[t, h] . k[s]).",
+                             "ReLU 作用于加权之前每个头的点积，而不是加权之后：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
+    "relu of the sum": ("The ReLU acts on each head's dot product before the weighting, not after it: sum_h w[t, h] * relu(q[t, h] . k[s]).",
+                        "ReLU 作用于加权之前每个头的点积，而不是加权之后：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
+}
 
 
 def _ln(t, w, b):
@@ -55,7 +102,7 @@ def index_scores(state, cfg, x, qr, positions, mistake=None):
     if mistake != "no k_norm":
         k = _ln(k, state["k_norm.weight"], state["k_norm.bias"])
     k = rope(k)
-    w = x @ state["weights_proj.weight"].T * {"no scale": 1.0, "no head scale": d ** -0.5}.get(mistake, (H * d) ** -0.5)
+    w = x @ state["weights_proj.weight"].T * {"no scale": 1.0, "no head scale": d ** -0.5, "no dim scale": H ** -0.5}.get(mistake, (H * d) ** -0.5)
     dots = (q @ k.unsqueeze(1).transpose(-2, -1)).transpose(1, 2)  # (B, N, H, N)
     w = w.unsqueeze(-1)
     index = {"no relu": (dots * w).sum(2), "relu after weighting": (dots * w).relu().sum(2),

@@ -164,59 +164,31 @@ def _expect_sink_gradient_and_dtype(fn, q, k, v, sinks):
            "attention_with_sinks 必须保持输入的 dtype（这里是 float64）。", f"dtype {out.dtype}")
 
 
-SINK_MISTAKES = {
-    "kept": ("The sink's column must be dropped after the softmax: it has no value vector, so its weight goes nowhere.",
-             "softmax 之后必须去掉 sink 这一列：它没有值向量，它的权重不流向任何地方。"),
-    "after": ("The sink is a logit: it joins the scores before the softmax, not the weights after it.",
-              "sink 是一个 logit：它在 softmax 之前加入分数，而不是在 softmax 之后加入权重。"),
-    "after add": ("The sink is a logit: it joins the scores before the softmax, not the weights after it.",
-                  "sink 是一个 logit：它在 softmax 之前加入分数，而不是在 softmax 之后加入权重。"),
-    "plain": ("Your output is plain attention, as if there were no sink: append the sink to each row of scores before the softmax, and do not renormalise after dropping it (a row's weights sum to less than 1).",
-              "你的输出就是普通注意力，好像没有 sink 一样：要在 softmax 之前把 sink 作为额外一列加到每行分数上，去掉它之后也不要重新归一化（一行权重之和小于 1）。"),
-    "unscaled": ("The scores must be scaled by 1/sqrt(d) before the sink joins them.", "在 sink 加入之前，分数必须按 1/sqrt(d) 缩放。"),
-    "scaled sink": ("The sink is a logit as it is: scale the scores by 1/sqrt(d), not the sink.",
-                    "sink 本身就是 logit：要缩放的是分数（1/sqrt(d)），而不是 sink。"),
-}
-
-
 def _sink_mistakes(q, k, v, sinks, mask):
-    return [(out, *SINK_MISTAKES[name]) for name, out in mis.sink_variants(q, k, v, sinks, mask).items()]
+    return [(out, *mis.SINK_MISTAKES[name]) for name, out in mis.sink_variants(q, k, v, sinks, mask).items()]
 
 
 INDEX_CFG = ref.DSAConfig(dim=20, n_heads=2, q_lora_rank=10, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4,
                           v_head_dim=3, max_seq_len=12, rope_theta=100.0, index_n_heads=6, index_head_dim=8, index_topk=3)
 SEGMENTS = ((0, 5), (5, 6), (6, 9))  # prefill, one decode step, a chunk at start_pos 6
-INDEX_MISTAKES = {
-    "interleaved": ("The indexer's RoPE must be half-split (pairs i, i + d/2), as DeepSeek corrected it in November 2025: the first release rotated adjacent pairs like MLA does, and serving engines that copied it picked other keys.",
-                    "索引器的 RoPE 必须是前后两半配对（i 与 i + d/2），这是 DeepSeek 在 2025 年 11 月更正的：首次发布的代码像 MLA 一样旋转相邻的一对，照抄它的推理引擎因此选出了别的键。"),
-    "rope last": ("The indexer puts the rope part FIRST in each head and in the key, [pe | nope], the reverse of MLA's [nope | pe].",
-                  "索引器把 rope 部分放在每个头和键的最前面，即 [pe | nope]，与 MLA 的 [nope | pe] 相反。"),
-    "no k_norm": ("The indexer's key goes through k_norm (a LayerNorm) before RoPE.", "索引器的键在 RoPE 之前要经过 k_norm（LayerNorm）。"),
-    "no scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
-                 "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
-    "no head scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
-                      "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
-    "no relu": ("Each head's dot product goes through a ReLU before it is weighted: sum_h w[t, h] * relu(q[t, h] . k[s]).",
-                "每个头的点积先经过 ReLU 再加权：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
-    "relu after weighting": ("The ReLU acts on each head's dot product before the weighting, not after it: sum_h w[t, h] * relu(q[t, h] . k[s]).",
-                             "ReLU 作用于加权之前每个头的点积，而不是加权之后：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
-    "relu of the sum": ("The ReLU acts on each head's dot product before the weighting, not after it: sum_h w[t, h] * relu(q[t, h] . k[s]).",
-                        "ReLU 作用于加权之前每个头的点积，而不是加权之后：sum_h w[t, h] * relu(q[t, h] . k[s])。"),
-}
 
 
 def _finite(scores):
     return scores.masked_fill(torch.isneginf(scores), 0.0)  # the future is checked on its own
 
 
-def _indexer_mistakes(state, x, qr, start, end):
+def _indexer_mistakes(state, x, qr, start, end, got, want):
     def outputs():
-        for name, (en, zh) in INDEX_MISTAKES.items():
+        for name, (en, zh) in mis.INDEX_MISTAKES.items():
             yield _finite(mis.index_scores(state, INDEX_CFG, x[:, :end], qr[:, :end], torch.arange(end), name)[:, start:end]), en, zh
         restart = torch.cat([torch.arange(e - s) for s, e in SEGMENTS])[:end]
         yield (_finite(mis.index_scores(state, INDEX_CFG, x[:, :end], qr[:, :end], restart)[:, start:end]),
                "At decode the rope positions must continue from start_pos; yours restart at 0.",
                "解码时 rope 的位置必须从 start_pos 接着数；你的位置又从 0 开始了。")
+        ratio = float((got * want).sum() / (want * want).sum().clamp_min(1e-30))  # any other constant factor
+        if abs(ratio - 1) > 1e-3:
+            yield (want * ratio, f"Your index scores are the right ones times {ratio:.4g}: the head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5, no other factor.",
+                   f"你的索引分数是正确分数乘以 {ratio:.4g}：头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5，没有别的因子。")
     return outputs
 
 
@@ -247,7 +219,8 @@ def check_LightningIndexer(LightningIndexer):
         future = torch.isinf(want) & (want < 0)
         expect(bool((got[future] == float("-inf")).all()), "Positions after a query must get -inf in its index scores (they may never be selected).",
                "查询之后的位置在它的索引分数中必须是 -inf（它们永远不能被选中）。")
-        expect_known(got.masked_fill(future, 0.0), want.masked_fill(future, 0.0), _indexer_mistakes(state, x, qr, start, end),
+        got, want = got.masked_fill(future, 0.0), want.masked_fill(future, 0.0)
+        expect_known(got, want, _indexer_mistakes(state, x, qr, start, end, got, want),
                      "LightningIndexer's scores are wrong: compare each step with the description above the exercise.",
                      "LightningIndexer 的分数不对：请对照练习上方的说明逐步检查。")
     with torch.no_grad(), own_work(cls, "LightningIndexer"):  # start_pos 0 starts a new text, here of another batch size
@@ -258,6 +231,24 @@ def check_LightningIndexer(LightningIndexer):
                  "start_pos=0 时索引器开始一段新文本（批大小任意）：不能留下上一段文本的任何键。")
 
 
+def _call_topk(fn, scores, topk):
+    if topk <= scores.shape[-1]:
+        return call(fn, scores, topk, name="topk_key_mask")
+    try:  # a query may have fewer positions than topk: torch.topk refuses k > size
+        return fn(scores, topk)
+    except (AssertionError, NotImplementedError):
+        raise
+    except Exception as e:
+        fail(f"topk may exceed the number of positions (here topk={topk}, {scores.shape[-1]} positions): select min(topk, positions) keys.",
+             f"topk 可能超过位置数（这里 topk={topk}，共 {scores.shape[-1]} 个位置）：选 min(topk, 位置数) 个键。", f"{type(e).__name__}: {e}")
+
+
+def _topk_across_batch(scores, topk):  # the mistake: one top-k over the whole batch for each t
+    flat = scores.transpose(0, 1).flatten(1)  # (T, B * S)
+    keep = torch.zeros_like(flat, dtype=torch.bool).scatter(-1, flat.topk(min(topk, flat.shape[-1]), -1).indices, True)
+    return ~(keep & torch.isfinite(flat)).view(scores.shape[1], scores.shape[0], -1).transpose(0, 1)
+
+
 def check_topk_key_mask(topk_key_mask):
     fn = topk_key_mask
     scores = torch.linspace(-2, 3, 2 * 5 * 7)[torch.randperm(70, generator=torch.Generator().manual_seed(136))].view(2, 5, 7)
@@ -265,7 +256,7 @@ def check_topk_key_mask(topk_key_mask):
     for topk in (1, 3, 5, 7, 20):
         given = scores.clone() if topk != 5 else scores.double().transpose(0, 1).contiguous().transpose(0, 1)  # float64, not contiguous
         with own_work(fn, "topk_key_mask"):
-            got = call(fn, given, topk, name="topk_key_mask")
+            got = _call_topk(fn, given, topk)
         expect_tensor(got, "topk_key_mask's result", "topk_key_mask 的结果")
         expect(got.dtype == torch.bool and got.shape == scores.shape, "The mask is boolean, shaped like the scores (B, T, S), True = blocked.",
                "掩码是布尔型，形状与分数相同 (B, T, S)，True 表示屏蔽。", f"{got.dtype}, shape {tuple(got.shape)}")
@@ -276,6 +267,9 @@ def check_topk_key_mask(topk_key_mask):
         evidence = f"topk={topk}: kept {(~got).sum(-1).tolist()} keys per query, expected {(~want).sum(-1).tolist()}"
         if torch.equal(got, ~want):
             fail("True means BLOCKED: the mask is True for the keys NOT selected.", "True 表示屏蔽：未被选中的键在掩码中为 True。", evidence)
+        if torch.equal(got, _topk_across_batch(scores, topk)):
+            fail("The top-k is per query: each query (b, t) keeps its own best keys, not the best of the whole batch.",
+                 "top-k 是按查询进行的：每个查询 (b, t) 保留它自己最好的键，而不是整个批次中最好的。", evidence)
         if bool((~got & torch.isinf(scores)).any()):
             fail("A -inf score (a future or masked position) may never be selected: keep min(topk, number of finite scores) keys.",
                  "分数为 -inf 的位置（未来或被屏蔽的位置）永远不能被选中：只保留 min(topk, 有限分数的个数) 个键。", evidence)
