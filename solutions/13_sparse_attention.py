@@ -234,9 +234,11 @@ ax.set_xlabel("positions seen"); ax.set_ylabel("MiB"); ax.legend(); plt.tight_la
 # ### Exercise 3 · `attention_with_sinks` · 练习 3
 #
 # `q (B, H, T_q, d)`, `k (B, H, T_k, d)`, `v (B, H, T_k, d_v)`, `sinks (H,)`; `mask` is None,
-# `(T_q, T_k)` or `(B, 1, T_q, T_k)`, True = blocked. Return `(B, H, T_q, d_v)`.
+# `(T_q, T_k)` or `(B, 1, T_q, T_k)`, True = blocked. Return `(B, H, T_q, d_v)`, in the dtype of the
+# inputs. The sinks are learned parameters: compute with the `sinks` tensor itself, so that a
+# gradient reaches it.
 #
-# `q (B, H, T_q, d)`、`k (B, H, T_k, d)`、`v (B, H, T_k, d_v)`、`sinks (H,)`；`mask` 为 None、`(T_q, T_k)` 或 `(B, 1, T_q, T_k)`，True 表示屏蔽。返回 `(B, H, T_q, d_v)`。
+# `q (B, H, T_q, d)`、`k (B, H, T_k, d)`、`v (B, H, T_k, d_v)`、`sinks (H,)`；`mask` 为 None、`(T_q, T_k)` 或 `(B, 1, T_q, T_k)`，True 表示屏蔽。返回 `(B, H, T_q, d_v)`，dtype 与输入相同。sink 是可学习的参数：直接用 `sinks` 张量本身计算，这样梯度才能传到它。
 
 # %% nbgrader={"grade": false, "grade_id": "attention_with_sinks", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_with_sinks(q, k, v, sinks, mask=None):
@@ -475,6 +477,7 @@ print("On these vectors the rotation lowered the error for:",
 #
 # 每个向量一个离群值只是最简单的情形，并不是训练后激活值的样子，而且 FP8 的浮点量化级本身已经吸收了其中很大一部分；与数据无关的是第一行：旋转在分数上没有任何代价。
 
+# %% [markdown]
 # ### Exercise 5 · `topk_key_mask` · 练习 5
 #
 # From index scores `(B, T, S)`, return the boolean mask `(B, T, S)`, True = blocked, that keeps
