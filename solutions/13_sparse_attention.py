@@ -667,9 +667,10 @@ print(f"On this machine, at {last['context']} cached positions the sparse step t
 # heads of 64, a 128-token window on every other layer: the average of the two kinds of layer), and
 # DeepSeek-V4's two kinds of layer (its one KV head of 512, counted as one 512-wide vector per cache
 # entry; a 128-token window plus a compressed branch: rate 4 with, as we assume, one index key per
-# compressed entry, or rate 128). Whole models multiply by their number of layers.
+# compressed entry, or rate 128). V4's cache formats are not in its config: counting its entries in
+# bf16 is an assumption too. Whole models multiply by their number of layers.
 #
-# 每个注意力层在上下文为 $L$ 个词元时的缓存字节数除以 $L$，按 bf16（每个数 2 字节）计算，只有 V3.2 的索引键例外：它的代码以 FP8 缓存，每 128 个值一个 float32 缩放因子（132 字节）。尺寸来自各配置：GPT-2 small（12 个宽 64 的头）、Llama 3 8B（8 个宽 128 的键值头）、DeepSeek-V3（潜在向量 512 + rope 键 64）、V3.2（V3 再加一个宽 128 的索引键）、gpt-oss（8 个宽 64 的键值头，每隔一层一个 128 词元的窗口：取两种层的平均）、以及 DeepSeek-V4 的两种层（它唯一的 512 宽 KV 头，按每个缓存条目一个 512 宽的向量计算；一个 128 词元的窗口加一个压缩分支：压缩率 4，并按我们的假设为每个压缩条目配一个索引键，或压缩率 128）。整个模型再乘以层数。
+# 每个注意力层在上下文为 $L$ 个词元时的缓存字节数除以 $L$，按 bf16（每个数 2 字节）计算，只有 V3.2 的索引键例外：它的代码以 FP8 缓存，每 128 个值一个 float32 缩放因子（132 字节）。尺寸来自各配置：GPT-2 small（12 个宽 64 的头）、Llama 3 8B（8 个宽 128 的键值头）、DeepSeek-V3（潜在向量 512 + rope 键 64）、V3.2（V3 再加一个宽 128 的索引键）、gpt-oss（8 个宽 64 的键值头，每隔一层一个 128 词元的窗口：取两种层的平均）、以及 DeepSeek-V4 的两种层（它唯一的 512 宽 KV 头，按每个缓存条目一个 512 宽的向量计算；一个 128 词元的窗口加一个压缩分支：压缩率 4，并按我们的假设为每个压缩条目配一个索引键，或压缩率 128）。V4 的缓存格式不在它的配置中：按 bf16 计算它的条目也是我们的假设。整个模型再乘以层数。
 
 # %%
 BF16 = 2
