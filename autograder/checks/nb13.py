@@ -117,6 +117,11 @@ def check_RollingKVCache(RollingKVCache):
     _, k = _run_cache(cls, 3, [2, 3], torch.float64)
     expect(k.dtype == torch.float64, "The cache must keep the dtype it was built with (dtype=...).",
            "缓存必须保持构造时指定的 dtype（dtype=...）。", f"dtype {k.dtype}")
+    with own_work(cls, "RollingKVCache"):  # the meta device: shapes only, no memory, any machine
+        on_meta = call(cls, 2, 3, 3, 4, dtype=torch.float32, device="meta", name="RollingKVCache")
+    devices = {str(t.device) for t in _tensors(on_meta)}
+    expect(devices <= {"meta"}, "The cache must allocate its storage on the device it is given (device=...).",
+           "缓存必须在给定的设备（device=...）上分配存储。", f"devices {sorted(devices)} for device='meta'")
     with own_work(cls, "RollingKVCache"):
         call(cache.reset, name="RollingKVCache.reset")
         k, _ = call(cache.update, torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4), name="RollingKVCache.update")
@@ -138,7 +143,7 @@ def check_attention_with_sinks(attention_with_sinks):
         expect_known(got, want, lambda: _sink_mistakes(q, k, v, sinks, mask),
                      "attention_with_sinks is wrong: scores scaled by 1/sqrt(d), the sink logit as an extra column, softmax, drop that column, then the values.",
                      "attention_with_sinks 不对：分数按 1/sqrt(d) 缩放，sink logit 作为额外一列，softmax，去掉这一列，再乘以值。")
-        expect(torch.equal(args[0], q) and torch.equal(args[3], sinks), "attention_with_sinks must not change its inputs in place.",
+        expect(all(torch.equal(a, b) for a, b in zip(args, (q, k, v, sinks))), "attention_with_sinks must not change its inputs in place.",
                "attention_with_sinks 不能原地修改它的输入。")
     _expect_sink_gradient_and_dtype(fn, q, k, v, sinks)
 

@@ -102,6 +102,24 @@ def sinks_times_root(q, k, v, sinks, mask=None):
     return sinks_lse_column(sink_factor=math.sqrt(q.shape[-1]))(q, k, v, sinks, mask)
 
 
+def sinks_key_scaled_in_place(q, k, v, sinks, mask=None):
+    k.div_(math.sqrt(q.shape[-1]))  # the caller's keys change
+    return _sink_softmax(q, k, v, sinks, mask)
+
+
+def _sink_softmax(q, k, v, sinks, mask):  # k already carries the 1/sqrt(d)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k)
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    sink = sinks[None, :, None, None].expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, sink], -1), -1)[..., :-1] @ v
+
+
+class DeviceIgnoredCache(RolledCache):
+    def __init__(self, batch_size, window, num_kv_heads, head_dim, dtype=torch.float32, device=None):
+        super().__init__(batch_size, window, num_kv_heads, head_dim, dtype)  # device dropped
+
+
 # LightningIndexer -----------------------------------------------------------------------------
 def rotate_half_rope(t, positions, theta):
     """Half-split RoPE as x * cos + rotate_half(x) * sin (Llama's form)."""
@@ -207,6 +225,10 @@ WRONG = {
         "sink with the wrong sign": (sinks_lse_column(sinks_sign=-1.0), "not -sinks[h]"),
         "sink multiplied by sqrt(d)": (sinks_times_root, "not the sink"),
         "sink not exponentiated": (sinks_not_exponentiated, "exp(sinks[h])"),
+        "keys scaled in place": (sinks_key_scaled_in_place, "in place"),
+    },
+    "RollingKVCache": {
+        "device ignored": (DeviceIgnoredCache, "device=..."),
     },
     "LightningIndexer": {
         "head weights scaled by index_head_dim**-0.5 only": (buffered_indexer(lambda H, d: d ** -0.5), "both factors"),
