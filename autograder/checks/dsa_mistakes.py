@@ -41,6 +41,29 @@ def sink_variants(q, k, v, sinks, mask) -> dict:
 
 
 # The messages naming each mistake (nb13 shows them).
+MASK_MISTAKES = {
+    "wide": ("The window is off by one: the query at position p sees the keys p - window + 1 .. p, exactly window of them, not window + 1.",
+             "窗口差了一：位置 p 的查询看到键 p - window + 1 .. p，正好 window 个，而不是 window + 1 个。"),
+    "narrow": ("The window is off by one: the query at position p sees the keys p - window + 1 .. p, exactly window of them (itself included), not window - 1.",
+               "窗口差了一：位置 p 的查询看到键 p - window + 1 .. p，正好 window 个（包括它自己），而不是 window - 1 个。"),
+    "top-left": ("The mask must be bottom-right aligned: with fewer queries than keys the queries are the LAST num_queries positions.",
+                 "掩码必须右下对齐：查询少于键时，查询是最后 num_queries 个位置。"),
+    "inverted": ("True means BLOCKED: the mask is True where a query may NOT attend (outside the window or in the future).",
+                 "True 表示被屏蔽：掩码在查询不能关注的位置（窗口之外或未来）为 True。"),
+    "no causal": ("The mask must also block the future: a query never sees a key after its own position.",
+                  "掩码还必须屏蔽未来：查询永远看不到它自己位置之后的键。"),
+    "no window": ("The window is missing: keys more than window - 1 positions before the query must be blocked too.",
+                  "缺少窗口：比查询早 window - 1 个位置以上的键也必须被屏蔽。"),
+}
+
+SPARSE_MISTAKES = {
+    "per head": ("The selection is per query, shared by all MLA heads: the indexer's top-k keys, not each head's own top-k of its scores.",
+                 "选择是按查询进行的，由所有 MLA 头共享：用索引器的 top-k 键，而不是每个头按自己的分数各选 top-k。"),
+    "raw qr": ("The indexer reads MLA's query latent after its norm: qr = q_norm(wq_a(x)).", "索引器读取的是经过归一化的 MLA 查询潜在向量：qr = q_norm(wq_a(x))。"),
+    "dense": ("Every query attends to every earlier position: it may attend only to its index_topk selected keys.",
+              "每个查询都关注了所有之前的位置：它只能关注被选中的 index_topk 个键。"),
+}
+
 SINK_MISTAKES = {
     "kept": ("The sink's column must be dropped after the softmax: it has no value vector, so its weight goes nowhere.",
              "softmax 之后必须去掉 sink 这一列：它没有值向量，它的权重不流向任何地方。"),

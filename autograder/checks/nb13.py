@@ -8,27 +8,13 @@ order, the count and the storage of what it returns can be read off directly.
 import torch
 
 import utils.dsa as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches,
+from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state,
                                own_module, own_work, randn, seeded_state)
 from autograder.checks import dsa_mistakes as mis
 from utils.sliding_window import attention_with_sinks as ref_sinks
 from utils.sliding_window import sliding_window_mask as ref_mask
 
 MASK_CASES = ((5, 5, 2), (3, 7, 3), (4, 6, 1), (6, 6, 6), (2, 5, 9), (1, 8, 4))
-MASK_MISTAKES = {
-    "wide": ("The window is off by one: the query at position p sees the keys p - window + 1 .. p, exactly window of them, not window + 1.",
-             "窗口差了一：位置 p 的查询看到键 p - window + 1 .. p，正好 window 个，而不是 window + 1 个。"),
-    "narrow": ("The window is off by one: the query at position p sees the keys p - window + 1 .. p, exactly window of them (itself included), not window - 1.",
-               "窗口差了一：位置 p 的查询看到键 p - window + 1 .. p，正好 window 个（包括它自己），而不是 window - 1 个。"),
-    "top-left": ("The mask must be bottom-right aligned: with fewer queries than keys the queries are the LAST num_queries positions.",
-                 "掩码必须右下对齐：查询少于键时，查询是最后 num_queries 个位置。"),
-    "inverted": ("True means BLOCKED: the mask is True where a query may NOT attend (outside the window or in the future).",
-                 "True 表示被屏蔽：掩码在查询不能关注的位置（窗口之外或未来）为 True。"),
-    "no causal": ("The mask must also block the future: a query never sees a key after its own position.",
-                  "掩码还必须屏蔽未来：查询永远看不到它自己位置之后的键。"),
-    "no window": ("The window is missing: keys more than window - 1 positions before the query must be blocked too.",
-                  "缺少窗口：比查询早 window - 1 个位置以上的键也必须被屏蔽。"),
-}
 
 
 def check_sliding_window_mask(sliding_window_mask):
@@ -44,7 +30,7 @@ def check_sliding_window_mask(sliding_window_mask):
             continue
         for name, variant in mis.window_mask_variants(T_q, T_k, window).items():
             if tuple(got.shape) == tuple(variant.shape) and torch.equal(got, variant):
-                fail(*MASK_MISTAKES[name], f"num_queries={T_q}, num_keys={T_k}, window={window}")
+                fail(*mis.MASK_MISTAKES[name], f"num_queries={T_q}, num_keys={T_k}, window={window}")
         fail("sliding_window_mask is wrong: the query at absolute position p = i + num_keys - num_queries sees the keys p - window + 1 .. p.",
              "sliding_window_mask 不对：绝对位置 p = i + num_keys - num_queries 的查询看到键 p - window + 1 .. p。",
              f"num_queries={T_q}, num_keys={T_k}, window={window}; got {tuple(got.shape)} with {int((~got).sum())} open, "
@@ -284,13 +270,6 @@ def check_topk_key_mask(topk_key_mask):
 
 SPARSE_CFG = ref.DSAConfig(dim=20, n_heads=3, q_lora_rank=10, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4,
                            v_head_dim=5, max_seq_len=12, rope_theta=100.0, index_n_heads=6, index_head_dim=8, index_topk=3)
-SPARSE_MISTAKES = {
-    "per head": ("The selection is per query, shared by all MLA heads: the indexer's top-k keys, not each head's own top-k of its scores.",
-                 "选择是按查询进行的，由所有 MLA 头共享：用索引器的 top-k 键，而不是每个头按自己的分数各选 top-k。"),
-    "raw qr": ("The indexer reads MLA's query latent after its norm: qr = q_norm(wq_a(x)).", "索引器读取的是经过归一化的 MLA 查询潜在向量：qr = q_norm(wq_a(x))。"),
-    "dense": ("Every query attends to every earlier position: it may attend only to its index_topk selected keys.",
-              "每个查询都关注了所有之前的位置：它只能关注被选中的 index_topk 个键。"),
-}
 
 
 def check_SparseMLA(SparseMLA):
@@ -304,7 +283,7 @@ def check_SparseMLA(SparseMLA):
     x = randn(2, 9, cfg.dim, seed=138)
     with torch.no_grad():
         expected = reference(x)
-        mistakes = [(mis.sparse_mla(reference, x, cfg.index_topk, name), en, zh) for name, (en, zh) in SPARSE_MISTAKES.items()]
+        mistakes = [(mis.sparse_mla(reference, x, cfg.index_topk, name), en, zh) for name, (en, zh) in mis.SPARSE_MISTAKES.items()]
     for absorb in (False, True):
         for start, end in SEGMENTS:
             with torch.no_grad(), own_work(cls, "SparseMLA"):
