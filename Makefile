@@ -11,7 +11,7 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test test-fast nbval sync release check-release submit timing grade-all check-env clean
+.PHONY: help env lab test test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
@@ -25,6 +25,7 @@ help:
 	@echo "make timing [NB=STEM]    each notebook's headless run and its submits (solution, stub), side by side"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb in parallel (JOBS=N, DB=URL) into grading/: grades.csv, feedback/, gradebook"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
+	@echo "make hub [LEARNERS=3]    (root) JupyterHub for a class on 127.0.0.1:8000: prints the URL and the accounts (hub/)"
 
 # pip, not uv or poetry: torch==2.13.0 resolves to a locally provided CPU wheel where there is one.
 $(STAMP): requirements.txt pyproject.toml
@@ -78,6 +79,18 @@ timing: $(STAMP)
 grade-all: $(STAMP)
 	@test -n "$(DIR)" || { echo "usage: make grade-all DIR=submissions [JOBS=N] [DB=postgresql+psycopg://user@host/db]  (DIR/<learner>/<notebook>.ipynb)"; exit 2; }
 	$(BIN)/python -m autograder grade-all "$(DIR)" --out grading $(if $(JOBS),--jobs $(JOBS),) $(if $(DB),--db "$(DB)",)
+
+# JupyterHub's proxy from npm, kept in build/hub/ (autograder/tests/test_hub.py skips without it).
+CHP := build/hub/node_modules/.bin/configurable-http-proxy
+$(CHP):
+	mkdir -p build/hub
+	npm install --prefix build/hub --no-audit --no-fund --loglevel=error configurable-http-proxy@5.3.0 >/dev/null
+hub-proxy: $(CHP)
+
+# A class on this machine (root: accounts are created); Ctrl-C stops it and removes them.
+LEARNERS ?= 3
+hub: $(STAMP) $(CHP)
+	$(BIN)/python -m hub.course_hub --learners $(LEARNERS) $(if $(PORT),--port $(PORT),)
 
 check-env: $(STAMP)
 	$(BIN)/python -m utils.check_env

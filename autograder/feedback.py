@@ -53,12 +53,27 @@ def local_mathjax_loader() -> str:
             "})();</script>")
 
 
+class _BytecodeCache(FileSystemBytecodeCache):
+    """Read by anyone; written only where the grading account may (on a course's JupyterHub the
+    instructor grades, and the checkout's build/ belongs to root): a cache that cannot be written
+    costs the compile, never the feedback."""
+
+    def dump_bytecode(self, bucket):
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 class FeedbackExporter(HTMLExporter):
     def _create_environment(self):
         environment = super()._create_environment()
-        (CACHE / "jinja").mkdir(parents=True, exist_ok=True)
+        try:
+            (CACHE / "jinja").mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
         # Jinja writes each entry to a temporary file and renames it: parallel graders are safe.
-        environment.bytecode_cache = FileSystemBytecodeCache(str(CACHE / "jinja"))
+        environment.bytecode_cache = _BytecodeCache(str(CACHE / "jinja"))
         return environment
 
     def from_notebook_node(self, nb, resources=None, **kw):

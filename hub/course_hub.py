@@ -1,0 +1,288 @@
+"""One class of this course on this machine: JupyterHub with one instructor and N learners as real
+Unix accounts, nbgrader's exchange, the course's nbgrader config and grader, and the gradebook in
+a PostgreSQL server of its own. Run as root (accounts are created, servers spawned as them):
+
+    make hub LEARNERS=3          # = .venv/bin/python -m hub.course_hub --learners 3
+
+It prints the URL and the accounts, and runs until Ctrl-C, which stops the hub and PostgreSQL and
+removes what it made: the accounts and their homes, the exchange, the state folder. A local
+demonstration and the harness of autograder/tests/test_hub.py; for a class that lasts, see
+hub/KUBERNETES.md and the README's instructor section.
+
+What is where:
+    STATE/hub.json, accounts.json (0600)   ports, accounts, paths; passwords
+    STATE/exchange/                        nbgrader's exchange (1777; nbgrader sets its folders)
+    STATE/pg/, STATE/pg-run/               PostgreSQL: data (postgres), socket (peer authentication)
+    ~INSTRUCTOR/attention-course/          the course folder: source/ from solutions/, release/, ...
+While the hub runs, solutions/ is readable by root only, and the folders above the checkout and
+above the venv's Python (e.g. /root for pyenv) are made traversable (o+x) so that the accounts can
+run the .venv; both are restored at the end.
+"""
+import argparse
+import contextlib
+import glob
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HUB = REPO / "hub"
+CHP = REPO / "build" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+COURSE_ID = "attention-course"
+DATABASE = "attention"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    return Path(found[-1]).parent if found else None
+
+
+def missing() -> str | None:
+    """What this machine lacks to run a class, in one line (None: nothing)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return "not root (accounts are created and servers spawned as them)"
+    for tool in ("useradd", "userdel", "runuser"):
+        if not shutil.which(tool):
+            return f"no `{tool}` program"
+    if not CHP.exists():
+        return f"no configurable-http-proxy at {CHP.relative_to(REPO)} (make hub-proxy: npm install)"
+    if not (REPO / ".venv" / "bin" / "jupyterhub-singleuser").exists():
+        return "no jupyterhub in .venv (pip install -r requirements.txt)"
+    if pg_bin() is None:
+        return "no PostgreSQL server programs (apt-get install postgresql)"
+    if not any(_exists_user(u) for u in ("postgres",)):
+        return "no `postgres` account to run PostgreSQL as"
+    return None
+
+
+def _exists_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def run(*cmd, user=None, check=True, **kw):
+    if user:
+        cmd = ("runuser", "-u", user, "--", *cmd)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=kw.pop("timeout", 120), **kw)
+
+
+class CourseHub:
+    """Set up with start(), taken down with stop(); stop() undoes whatever start() got to."""
+
+    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None):
+        self.state, self.prefix = Path(state), prefix
+        self.instructor = f"{prefix}-teacher"
+        self.learners = [f"{prefix}-learner{i}" for i in range(1, learners + 1)]
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.service_token = secrets.token_hex(16)
+        self.passwords = {name: secrets.token_urlsafe(9) for name in [self.instructor, *self.learners]}
+        self.exchange = self.state / "exchange"
+        self.created_users, self._undo, self.procs = [], [], []
+        self.pg_port = free_port()
+
+    # Accounts and permissions -------------------------------------------------------------
+    def _add_user(self, name: str):
+        run("useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name)
+        self.created_users.append(name)
+        os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
+
+    def _open_path_to_repo(self):
+        """o+x on the checkout's ancestors that lack it (e.g. /root), o-rwx on solutions/; undone by stop()."""
+        python = (REPO / ".venv" / "bin" / "python").resolve()  # the interpreter the venv links to (e.g. pyenv's)
+        for target in (REPO, python.parent.parent):
+            for folder in [*reversed(target.parents), target]:
+                mode = folder.stat().st_mode
+                if not mode & stat.S_IXOTH:
+                    os.chmod(folder, mode | stat.S_IXOTH)
+                    self._undo.append((folder, mode))
+        solutions = REPO / "solutions"
+        mode = solutions.stat().st_mode
+        os.chmod(solutions, mode & ~0o007)
+        self._undo.append((solutions, mode))
+
+    # PostgreSQL -----------------------------------------------------------------------------
+    def _start_postgres(self):
+        bindir, data, sockets = pg_bin(), self.state / "pg", self.state / "pg-run"
+        for folder in (data, sockets):
+            folder.mkdir()
+            shutil.chown(folder, "postgres", "postgres")
+        data.chmod(0o700)
+        run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth-local=peer", "--auth-host=reject",
+            user="postgres", timeout=180)
+        proc = subprocess.Popen(["runuser", "-u", "postgres", "--", str(bindir / "postgres"), "-D", str(data),
+                                 "-k", str(sockets), "-p", str(self.pg_port), "-c", "listen_addresses="],
+                                stdout=subprocess.DEVNULL, stderr=open(self.state / "postgres.log", "w"),
+                                start_new_session=True)
+        self.procs.append(proc)
+        psql = [str(bindir / "psql"), "-h", str(sockets), "-p", str(self.pg_port), "-d", "postgres", "-v",
+                "ON_ERROR_STOP=1", "-c"]
+        deadline = time.monotonic() + 60
+        while run(*psql, "SELECT 1", user="postgres", check=False).returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("PostgreSQL did not start: " + (self.state / "postgres.log").read_text()[-1000:])
+            time.sleep(0.5)
+        run(*psql, f'CREATE ROLE "{self.instructor}" LOGIN', user="postgres")
+        run(*psql, f'CREATE DATABASE {DATABASE} OWNER "{self.instructor}"', user="postgres")
+        self.gradebook = f"postgresql+psycopg://{self.instructor}@/{DATABASE}?host={sockets}&port={self.pg_port}"
+
+    # The course -----------------------------------------------------------------------------
+    def _course_folder(self, stems):
+        home = Path(pwd.getpwnam(self.instructor).pw_dir)
+        self.course_root = home / COURSE_ID
+        for stem in stems:
+            target = self.course_root / "source" / stem / f"{stem}.ipynb"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / "solutions" / f"{stem}.ipynb", target)
+        run("chown", "-R", f"{self.instructor}:{self.instructor}", str(self.course_root))
+
+    def start(self, stems=("01_dot_product_attention",)):
+        why = missing()
+        if why:
+            raise RuntimeError(why)
+        self.state.mkdir(mode=0o711)
+        self._open_path_to_repo()
+        for name in [self.instructor, *self.learners]:
+            self._add_user(name)
+        for name in self.learners:  # each learner's own group: how the instructor reads their submissions
+            run("usermod", "--append", "--groups", name, self.instructor)
+        self.exchange.mkdir()
+        self.exchange.chmod(0o1777)
+        self._start_postgres()
+        self._course_folder(stems)
+        accounts = self.state / "accounts.json"
+        accounts.touch(mode=0o600)
+        accounts.write_text(json.dumps(self.passwords))
+        (self.state / "hub.json").write_text(json.dumps({
+            "repo": str(REPO), "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
+            "chp": str(CHP), "instructor": self.instructor, "learners": self.learners,
+            "exchange": str(self.exchange), "gradebook": self.gradebook, "course_root": str(self.course_root),
+            "service_token": self.service_token}))
+        (self.state / "hub.json").chmod(0o600)
+        env = {**os.environ, "ATTENTION_HUB_STATE": str(self.state),
+               "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "jupyterhub"), "-f", str(HUB / "jupyterhub_config.py")],
+                                cwd=self.state, env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(self.state / "jupyterhub.log", "w"), start_new_session=True)
+        self.procs.append(proc)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.api("GET", "/hub/api/")
+                return self
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("JupyterHub did not start: " + self.log()[-2000:])
+                time.sleep(0.5)
+
+    def log(self) -> str:
+        path = self.state / "jupyterhub.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # The hub's REST API ---------------------------------------------------------------------
+    def api(self, method: str, path: str, body=None, timeout=300):
+        """A request through the hub's proxy with the course-admin service's token; the JSON answer."""
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"token {self.service_token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            text = answer.read().decode()
+        return json.loads(text) if text.strip() else None
+
+    def spawn(self, names, timeout=240):
+        """Start the named users' servers and wait until each is ready."""
+        for name in names:
+            try:
+                self.api("POST", f"/hub/api/users/{name}/server")
+            except urllib.error.HTTPError as e:
+                if e.code != 400:  # 400: already running
+                    raise RuntimeError(f"starting {name}'s server: {e.code} {e.read().decode()[:500]}") from e
+        deadline = time.monotonic() + timeout
+        waiting = list(names)
+        while waiting:
+            waiting = [n for n in waiting if not self.api("GET", f"/hub/api/users/{n}")["servers"].get("", {}).get("ready")]
+            if waiting and time.monotonic() > deadline:
+                raise RuntimeError(f"servers not ready after {timeout} s: {waiting}\n" + self.log()[-3000:])
+            time.sleep(1)
+
+    # Taking it down -------------------------------------------------------------------------
+    def stop(self):
+        for proc in reversed(self.procs):  # the hub first (its spawned servers stop with it), then PostgreSQL
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for name in self.created_users:
+            uid = pwd.getpwnam(name).pw_uid
+            for pid in _pids_of(uid):  # servers and kernels left by the hub
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            run("userdel", "--remove", name, check=False)
+        for path, mode in reversed(self._undo):
+            os.chmod(path, mode)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+    return pids
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hub.course_hub", description=__doc__.splitlines()[0])
+    parser.add_argument("--learners", type=int, default=3)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--prefix", default="attention")
+    parser.add_argument("--state", default="/srv/attention-hub")
+    args = parser.parse_args(argv)
+    why = missing()
+    if why:
+        print(f"make hub: {why}", file=sys.stderr)
+        return 2
+    hub = CourseHub(Path(args.state), args.prefix, args.learners, port=args.port)
+    try:
+        hub.start(stems=sorted(p.stem for p in (REPO / "solutions").glob("*.ipynb")))
+        print(f"JupyterHub for the course: {hub.url}  (Ctrl-C stops it and removes the accounts)")
+        for name, password in hub.passwords.items():
+            print(f"  {'instructor' if name == hub.instructor else 'learner':<10}  {name:<24} password {password}")
+        while all(p.poll() is None for p in hub.procs):
+            time.sleep(1)
+        print("JupyterHub or PostgreSQL stopped; see the log above", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        hub.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""JupyterHub for one class of this course (started by hub/course_hub.py, `make hub`): local Unix
+accounts with a test authenticator, one single-user JupyterLab per account spawned as that account,
+the instructor's and the learners' tools set by role, everything on loopback.
+
+The settings of this class (ports, accounts, exchange, gradebook) come from hub.json in the state
+folder that course_hub.py prepares; ATTENTION_HUB_STATE names it."""
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from course_auth import CourseAuthenticator  # noqa: E402
+
+c = get_config()  # noqa: F821
+state = Path(os.environ["ATTENTION_HUB_STATE"])
+cls = json.loads((state / "hub.json").read_text())
+repo = Path(cls["repo"])
+
+c.JupyterHub.bind_url = f"http://127.0.0.1:{cls['port']}"
+c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{cls['hub_port']}"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{cls['proxy_api_port']}"
+c.ConfigurableHTTPProxy.command = [cls["chp"]]
+c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
+c.ConfigurableHTTPProxy.pid_file = str(state / "proxy.pid")
+
+# Where a real authenticator plugs in: replace these two lines by OAuthenticator (GitHub, Google,
+# a university's OIDC) or ltiauthenticator (an LMS); the names it returns must be Unix accounts
+# (LocalAuthenticator's create_system_users can add them), as the spawner runs each server as one.
+c.JupyterHub.authenticator_class = CourseAuthenticator
+c.CourseAuthenticator.accounts_file = str(state / "accounts.json")
+c.Authenticator.allowed_users = set([cls["instructor"], *cls["learners"]])
+c.Authenticator.admin_users = {cls["instructor"]}
+
+# A service token for course_hub.py and the tests: start servers and call them through the proxy.
+c.JupyterHub.services = [{"name": "course-admin", "api_token": cls["service_token"]}]
+c.JupyterHub.load_roles = [{"name": "course-admin", "services": ["course-admin"],
+                            "scopes": ["admin:users", "admin:servers", "access:servers", "list:users"]}]
+
+c.Spawner.cmd = [str(repo / ".venv" / "bin" / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+c.Spawner.start_timeout = 180
+c.Spawner.http_timeout = 180
+c.JupyterHub.shutdown_on_logout = False
+
+
+def role_environment(spawner):
+    """The instructor's server gets the instructor's config folder (formgrader, Create Assignment,
+    the course folder and the gradebook); a learner's server gets the learner's (Validate, the
+    assignment list and feedback; instructor tools disabled)."""
+    name = spawner.user.name
+    role = "instructor" if name == cls["instructor"] else "learner"
+    env = {
+        "PATH": f"{repo / '.venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "JUPYTER_CONFIG_PATH": str(HERE / "roles" / role),
+        "ATTENTION_REPO": str(repo),
+        "ATTENTION_EXCHANGE": cls["exchange"],
+        "PYTHONPATH": str(repo),
+    }
+    if role == "instructor":
+        env["ATTENTION_COURSE_ROOT"] = cls["course_root"]
+        env["ATTENTION_GRADEBOOK"] = cls["gradebook"]
+    spawner.environment.update(env)
+
+
+c.Spawner.pre_spawn_hook = role_environment
