@@ -90,6 +90,10 @@ INDEX_MISTAKES = {
     "rope last": ("The indexer puts the rope part FIRST in each head and in the key, [pe | nope], the reverse of MLA's [nope | pe].",
                   "索引器把 rope 部分放在每个头和键的最前面，即 [pe | nope]，与 MLA 的 [nope | pe] 相反。"),
     "no k_norm": ("The indexer's key goes through k_norm (a LayerNorm) before RoPE.", "索引器的键在 RoPE 之前要经过 k_norm（LayerNorm）。"),
+    "k_norm after rope": ("The indexer's key goes through k_norm BEFORE RoPE: wk, then k_norm, then RoPE on its first qk_rope_head_dim features.",
+                          "索引器的键先经过 k_norm 再施加 RoPE：先 wk，再 k_norm，然后对前 qk_rope_head_dim 个特征施加 RoPE。"),
+    "key not rotated": ("RoPE rotates the rope part of the shared key too, not only the query heads': both at their own positions.",
+                        "RoPE 也要旋转共享键的 rope 部分，而不只是查询头的：两者都按各自的位置旋转。"),
     "no scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
                  "头权重是 weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5：两个因子都要有。"),
     "no head scale": ("The head weights are weights_proj(x) * index_n_heads**-0.5 * index_head_dim**-0.5: both factors.",
@@ -122,9 +126,12 @@ def index_scores(state, cfg, x, qr, positions, mistake=None):
 
     q = rope((qr @ state["wq_b.weight"].T).view(B, N, H, d).transpose(1, 2))  # (B, H, N, d)
     k = x @ state["wk.weight"].T
-    if mistake != "no k_norm":
+    if mistake not in ("no k_norm", "k_norm after rope"):
         k = _ln(k, state["k_norm.weight"], state["k_norm.bias"])
-    k = rope(k)
+    if mistake != "key not rotated":
+        k = rope(k)
+    if mistake == "k_norm after rope":
+        k = _ln(k, state["k_norm.weight"], state["k_norm.bias"])
     w = x @ state["weights_proj.weight"].T * {"no scale": 1.0, "no head scale": d ** -0.5, "no dim scale": H ** -0.5}.get(mistake, (H * d) ** -0.5)
     dots = (q @ k.unsqueeze(1).transpose(-2, -1)).transpose(1, 2)  # (B, N, H, N)
     w = w.unsqueeze(-1)

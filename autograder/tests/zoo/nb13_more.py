@@ -129,9 +129,9 @@ def rotate_half_rope(t, positions, theta):
     return t * cos + torch.cat([-t[..., d // 2:], t[..., :d // 2]], -1) * sin
 
 
-def buffered_indexer(scale=None):
+def buffered_indexer(scale=None, mistake=None):
     """An indexer with a preallocated key buffer (as DeepSeek's k_cache), rotate_half RoPE and
-    einsum; `scale` replaces index_n_heads**-0.5 * index_head_dim**-0.5 (a mistake unless None)."""
+    einsum; `scale` replaces index_n_heads**-0.5 * index_head_dim**-0.5 and `mistake` names another (None: valid)."""
     class LightningIndexer(nn.Module):
         def __init__(self, cfg):
             super().__init__()
@@ -148,8 +148,10 @@ def buffered_indexer(scale=None):
             end, pos = start_pos + T, torch.arange(start_pos, start_pos + T)
             q = self.wq_b(qr).view(B, T, H, d)
             q = torch.cat([rotate_half_rope(q[..., :r].transpose(1, 2), pos, c.rope_theta).transpose(1, 2), q[..., r:]], -1)
-            k = self.k_norm(self.wk(x))
-            self.k_cache[:B, start_pos:end] = torch.cat([rotate_half_rope(k[..., :r], pos, c.rope_theta), k[..., r:]], -1)
+            k = self.wk(x) if mistake == "k_norm after rope" else self.k_norm(self.wk(x))
+            if mistake != "key not rotated":
+                k = torch.cat([rotate_half_rope(k[..., :r], pos, c.rope_theta), k[..., r:]], -1)
+            self.k_cache[:B, start_pos:end] = self.k_norm(k) if mistake == "k_norm after rope" else k
             w = self.weights_proj(x) * ((H * d) ** -0.5 if scale is None else scale(H, d))
             index = torch.einsum("bths,bth->bts", torch.einsum("bthd,bsd->bths", q, self.k_cache[:B, :end]).relu(), w)
             return torch.where(torch.arange(end)[None, :] > pos[:, None], float("-inf"), index)
@@ -234,6 +236,8 @@ WRONG = {
         "head weights scaled by index_head_dim**-0.5 only": (buffered_indexer(lambda H, d: d ** -0.5), "both factors"),
         "head weights scaled by index_n_heads**-0.5 only": (buffered_indexer(lambda H, d: H ** -0.5), "both factors"),
         "head weights scaled by sqrt(index_head_dim / index_n_heads)": (buffered_indexer(lambda H, d: (d / H) ** 0.5), "no other factor"),
+        "k_norm after RoPE": (buffered_indexer(mistake="k_norm after rope"), "BEFORE RoPE"),
+        "key not rotated": (buffered_indexer(mistake="key not rotated"), "the shared key too"),
     },
     "topk_key_mask": {
         "top-k across the batch": (topk_across_batch, "not the best of the whole batch"),
