@@ -10,6 +10,7 @@ feedback. Then scores are checked in the gradebook and in each learner's feedbac
 forbidden reads and writes are tried as the learners themselves.
 
 Accounts, exchange and PostgreSQL are made under a name of the test's own and removed afterwards.
+Ten learners, timed: `.venv/bin/python -m autograder.tests.test_hub 10` (root).
 Skipped with one line where the machine cannot run a class (not root, no configurable-http-proxy:
 `make hub-proxy`, no PostgreSQL). Alone: `.venv/bin/python -m pytest -q autograder/tests/test_hub.py`.
 """
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+import urllib.error
+import urllib.request
 from urllib.parse import quote
 
 import nbformat
@@ -97,29 +100,98 @@ def ok(answer, what):
     return answer
 
 
-def test_a_class_through_the_exchange(hub):
-    teacher, (good, wrong, idle) = hub.instructor, hub.learners
-    hub.spawn([teacher, good, wrong, idle])
+EDITS = {"solved": {}, "wrong softmax": {"softmax": WRONG_SOFTMAX}, "untouched": None}
+
+
+def release(hub):
+    teacher = hub.instructor
     ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/assign"), "generate_assignment")
     ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/release"), "release_assignment")
 
+
+def learners_work(hub, kinds: dict[str, str], validate: list[str]):
+    """Each learner fetches, edits (kinds: learner -> a key of EDITS), validates (those in `validate`)
+    and submits, through their own server."""
     body = {"course_id": COURSE_ID, "assignment_id": STEM}
-    for learner in (good, wrong, idle):
+    for learner, kind in kinds.items():
         listed = ok(call(hub, learner, "POST", "/assignments/fetch", body), "fetch")
         assert any(a["status"] == "fetched" for a in listed["value"]), listed
-    for learner, edit in ((good, {}), (wrong, {"softmax": WRONG_SOFTMAX})):
-        content = call(hub, learner, "GET", f"/api/contents/{NB}")
-        nb = solved(nbformat.from_dict(content["content"]), edit)
-        if learner == wrong:  # shows under which account grading runs this learner's code
-            nb.cells.append(nbformat.v4.new_code_cell(UID_CELL))
-        call(hub, learner, "PUT", f"/api/contents/{NB}", {"type": "notebook", "format": "json", "content": nb})
-    validated = call(hub, good, "POST", "/assignments/validate", {"path": NB})
-    verdict = validated.get("value")
-    verdict = json.loads(verdict) if isinstance(verdict, str) else verdict
-    assert validated.get("success") and isinstance(verdict, dict), validated
-    assert not any(verdict.get(k) for k in ("failed", "changed", "type_changed", "locked_cell_changed")), verdict
-    for learner in (good, wrong, idle):
+        if EDITS[kind] is not None:
+            content = call(hub, learner, "GET", f"/api/contents/{NB}")
+            nb = solved(nbformat.from_dict(content["content"]), EDITS[kind])
+            if kind == "wrong softmax":  # shows under which account grading runs this learner's code
+                nb.cells.append(nbformat.v4.new_code_cell(UID_CELL))
+            call(hub, learner, "PUT", f"/api/contents/{NB}", {"type": "notebook", "format": "json", "content": nb})
+        if learner in validate:
+            validated = call(hub, learner, "POST", "/assignments/validate", {"path": NB})
+            verdict = validated.get("value")
+            verdict = json.loads(verdict) if isinstance(verdict, str) else verdict
+            assert validated.get("success") and isinstance(verdict, dict), validated
+            assert not any(verdict.get(k) for k in ("failed", "changed", "type_changed", "locked_cell_changed")), verdict
         ok(call(hub, learner, "POST", "/assignments/submit", body), "submit")
+
+
+def grade(hub, learners):
+    """The instructor collects, autogrades each learner with the course's grader, and releases feedback."""
+    teacher = hub.instructor
+    ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/collect"), "collect")
+    for learner in learners:
+        ok(call(hub, teacher, "POST", f"/formgrader/api/submission/{STEM}/{learner}/autograde"), f"autograde {learner}")
+    ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/generate_feedback"), "generate_feedback")
+    ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/release_feedback"), "release_feedback")
+
+
+def check_grades(hub, kinds: dict[str, str]) -> dict:
+    """Scores in the gradebook, and in each learner's fetched feedback, are what each kind deserves."""
+    grades = gradebook_rows(hub)
+    assert set(grades) == set(kinds), grades
+    maximum = {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
+               for c in nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4).cells
+               if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+    for learner, kind in kinds.items():
+        got = grades[learner]
+        if kind == "solved":
+            assert got == maximum, (learner, got)
+        elif kind == "wrong softmax":
+            assert got["test_softmax"] == 0 and got["test_softmax_hidden"] == 0, (learner, got)
+            assert got["test_attention_scores_hidden"] == maximum["test_attention_scores_hidden"], (learner, got)
+        else:
+            assert sum(got.values()) == 0, (learner, got)
+    body = {"course_id": COURSE_ID, "assignment_id": STEM}
+    for learner in kinds:
+        ok(call(hub, learner, "POST", "/assignments/fetch_feedback", body), "fetch_feedback")
+        folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
+        assert len(folder) == 1, folder
+        page = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
+        score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", page)
+        assert score and float(score[1]) == sum(grades[learner].values()) and float(score[2]) == sum(maximum.values()), \
+            (learner, score and score.group(0))
+        assert "cdnjs" not in page, "feedback loads MathJax from a CDN"
+    return grades
+
+
+def page_status(hub, user, path) -> tuple[int, str]:
+    request = urllib.request.Request(f"{hub.url}/user/{user}{path}", headers={"Authorization": f"token {hub.service_token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+
+
+def test_a_class_through_the_exchange(hub):
+    teacher, (good, wrong, idle) = hub.instructor, hub.learners
+    hub.spawn([teacher, good, wrong, idle])
+    # Each role its tools: the formgrader for the instructor only; Create Assignment off in a learner's lab.
+    assert page_status(hub, teacher, "/formgrader/api/status")[0] == 200
+    assert page_status(hub, good, "/formgrader/api/status")[0] == 404
+    code, lab = page_status(hub, good, "/lab")
+    assert code == 200 and '"@jupyter/nbgrader:create-assignment"' in lab.split("disabledExtensions", 1)[-1][:2000], \
+        "a learner's JupyterLab still loads nbgrader's Create Assignment"
+
+    release(hub)
+    kinds = {good: "solved", wrong: "wrong softmax", idle: "untouched"}
+    learners_work(hub, kinds, validate=[good])
 
     # learner2 submits in learner1's name (nbgrader submit --student): it must not replace learner1's work.
     time.sleep(1.1)  # a later timestamp than learner1's own submission
@@ -131,31 +203,8 @@ def test_a_class_through_the_exchange(hub):
     assert forged.returncode == 0 and any(p.name.startswith(f"{good}+") and p.owner() == wrong
                                           for p in inbound.iterdir()), forged.stderr[-2000:]
 
-    ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/collect"), "collect")
-    for learner in (good, wrong, idle):
-        ok(call(hub, teacher, "POST", f"/formgrader/api/submission/{STEM}/{learner}/autograde"), f"autograde {learner}")
-    ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/generate_feedback"), "generate_feedback")
-    ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/release_feedback"), "release_feedback")
-
-    grades = gradebook_rows(hub)
-    assert set(grades) == {good, wrong, idle}, grades
-    maximum = {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
-               for c in nbformat.read(SOLUTIONS / f"{STEM}.ipynb", as_version=4).cells
-               if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
-    assert grades[good] == maximum, grades[good]
-    assert grades[wrong]["test_softmax"] == 0 and grades[wrong]["test_softmax_hidden"] == 0, grades[wrong]
-    assert grades[wrong]["test_attention_scores_hidden"] == maximum["test_attention_scores_hidden"], grades[wrong]
-    assert sum(grades[idle].values()) == 0, grades[idle]
-
-    for learner in (good, wrong, idle):
-        ok(call(hub, learner, "POST", "/assignments/fetch_feedback", body), "fetch_feedback")
-        folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
-        assert len(folder) == 1, folder
-        page = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
-        score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", page)
-        assert score and float(score[1]) == sum(grades[learner].values()) and float(score[2]) == sum(maximum.values()), \
-            (learner, score and score.group(0))
-        assert "cdnjs" not in page, "feedback loads MathJax from a CDN"
+    grade(hub, kinds)
+    check_grades(hub, kinds)
 
     graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
@@ -192,3 +241,35 @@ def forbidden_attempts(hub, victim, intruder):
     assert not allowed, f"a learner could: {allowed}"
     # The same commands work for their owner: the attempts failed for want of permission, not of a file.
     assert as_user(hub, victim, "cat", str(feedback_file), cwd="/").returncode == 0
+
+
+def main(learners: int) -> int:
+    """`python -m autograder.tests.test_hub N`: N learners (solved, wrong softmax, untouched in turn)
+    through fetch, submit, collect, autograde and feedback, timed; every grade checked."""
+    prefix = "time" + secrets.token_hex(2)
+    hub = CourseHub(Path("/tmp") / f"attention-hub-{prefix}", prefix, learners=learners)
+    try:
+        t0 = time.perf_counter()
+        hub.start()
+        hub.spawn([hub.instructor, *hub.learners])
+        t1 = time.perf_counter()
+        release(hub)
+        kinds = {name: list(EDITS)[i % 3] for i, name in enumerate(hub.learners)}
+        learners_work(hub, kinds, validate=[])
+        t2 = time.perf_counter()
+        grade(hub, kinds)
+        t3 = time.perf_counter()
+        check_grades(hub, kinds)
+        t4 = time.perf_counter()
+        print(f"{learners} learners: hub and {learners + 1} servers started in {t1 - t0:.0f} s; release, fetch, edit and "
+              f"submit {t2 - t1:.0f} s; collect, autograde, feedback {t3 - t2:.0f} s; feedback fetched and every grade "
+              f"checked {t4 - t3:.0f} s; fetch to feedback {t4 - t1:.0f} s in all")
+        with open("/proc/loadavg") as f:
+            print("load average (1, 5, 15 min):", " ".join(f.read().split()[:3]))
+        return 0
+    finally:
+        hub.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 10))
