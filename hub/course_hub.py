@@ -20,6 +20,7 @@ run the .venv; both are restored at the end.
 """
 import argparse
 import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -41,6 +42,7 @@ HUB = REPO / "hub"
 CHP = REPO / "build" / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 COURSE_ID = "attention-course"
 DATABASE = "attention"
+LOCK = "/tmp/attention-course-hub.lock"
 
 
 def free_port() -> int:
@@ -160,6 +162,14 @@ class CourseHub:
         why = missing()
         if why:
             raise RuntimeError(why)
+        # One class at a time per machine: two would undo each other's path permissions.
+        self._lock = open(LOCK, "a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.close()
+            self._lock = None
+            raise RuntimeError(f"another class is running on this machine (make hub or test_hub holds {LOCK}): stop it first")
         self.state.mkdir(mode=0o711)
         self._open_path_to_repo()
         for name in [self.instructor, *self.learners]:
@@ -244,7 +254,11 @@ class CourseHub:
             run("userdel", "--remove", name, check=False)
         for path, mode in reversed(self._undo):
             os.chmod(path, mode)
-        shutil.rmtree(self.state, ignore_errors=True)
+        self._undo.clear()
+        if getattr(self, "_lock", None):
+            shutil.rmtree(self.state, ignore_errors=True)
+            self._lock.close()  # releases the lock
+            self._lock = None
 
 
 def _pids_of(uid: int) -> list[int]:

@@ -10,7 +10,8 @@ feedback. Then scores are checked in the gradebook and in each learner's feedbac
 forbidden reads and writes are tried as the learners themselves.
 
 Accounts, exchange and PostgreSQL are made under a name of the test's own and removed afterwards.
-Ten learners, timed: `.venv/bin/python -m autograder.tests.test_hub 10` (root).
+The learner's part in Chromium (Playwright), as in test_browser.py: log in, Assignments, fetch, type,
+Validate, Submit, fetch feedback. Ten learners, timed: `.venv/bin/python -m autograder.tests.test_hub 10`.
 Skipped with one line where the machine cannot run a class (not root, no configurable-http-proxy:
 `make hub-proxy`, no PostgreSQL). Alone: `.venv/bin/python -m pytest -q autograder/tests/test_hub.py`.
 """
@@ -83,7 +84,7 @@ def gradebook_rows(hub) -> dict[str, dict[str, float]]:
 def hub(tmp_path_factory):
     prefix = "t" + secrets.token_hex(3)  # a name of its own: two runs never meet
     state = Path("/tmp") / f"attention-hub-{prefix}"
-    course = CourseHub(state, prefix, learners=3)
+    course = CourseHub(state, prefix, learners=4)  # the fourth works in the browser
     try:
         course.start()
         yield course
@@ -180,7 +181,7 @@ def page_status(hub, user, path) -> tuple[int, str]:
 
 
 def test_a_class_through_the_exchange(hub):
-    teacher, (good, wrong, idle) = hub.instructor, hub.learners
+    teacher, (good, wrong, idle) = hub.instructor, hub.learners[:3]
     hub.spawn([teacher, good, wrong, idle])
     # Each role its tools: the formgrader for the instructor only; Create Assignment off in a learner's lab.
     assert page_status(hub, teacher, "/formgrader/api/status")[0] == 200
@@ -241,6 +242,67 @@ def forbidden_attempts(hub, victim, intruder):
     assert not allowed, f"a learner could: {allowed}"
     # The same commands work for their owner: the attempts failed for want of permission, not of a file.
     assert as_user(hub, victim, "cat", str(feedback_file), cwd="/").returncode == 0
+
+
+RIGHT = "return inputs @ query"  # attention_scores, typed in the browser
+
+
+def test_a_learner_in_the_browser(hub):
+    """Debian's Chromium (Playwright): log in, open the assignment list, fetch, fill an exercise,
+    Validate, Submit; after the instructor grades, fetch and see the feedback."""
+    from autograder.tests.test_browser import CHROMIUM, expect, sync_playwright, type_into
+    learner = hub.learners[3]
+    hub.spawn([hub.instructor, learner])
+    listed = call(hub, learner, "GET", f"/assignments?course_id={COURSE_ID}")
+    if not any(a["assignment_id"] == STEM for a in listed.get("value", [])):
+        release(hub)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(120_000)
+            page.goto(f"{hub.url}/hub/login")
+            page.locator("input[name=username]").fill(learner)
+            page.locator("input[name=password]").fill(hub.passwords[learner])
+            page.locator("input[type=submit], button[type=submit]").first.click()
+            page.wait_for_url(f"**/user/{learner}/lab**")
+
+            def assignments():
+                page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+                menu = page.locator(".lm-Menu")
+                expect(menu.get_by_text("Assignment List", exact=True)).to_be_visible()
+                assert menu.get_by_text("Formgrader", exact=True).count() == 0, "a learner sees the formgrader"
+                menu.get_by_text("Assignment List", exact=True).click()
+
+            assignments()
+            page.get_by_role("button", name="Fetch", exact=True).click()
+            expect(page.get_by_role("button", name="Submit", exact=True)).to_be_visible()
+
+            page.goto(f"{hub.url}/user/{learner}/lab/tree/{NB}")
+            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+            type_into(page, "attention_scores", RIGHT)
+            page.keyboard.press("Control+s")
+            page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
+            dialog = page.locator(".jp-Dialog")
+            expect(dialog).to_contain_text("The following cell failed")  # softmax and the rest are not done
+            dialog.get_by_role("button").last.click()
+            expect(dialog).to_have_count(0)
+
+            assignments()
+            page.get_by_role("button", name="Submit", exact=True).click()
+            expect(page.get_by_text("Fetch Feedback", exact=True)).to_be_visible()
+
+            grade(hub, [learner])
+            page.reload()
+            assignments()
+            page.get_by_text("Fetch Feedback", exact=True).click()
+            expect(page.get_by_text("(view feedback)")).to_be_visible()
+        finally:
+            browser.close()
+    folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
+    page_html = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
+    score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", page_html)
+    assert score and float(score[1]) == 3.0, score and score.group(0)  # attention_scores' 1 + 2 points
 
 
 def main(learners: int) -> int:
