@@ -16,6 +16,7 @@ Skipped with one line where the machine cannot run a class (not root, no configu
 `make hub-proxy`, no PostgreSQL). Alone: `.venv/bin/python -m pytest -q autograder/tests/test_hub.py`.
 """
 import json
+import pwd
 import re
 import secrets
 import subprocess
@@ -62,9 +63,12 @@ def solved(nb, wrong: dict[str, str] | None = None):
     return nb
 
 
+def home_of(name: str) -> str:
+    return pwd.getpwnam(name).pw_dir
+
+
 def as_user(hub, name, *cmd, cwd=None, env=None):
-    home = f"/home/{name}"
-    return subprocess.run(["runuser", "-u", name, "--", "env", f"HOME={home}", *(env or []), *cmd],
+    return subprocess.run(["runuser", "-u", name, "--", "env", f"HOME={home_of(name)}", *(env or []), *cmd],
                           capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
@@ -200,7 +204,7 @@ def test_a_class_through_the_exchange(hub):
     # learner2 submits in learner1's name (nbgrader submit --student): it must not replace learner1's work.
     time.sleep(1.1)  # a later timestamp than learner1's own submission
     forged = as_user(hub, wrong, str(ROOT / ".venv" / "bin" / "nbgrader"), "submit", STEM, "--course", COURSE_ID,
-                     f"--CourseDirectory.student_id={good}", cwd=f"/home/{wrong}",
+                     f"--CourseDirectory.student_id={good}", cwd=home_of(wrong),
                      env=[f"JUPYTER_CONFIG_PATH={ROOT / 'hub' / 'roles' / 'learner'}",
                           f"ATTENTION_REPO={ROOT}", f"ATTENTION_EXCHANGE={hub.exchange}", f"PYTHONPATH={ROOT}"])
     inbound = hub.exchange / COURSE_ID / "inbound"
@@ -221,7 +225,7 @@ def test_a_class_through_the_exchange(hub):
 
 def forbidden_attempts(hub, victim, intruder):
     """Every attempt, made as `intruder` (a learner's Unix account), must fail."""
-    home = Path(f"/home/{victim}")
+    home = Path(home_of(victim))
     course = hub.exchange / COURSE_ID
     feedback_file = next((home / STEM / "feedback").rglob("*.html"))
     submitted = next(p for p in (course / "inbound").iterdir() if p.name.startswith(f"{victim}+") and p.owner() == victim)
