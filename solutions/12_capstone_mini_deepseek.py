@@ -947,10 +947,12 @@ print(f"{'output identical to greedy':32}{r['identical']!s:>10}")
 # 61 layers, and on a GPU serving a large model the second token of a pass is almost free (decoding
 # is limited by reading the weights, notebook 11). Here the draft block is half the size of the
 # two-layer main model, and on a CPU the fixed cost of each call counts for a lot at this size. So
-# the measured speed ratio stays well below the tokens per pass, and on a busy machine it can
-# fall below 1. The acceptance rate and the identical output do not depend on the machine.
+# the measured speed ratio stays well below the tokens per pass: for this small model it comes out
+# near 1, or below it (the ratio printed above), and speculation pays only where the draft is cheap
+# next to the model it drafts for. The acceptance rate and the identical output do not depend on the
+# machine.
 #
-# 每次前向计算得到两个词元，并不会让解码快一倍。每一步仍要运行 MTP 块，主模型读入的是两个词元而不是一个。在 DeepSeek-V3 中，草稿只花一个块的代价，而主模型有 61 层；在 GPU 上服务大模型时，一次前向计算中的第二个词元几乎是免费的（解码受限于读取权重，见笔记本 11）。而这里的草稿块有两层主模型的一半大，并且在 CPU 上、对这么小的模型来说，每次调用的固定开销占了很大比重。所以测得的速度倍数远低于每次前向计算得到的词元数，在繁忙的机器上甚至可能低于 1。接受率和输出完全相同这两点则与机器无关。
+# 每次前向计算得到两个词元，并不会让解码快一倍。每一步仍要运行 MTP 块，主模型读入的是两个词元而不是一个。在 DeepSeek-V3 中，草稿只花一个块的代价，而主模型有 61 层；在 GPU 上服务大模型时，一次前向计算中的第二个词元几乎是免费的（解码受限于读取权重，见笔记本 11）。而这里的草稿块有两层主模型的一半大，并且在 CPU 上、对这么小的模型来说，每次调用的固定开销占了很大比重。所以测得的速度倍数远低于每次前向计算得到的词元数：对这个小模型，它接近 1，甚至低于 1（见上面打印的倍数）；只有当草稿相对于它所服务的模型足够廉价时，推测解码才划算。接受率和输出完全相同这两点则与机器无关。
 #
 # ## What you built · 你构建了什么
 #

@@ -650,12 +650,12 @@ print(f"On this machine, at {last['context']} cached positions the sparse step t
       f"dense step {last['dense_ms']:.1f} ms: {last['speedup']:.1f}x; sparse was faster from {crossover(rows)} cached positions on.")
 
 # %% [markdown]
-# Up to 2048 positions the sparse step selects every key: it is the dense step plus the indexer,
-# and only adds work. Beyond that, the dense step grows with 576 numbers
+# While the text holds at most 2048 positions (the cached ones and the new token), the sparse step
+# selects every key: it is the dense step plus the indexer, and only adds work. Beyond that, the dense step grows with 576 numbers
 # per position and 128 heads, the sparse step with 128 numbers per position for the indexer's 64
 # heads, and the 2048 latents it gathers cost the same at every context.
 #
-# 位置数不超过 2048 时，稀疏步骤选中每个键：它就是稠密步骤再加上索引器，只是增加了工作量。超过之后，稠密步骤随每个位置 576 个数、128 个头增长，稀疏步骤随索引器 64 个头、每个位置 128 个数增长，而它收集的 2048 个潜在向量在任何上下文长度下代价都相同。
+# 只要文本总共不超过 2048 个位置（缓存的位置加上新词元），稀疏步骤就选中每个键：它就是稠密步骤再加上索引器，只是增加了工作量。超过之后，稠密步骤随每个位置 576 个数、128 个头增长，稀疏步骤随索引器 64 个头、每个位置 128 个数增长，而它收集的 2048 个潜在向量在任何上下文长度下代价都相同。
 
 # %% [markdown]
 # ## 5. KV bytes per token of the designs in this course · 本课程各设计每个词元的 KV 字节数

@@ -85,6 +85,9 @@ def step_times(model, contexts, steps: int = 9, prefill_max: int = 1024) -> list
     pass over T tokens (what an uncached step costs at that length; None past prefill_max) and the
     median time of a cached decode step with T tokens in the cache."""
     rows = []
+    warm = filled_caches(model, contexts[0], 8)  # the first calls of a process run slower: not measured
+    for _ in range(8):
+        model(torch.zeros(1, 1, dtype=torch.long), warm)
     for T in contexts:
         ids = torch.randint(0, model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(T))
         prefill_s = timed(lambda: model(ids, model.new_caches(1, T)))[0] if T <= prefill_max else None
