@@ -6,13 +6,12 @@ The MoE is graded by what it computes, not by which modules it calls: a layer th
 expert on every token through stacked weights, or loops over tokens calling w1/w2/w3 directly,
 never triggers an Expert's hooks. `MatmulCost` counts every matrix product however it is reached.
 """
-import contextlib
 
 import torch
 from torch import nn
 
 import utils.moe as ref
-from autograder.checks import learner_functions, seeded_state
+from autograder.checks import course_versions, seeded_state
 from autograder.checks.cost import MatmulCost
 
 
@@ -145,22 +144,10 @@ def measure(module, x):
     return cost.macs + cost.muls, cost.calls
 
 
-@contextlib.contextmanager
 def course_parts(fn, names=("Gate", "Expert")):
     """While the learner's MoE is graded, the Gate and Expert it builds are the course's, so a
     mistake in those exercises costs points there, not here too. Put back afterwards."""
-    saved = []
-    try:
-        for f in learner_functions(fn):
-            namespace = f.__globals__
-            for name in names:
-                if name in namespace and not any(namespace is s[0] and name == s[1] for s in saved):
-                    saved.append((namespace, name, namespace[name]))
-                    namespace[name] = getattr(ref, name)
-        yield
-    finally:
-        for namespace, name, value in reversed(saved):
-            namespace[name] = value
+    return course_versions(fn, {name: getattr(ref, name) for name in names})
 
 
 def gate_grad(moe: nn.Module, x, probe):

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import utils.quantize as ref
-from autograder.checks import Shortcut, call, expect, expect_close, expect_known, expect_tensor, fail, own_work, randn
+from autograder.checks import Shortcut, call, course_versions, expect, expect_close, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks import int8_layers as il
 from autograder.checks import quant_probes as qp
 
@@ -200,7 +200,7 @@ def _expect_forward(layer, linear, d_in, seed, who):
 
 def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
     who = "Int8WeightOnlyLinear"
-    with own_work(Int8WeightOnlyLinear, who), qp.course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
+    with own_work(Int8WeightOnlyLinear, who), course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
         try:  # the notebook's constructor; another signature is fine, wrapping the course's class is not
             Int8WeightOnlyLinear(64, 48)
         except Shortcut:
@@ -245,7 +245,7 @@ def check_quantize_model_(quantize_model_):
     with torch.no_grad():
         expected = model(x)
     norm = model.norm
-    with own_work(quantize_model_, who), qp.course_versions(quantize_model_, {"Int8WeightOnlyLinear": ref.Int8WeightOnlyLinear}):
+    with own_work(quantize_model_, who), course_versions(quantize_model_, {"Int8WeightOnlyLinear": ref.Int8WeightOnlyLinear}):
         returned = call(quantize_model_, model, name=who)
         expect(returned is model, f"{who} must change the model in place and return that same model.",
                f"{who} 必须原地修改模型，并返回同一个模型。", f"returned {type(returned).__name__}")

@@ -11,12 +11,11 @@ epsilon, torch.where, nan_to_num): its scale must be finite and its integers 0, 
 the computation may produce NaN. Probes keep every other slice's amax far above 1e-4, where all
 these guards give the same scale.
 """
-import contextlib
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from autograder.checks import call, expect, expect_close, expect_known, expect_tensor, fail, learner_functions, randn
+from autograder.checks import call, expect, expect_close, expect_known, expect_tensor, fail, randn
 
 FP8 = torch.float8_e4m3fn
 
@@ -181,21 +180,3 @@ def expect_zero_guarded(q, scale, zero_q, zero_scale, made_nan, who, what_en, wh
     expect(bool((zero_q.float() == 0).all()), en, zh, f"q of the zero {what_en}: {zero_q.float().flatten()[:6].tolist()}")
 
 
-# grading a later exercise with the course's version of an earlier one --------------------
-@contextlib.contextmanager
-def course_versions(fn, replacements: dict):
-    """While `fn` (the learner's function or class) runs, the names in `replacements` that its
-    code reads from the notebook's globals point at the course's objects, so a mistake in an
-    earlier exercise costs points once, in that exercise. Put back afterwards."""
-    saved = []
-    try:
-        for f in learner_functions(fn):
-            namespace = f.__globals__
-            for name, course in replacements.items():
-                if name in namespace and not any(namespace is s[0] and name == s[1] for s in saved):
-                    saved.append((namespace, name, namespace[name]))
-                    namespace[name] = course
-        yield
-    finally:
-        for namespace, name, value in reversed(saved):
-            namespace[name] = value

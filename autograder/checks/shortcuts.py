@@ -1,0 +1,190 @@
+"""The shortcut rule and the learner's namespace: what counts as handing in the course's own
+reference, how it is refused while learner code runs, and how a later exercise is graded with the
+course's version of an earlier one. Re-exported by `autograder.checks`."""
+import contextlib
+import functools
+import importlib
+import pkgutil
+import types
+
+from autograder.checks import Shortcut, message
+
+# The rule, course-wide: a shortcut is handing in the exercise's OWN reference, the course's
+# code for exactly what the exercise asks you to write: the utils object itself, an alias or a
+# wrapper of it (functools.partial, a bound method, a decorator's __wrapped__, a closure), or a
+# subclass of a class of the module that holds it. Reusing a class of an EARLIER notebook
+# (subclassing notebook 02's SelfAttentionV2 in 04, 04's CausalSelfAttention in 05, 06's
+# MultiHeadAttention in 07) is no shortcut: what is graded is the code you write on top of it.
+_UTILS_SKIP = {"tests", "benchmark", "check_env"}
+
+
+def utils_modules() -> list:
+    """Every reference module of utils/, imported, so a learner's late import is guarded too."""
+    import utils
+    return [importlib.import_module(f"utils.{info.name}") for info in pkgutil.iter_modules(utils.__path__)
+            if info.name not in _UTILS_SKIP and not info.name.startswith("_")]
+
+
+def utils_twins(name: str) -> list:
+    """(module, attribute) pairs of utils that hold the reference called `name`."""
+    return [(m, name) for m in utils_modules() if name in vars(m)]
+
+
+def unwrap(fn):
+    """What a wrapper hands in: a partial's function, a bound method's, a decorator's __wrapped__."""
+    for _ in range(100):  # wrappers of wrappers, never an endless chain
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif isinstance(fn, (types.MethodType, staticmethod, classmethod)):
+            fn = fn.__func__
+        elif isinstance(fn, types.FunctionType) and callable(getattr(fn, "__wrapped__", None)):
+            fn = fn.__wrapped__  # functools.wraps, torch.no_grad() as a decorator
+        else:
+            break
+    return fn
+
+
+def _from_utils(obj) -> bool:
+    return (getattr(unwrap(obj), "__module__", None) or "").split(".")[0] == "utils"
+
+
+def _learner_classes(fn) -> list:
+    klass = fn if isinstance(fn, type) else type(fn)
+    return [k for k in klass.__mro__
+            if not _from_utils(k) and (getattr(k, "__module__", None) or "").split(".")[0] != "torch"]
+
+
+def learner_functions(fn) -> list:
+    """The functions whose globals hold the learner's names: fn itself (unwrapped), or the own
+    methods of a class (or of a callable object's class)."""
+    fn = unwrap(fn)
+    if isinstance(fn, types.FunctionType):
+        return [fn]
+    return [f for klass in _learner_classes(fn) for v in vars(klass).values()
+            if isinstance(f := unwrap(v), types.FunctionType)]
+
+
+def _reference_modules(name: str) -> set:
+    """The modules that define the reference called `name` (not those that only import it)."""
+    return {getattr(getattr(m, attr), "__module__", m.__name__) for m, attr in utils_twins(name)}
+
+
+def _describe_target(owner, attr) -> str:
+    return f"{getattr(owner, '__name__', type(owner).__name__)}.{attr}"
+
+
+@contextlib.contextmanager
+def forbid(targets, learner_fns, en: str, zh: str):
+    """Make `targets` raise Shortcut while learner code runs; restore them afterwards.
+
+    targets: (owner, attribute) pairs such as (torch, "softmax"). The learner's own references
+    to one of the originals are replaced too: names in their globals (`from torch import softmax
+    as sm`), closure cells, default arguments and class attributes, so an alias or a wrapper is
+    no way around the rule. The message's evidence names what was called.
+    """
+    restore = []  # callables that put one original back
+    try:
+        blocked_for = []  # (original, blocked)
+        for owner, attr in targets:
+            original = getattr(owner, attr)
+
+            def blocked(*args, _what=_describe_target(owner, attr), **kwargs):
+                raise Shortcut(message(en, zh, f"your code called {_what}"))
+
+            blocked_for.append((original, blocked))
+            own = attr in vars(owner)
+            setattr(owner, attr, blocked)
+            restore.append(lambda o=owner, a=attr, v=original, own=own: setattr(o, a, v) if own else delattr(o, a))
+
+        def swap(value):
+            return next((b for o, b in blocked_for if value is o or unwrap(value) is o), None)
+
+        for fn in learner_fns:
+            namespace = getattr(fn, "__globals__", None) or {}
+            for key, value in list(namespace.items()):
+                if (b := swap(value)) is not None:
+                    namespace[key] = b
+                    restore.append(lambda n=namespace, k=key, v=value: n.__setitem__(k, v))
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if (b := swap(value)) is not None:
+                    cell.cell_contents = b
+                    restore.append(lambda c=cell, v=value: setattr(c, "cell_contents", v))
+            defaults = getattr(fn, "__defaults__", None)
+            if defaults and any(swap(d) is not None for d in defaults):
+                fn.__defaults__ = tuple(swap(d) or d for d in defaults)
+                restore.append(lambda f=fn, d=defaults: setattr(f, "__defaults__", d))
+        yield
+    finally:
+        for put_back in reversed(restore):
+            put_back()
+
+
+def _class_attributes(fn, originals, en, zh):
+    """A learner class that keeps the reference as a class attribute hands it in."""
+    for klass in _learner_classes(fn) if isinstance(fn, type) else ():
+        for key, value in vars(klass).items():
+            if any(unwrap(value) is o for o in originals):
+                raise Shortcut(message(en, zh, f"{klass.__name__}.{key} is the course's {_qualified(unwrap(value))}"))
+
+
+def _qualified(obj) -> str:
+    return f"{obj.__module__}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+@contextlib.contextmanager
+def own_work(fn, name: str | None = None, extra=(), en: str | None = None, zh: str | None = None):
+    """While learner code runs: the exercise's utils reference and `extra` targets raise Shortcut.
+
+    Raises Shortcut at once when `fn` is (a wrapper of) a utils object, or a class that
+    subclasses a class of the utils module holding this exercise's reference; a class of an
+    earlier notebook's module may be subclassed (see the rule above). Call the reference only
+    outside the `with` block. `extra` are (owner, attribute) pairs such as (torch, "softmax")
+    that the exercise asks the learner to write themselves; with no `en` given, calling one of
+    them gets its own sentence, which names the function and not utils.
+    """
+    name = name or getattr(fn, "__name__", "your code")
+    inner = unwrap(fn)
+    is_class = isinstance(inner, type)
+    ref_en = en or (f"This exercise asks you to write {name} yourself, not to hand in the course's reference in utils "
+                    f"(the object, an alias, a wrapper{' or a subclass' if is_class else ''} of it)"
+                    f"{'; subclassing a class of an earlier notebook is fine' if is_class else ''}.")
+    ref_zh = zh or (f"本练习要求你自己实现 {name}，而不是交上 utils 中课程的参考实现（它本身、别名、包装{'或它的子类' if is_class else ''}）"
+                    f"{'；继承之前笔记本中的类是可以的' if is_class else ''}。")
+    if _from_utils(inner):
+        raise Shortcut(message(ref_en, ref_zh, f"{name} is {_qualified(inner)}"))
+    twins = utils_twins(name)
+    if is_class:
+        modules = _reference_modules(name)
+        borrowed = [k for k in inner.__mro__[1:] if _from_utils(k) and k.__module__ in modules]
+        if borrowed:
+            raise Shortcut(message(ref_en, ref_zh, f"{name} subclasses {_qualified(borrowed[0])}, this notebook's own reference"))
+        _class_attributes(inner, [getattr(m, a) for m, a in twins], ref_en, ref_zh)
+    fns = learner_functions(fn)
+    ext_en = en or f"This exercise asks you to write {name} yourself, without the library function that does what it teaches."
+    ext_zh = zh or f"本练习要求你自己实现 {name}，不能调用直接完成它所教内容的库函数。"
+    with forbid(twins, fns, ref_en, ref_zh), forbid(list(extra), fns, ext_en, ext_zh):
+        yield
+
+
+# grading a later exercise with the course's version of an earlier one --------------------
+@contextlib.contextmanager
+def course_versions(fn, replacements: dict):
+    """While `fn` (the learner's function or class) runs, the names in `replacements` that its
+    code reads from the notebook's globals point at the course's objects, so a mistake in an
+    earlier exercise costs points once, in that exercise. Put back afterwards."""
+    saved = []
+    try:
+        for f in learner_functions(fn):
+            namespace = f.__globals__
+            for name, course in replacements.items():
+                if name in namespace and not any(namespace is s[0] and name == s[1] for s in saved):
+                    saved.append((namespace, name, namespace[name]))
+                    namespace[name] = course
+        yield
+    finally:
+        for namespace, name, value in reversed(saved):
+            namespace[name] = value
