@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import utils.flash_attention as ref
+from autograder.checks import expect, expect_tensor, randn
 
 NEG_INF = float("-inf")
 
@@ -171,3 +172,43 @@ def backward_mistakes(q, k, v, out, lse, g, causal, bq, bk):
     """[(dq, dk, dv), en, zh] of each known mistake."""
     cases = _BACKWARD_MISTAKES + [(dict(scale=1.0 / math.sqrt(v.shape[-1])), *_GRAD_SCALE)]
     return [(backward_variant(q, k, v, out, lse, g, causal, bq, bk, **flags), en, zh) for flags, en, zh in cases]
+
+
+# the shapes and dtypes of what a learner's function returns --------------------------------
+def heads_layout(B, H, T, d, seed):
+    """(B, H, T, d) as split heads give it: a non-contiguous view of (B, T, H, d)."""
+    return randn(B, T, H, d, seed=seed).transpose(1, 2)
+
+
+def expect_dtype(result, names, who):
+    dtypes = [getattr(t, "dtype", type(t).__name__) for t in (result if isinstance(result, tuple) else (result,))]
+    expect(len(dtypes) == len(names) and all(d == torch.float64 for d in dtypes),
+           f"{who} must return its results in the dtype of its inputs: create every running tensor from the inputs (q.new_zeros, torch.zeros_like).",
+           f"{who} 必须以输入的 dtype 返回结果：每个运行中的张量都从输入创建（q.new_zeros、torch.zeros_like）。",
+           "float64 inputs gave " + ", ".join(f"{n} {d}" for n, d in zip(names, dtypes)))
+
+
+def expect_pair(result, who, out_shape, lse_shape):
+    expect(isinstance(result, tuple) and len(result) == 2,
+           f"{who} must return a pair (out, lse).", f"{who} 必须返回一对 (out, lse)。", f"got {type(result).__name__}")
+    out, lse = result
+    expect_tensor(out, "out", "out")
+    expect_tensor(lse, "lse", "lse")
+    expect(tuple(out.shape) == out_shape,
+           "out must have shape (B, H, T_q, d_v): one output per query, as wide as the values.",
+           "out 的形状必须是 (B, H, T_q, d_v)：每个查询一个输出，宽度与值向量相同。",
+           f"shape {tuple(out.shape)}, expected {out_shape}")
+    expect(tuple(lse.shape) == lse_shape,
+           "lse must have shape (B, H, T_q): one log-sum-exp per query (no trailing dimension of 1).",
+           "lse 的形状必须是 (B, H, T_q)：每个查询一个 log-sum-exp（末尾不要有大小为 1 的维度）。",
+           f"shape {tuple(lse.shape)}, expected {lse_shape}")
+    return out.detach(), lse.detach()
+
+
+def expect_grads(result, q, k, v):
+    expect(isinstance(result, tuple) and len(result) == 3 and all(isinstance(t, torch.Tensor) for t in result),
+           "flash_attention_backward must return three tensors (dq, dk, dv).", "flash_attention_backward 必须返回三个张量 (dq, dk, dv)。")
+    expect([tuple(t.shape) for t in result] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)],
+           "dq, dk and dv must have the shapes of q, k and v, in that order.",
+           "dq、dk 和 dv 的形状必须分别与 q、k 和 v 相同，且按此顺序。",
+           f"shapes {[tuple(t.shape) for t in result]}")

@@ -24,6 +24,7 @@ import utils.flash_attention as ref
 from autograder.checks import call, expect, expect_close, expect_known, expect_tensor, fail, forbid, matches, own_work, randn
 from autograder.checks.flash_variants import (autograd_grads, backward_mistakes, forward_mistakes, lse_mistakes, online_variant,
                                               scaled_scores, sdpa)
+from autograder.checks.flash_variants import expect_dtype, expect_grads, expect_pair, heads_layout
 from autograder.checks.grad_probes import apply_and_backward, calls_in_flight, directional_error, expect_autograd_function
 from autograder.checks.tile_watch import TileWatch, elements, expect_skips, expect_tiles, work_of
 
@@ -31,19 +32,6 @@ NEG_INF = float("-inf")
 _SDPA = [(torch.nn.functional, "scaled_dot_product_attention")]
 _SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
 _AUTOGRAD = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward")]
-
-
-def _heads_layout(B, H, T, d, seed):
-    """(B, H, T, d) as split heads give it: a non-contiguous view of (B, T, H, d)."""
-    return randn(B, T, H, d, seed=seed).transpose(1, 2)
-
-
-def _expect_dtype(result, names, who):
-    dtypes = [getattr(t, "dtype", type(t).__name__) for t in (result if isinstance(result, tuple) else (result,))]
-    expect(len(dtypes) == len(names) and all(d == torch.float64 for d in dtypes),
-           f"{who} must return its results in the dtype of its inputs: create every running tensor from the inputs (q.new_zeros, torch.zeros_like).",
-           f"{who} 必须以输入的 dtype 返回结果：每个运行中的张量都从输入创建（q.new_zeros、torch.zeros_like）。",
-           "float64 inputs gave " + ", ".join(f"{n} {d}" for n, d in zip(names, dtypes)))
 
 
 # online_softmax --------------------------------------------------------------------------------
@@ -110,23 +98,6 @@ def check_online_softmax(online_softmax):
 
 
 # flash_attention_forward -----------------------------------------------------------------------
-def _pair(result, who, out_shape, lse_shape):
-    expect(isinstance(result, tuple) and len(result) == 2,
-           f"{who} must return a pair (out, lse).", f"{who} 必须返回一对 (out, lse)。", f"got {type(result).__name__}")
-    out, lse = result
-    expect_tensor(out, "out", "out")
-    expect_tensor(lse, "lse", "lse")
-    expect(tuple(out.shape) == out_shape,
-           "out must have shape (B, H, T_q, d_v): one output per query, as wide as the values.",
-           "out 的形状必须是 (B, H, T_q, d_v)：每个查询一个输出，宽度与值向量相同。",
-           f"shape {tuple(out.shape)}, expected {out_shape}")
-    expect(tuple(lse.shape) == lse_shape,
-           "lse must have shape (B, H, T_q): one log-sum-exp per query (no trailing dimension of 1).",
-           "lse 的形状必须是 (B, H, T_q)：每个查询一个 log-sum-exp（末尾不要有大小为 1 的维度）。",
-           f"shape {tuple(lse.shape)}, expected {lse_shape}")
-    return out.detach(), lse.detach()
-
-
 def _expect_out(out, q, k, v, causal, leaked):
     """out against SDPA; a wrong out is named by the known mistake it equals, or by NaN rows, or by the leak probe."""
     right = sdpa(q, k, v, causal)
@@ -150,7 +121,7 @@ def _expect_out(out, q, k, v, causal, leaked):
 def check_flash_attention_forward(flash_attention_forward):
     fn, who = flash_attention_forward, "flash_attention_forward"
     B, H, T_q, T_k, d, d_v = 2, 3, 13, 29, 8, 5
-    q, k, v = _heads_layout(B, H, T_q, d, 142), _heads_layout(B, H, T_k, d, 143), _heads_layout(B, H, T_k, d_v, 144)
+    q, k, v = heads_layout(B, H, T_q, d, 142), heads_layout(B, H, T_k, d, 143), heads_layout(B, H, T_k, d_v, 144)
     q = q * torch.linspace(0.5, 6.0, T_q)[:, None]  # growing scores: the maximum changes from tile to tile
     copies = [t.clone() for t in (q, k, v)]
     later_k, later_v = k.clone(), v.clone()  # keys 24.. are after queries 0..7 (offset T_k - T_q = 16)
@@ -163,12 +134,12 @@ def check_flash_attention_forward(flash_attention_forward):
     shapes = (B, H, T_q, d_v), (B, H, T_q)
     with own_work(fn, who, extra=_SDPA, en=en, zh=zh):
         for causal in (False, True):
-            runs[causal] = _pair(call(fn, q, k, v, causal=causal, block_q=4, block_k=7, name=who), who, *shapes)
-        later = _pair(call(fn, q, later_k, later_v, causal=True, block_q=4, block_k=7, name=who), who, *shapes)
-        default = _pair(call(fn, q, k, v, True, name=who), who, *shapes)
-        big = _pair(call(fn, q * 30, k, v, causal=True, block_q=5, block_k=6, name=who), who, *shapes)
+            runs[causal] = expect_pair(call(fn, q, k, v, causal=causal, block_q=4, block_k=7, name=who), who, *shapes)
+        later = expect_pair(call(fn, q, later_k, later_v, causal=True, block_q=4, block_k=7, name=who), who, *shapes)
+        default = expect_pair(call(fn, q, k, v, True, name=who), who, *shapes)
+        big = expect_pair(call(fn, q * 30, k, v, causal=True, block_q=5, block_k=6, name=who), who, *shapes)
         double = call(fn, q.double(), k.double(), v.double(), causal=True, block_q=4, block_k=7, name=who)
-        decode = _pair(call(fn, q[..., -1:, :], k, v, causal=True, block_q=4, block_k=7, name=who), who, (B, H, 1, d_v), (B, H, 1))
+        decode = expect_pair(call(fn, q[..., -1:, :], k, v, causal=True, block_q=4, block_k=7, name=who), who, (B, H, 1, d_v), (B, H, 1))
         with watch:
             call(fn, sq, sk, sv, causal=True, block_q=8, block_k=16, name=who)
         for causal in (False, True):
@@ -186,7 +157,7 @@ def check_flash_attention_forward(flash_attention_forward):
     expect_close(decode[0], sdpa(q[..., -1:, :], k, v, True),
                  "With one query (a decoding step, T_q = 1) and causal=True, the query is the last position and sees every key.",
                  "只有一个查询（解码的一步，T_q = 1）且 causal=True 时，这个查询是最后一个位置，能看到所有的键。")
-    expect_close(_pair(runs["64 True"], who, (1, 1, 64, 4), (1, 1, 64))[0], sdpa(eq, eq, eq, True),
+    expect_close(expect_pair(runs["64 True"], who, (1, 1, 64, 4), (1, 1, 64))[0], sdpa(eq, eq, eq, True),
                  "With T_q = T_k = 64, blocks of 8 and causal=True, out differs from causal attention: mask the tiles on the diagonal.",
                  "T_q = T_k = 64、块大小为 8 且 causal=True 时，out 与因果注意力不同：请给对角线上的分块加掩码。")
     expect_close(default[0], sdpa(q, k, v, True),
@@ -197,7 +168,7 @@ def check_flash_attention_forward(flash_attention_forward):
            "分数达到几百时出现了 NaN 或 inf：请在 exp 里减去运行最大值。")
     expect_close(big[0], sdpa(q * 30, k, v, True), "With large scores out is wrong: keep the running maximum and rescale.",
                  "分数很大时 out 不对：请保持运行最大值并重新缩放。", atol=1e-4)
-    _expect_dtype(double, ("out", "lse"), who)
+    expect_dtype(double, ("out", "lse"), who)
     expect_close(double[0], sdpa(q.double(), k.double(), v.double(), True), f"{who} is wrong on float64 inputs.",
                  f"{who} 在 float64 输入上不对。")
     expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
@@ -205,20 +176,11 @@ def check_flash_attention_forward(flash_attention_forward):
 
 
 # flash_attention_backward ----------------------------------------------------------------------
-def _expect_grads(result, q, k, v):
-    expect(isinstance(result, tuple) and len(result) == 3 and all(isinstance(t, torch.Tensor) for t in result),
-           "flash_attention_backward must return three tensors (dq, dk, dv).", "flash_attention_backward 必须返回三个张量 (dq, dk, dv)。")
-    expect([tuple(t.shape) for t in result] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)],
-           "dq, dk and dv must have the shapes of q, k and v, in that order.",
-           "dq、dk 和 dv 的形状必须分别与 q、k 和 v 相同，且按此顺序。",
-           f"shapes {[tuple(t.shape) for t in result]}")
-
-
 def check_flash_attention_backward(flash_attention_backward):
     fn, who = flash_attention_backward, "flash_attention_backward"
     B, H, T_q, T_k, d, d_v = 2, 3, 13, 29, 8, 5
-    q, k, v = _heads_layout(B, H, T_q, d, 150), _heads_layout(B, H, T_k, d, 151), _heads_layout(B, H, T_k, d_v, 152)
-    g = _heads_layout(B, H, T_q, d_v, 153)  # grad_out as autograd may pass it: not contiguous
+    q, k, v = heads_layout(B, H, T_q, d, 150), heads_layout(B, H, T_k, d, 151), heads_layout(B, H, T_k, d_v, 152)
+    g = heads_layout(B, H, T_q, d_v, 153)  # grad_out as autograd may pass it: not contiguous
     sq, sk, sv, sg = randn(1, 2, 48, 4, seed=154), randn(1, 2, 80, 4, seed=155), randn(1, 2, 80, 3, seed=156), randn(1, 2, 48, 3, seed=157)
     eq, eg = randn(1, 1, 64, 4, seed=158), randn(1, 1, 64, 4, seed=159)
     saved = {causal: ref.flash_attention_forward(q, k, v, causal, 64, 64) for causal in (False, True)}
@@ -242,7 +204,7 @@ def check_flash_attention_backward(flash_attention_backward):
            f"{who} changed one of its inputs in place (q, k, v, out, lse or grad_out): accumulate into new tensors such as torch.zeros_like(q).",
            f"{who} 原地修改了某个输入（q、k、v、out、lse 或 grad_out）：请累加到新张量中，例如 torch.zeros_like(q)。")
     for causal, result in runs.items():
-        _expect_grads(result, q, k, v)
+        expect_grads(result, q, k, v)
         right = autograd_grads(q, k, v, g, causal)
         mistakes = lambda: backward_mistakes(q, k, v, *saved[causal], g, causal, 4, 7)
         for i, (name, ours, expected) in enumerate(zip(("dq", "dk", "dv"), result, right)):
@@ -250,11 +212,11 @@ def check_flash_attention_backward(flash_attention_backward):
                          f"{name} differs from autograd's (causal={causal}, block_q=4, block_k=7, T_q=13, T_k=29): P = exp(s - lse), dS = P * (dP - D), then dQ += dS K / sqrt(d), dK += dSᵀ Q / sqrt(d), dV += Pᵀ dO.",
                          f"{name} 与 autograd 的结果不同（causal={causal}，block_q=4，block_k=7，T_q=13，T_k=29）：P = exp(s - lse)，dS = P * (dP - D)，然后 dQ += dS K / sqrt(d)，dK += dSᵀ Q / sqrt(d)，dV += Pᵀ dO。",
                          atol=1e-4, rtol=1e-4)
-    _expect_grads(default, q, k, v)
+    expect_grads(default, q, k, v)
     for name, ours, expected in zip(("dq", "dk", "dv"), default, autograd_grads(q, k, v, g, True)):
         expect_close(ours, expected, f"{who} is wrong with its default block sizes (64, 64), larger than T: {name} differs from autograd's.",
                      f"{who} 在默认分块大小 (64, 64)（比 T 还大）下不对：{name} 与 autograd 的结果不同。", atol=1e-4, rtol=1e-4)
-    _expect_dtype(double, ("dq", "dk", "dv"), who)
+    expect_dtype(double, ("dq", "dk", "dv"), who)
     for name, ours, expected in zip(("dq", "dk", "dv"), double, autograd_grads(q.double(), k.double(), v.double(), g.double(), True)):
         expect_close(ours, expected, f"{who} is wrong on float64 inputs: {name} differs from autograd's.",
                      f"{who} 在 float64 输入上不对：{name} 与 autograd 的结果不同。", atol=1e-4, rtol=1e-4)
