@@ -22,7 +22,7 @@ import warnings
 import torch
 from torch import nn
 
-from utils.quantize import AMAX_FLOOR, absmax_quantize
+from utils.quantize import AMAX_FLOOR, Int8WeightOnlyLinear
 
 
 def reduce_range() -> bool:
@@ -63,11 +63,8 @@ class W8A8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "W8A8Linear":
         layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
-        q, scale = absmax_quantize(linear.weight.detach(), dim=-1)             # (out, in), (out, 1)
-        layer.weight.copy_(q)
-        layer.scale.copy_(scale.squeeze(-1))
-        if linear.bias is not None:
-            layer.bias.copy_(linear.bias.detach())
+        # the weights and scales of notebook 11's weight-only layer: only the forward differs
+        layer.load_state_dict(Int8WeightOnlyLinear.from_linear(linear).state_dict())
         return layer.pack()
 
     def pack(self) -> "W8A8Linear":
