@@ -7,6 +7,7 @@ of starting its own. Light on purpose: importing this module must not import nbg
 import os
 import resource
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -103,8 +104,12 @@ def discard_prestarted():
 
     while PRESTARTED:
         km = PRESTARTED.pop()
+        try:  # SIGKILL first: shutdown_kernel interrupts before it kills, and a kernel interrupted
+            run_sync(km.signal_kernel)(signal.SIGKILL)  # while it imports torch prints a traceback
+        except Exception:
+            pass
         try:
-            run_sync(km.shutdown_kernel)(now=True)
+            run_sync(km.shutdown_kernel)(now=True)  # reaps the process, removes its connection file
         except Exception:
             pass
     while _SOCKET_FOLDERS:
