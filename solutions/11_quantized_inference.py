@@ -847,10 +847,11 @@ print(f"{tokens.numel():,} positions, teacher-forced")
 print(format_accuracy(accuracy_rows(served, tokens)))
 
 # %% [markdown]
-# Read the printed rows: the loss change is what each int8 path costs this model on average, and
-# the agreement on the copied positions says how often it would still write the same token.
+# Read the printed rows: the loss change is what each int8 path does to this model's loss on
+# average (rounding is noise, so a small change can land on either side of 0), and the agreement on
+# the copied positions says how often it would still write the same token.
 #
-# 读一读打印出的各行：损失的变化是每种 int8 做法平均让这个模型付出的代价，复制位置上的一致率说明它有多经常仍会写出同一个词元。
+# 读一读打印出的各行：损失的变化是每种 int8 做法平均让这个模型的损失改变了多少（舍入是噪声，所以很小的变化可能落在 0 的任意一侧），复制位置上的一致率说明它有多经常仍会写出同一个词元。
 #
 # Now quantization that hurts, on the same checkpoint. Every `nn.Linear` weight is replaced by its
 # round trip (quantize, then dequantize) with four rules: int8 with one scale per output channel

@@ -942,17 +942,106 @@ print(f"{'self-speculative, tokens/s':32}{r['speculative_tok_s']:>10.0f}   ({r['
 print(f"{'output identical to greedy':32}{r['identical']!s:>10}")
 
 # %% [markdown]
-# Two tokens per pass do not make decoding twice as fast. Each step still runs the MTP block, and
-# the main model reads two tokens instead of one. In DeepSeek-V3 the draft costs one block next to
-# 61 layers, and on a GPU serving a large model the second token of a pass is almost free (decoding
-# is limited by reading the weights, notebook 11). Here the draft block is half the size of the
-# two-layer main model, and on a CPU the fixed cost of each call counts for a lot at this size. So
-# the measured speed ratio stays well below the tokens per pass: for this small model it comes out
-# near 1, or below it (the ratio printed above), and speculation pays only where the draft is cheap
-# next to the model it drafts for. The acceptance rate and the identical output do not depend on the
-# machine.
+# Two tokens per pass do not make decoding twice as fast. Count what a speculative step costs, in
+# units of one greedy step (one pass of the main model on one token, time t1): one pass on two
+# tokens (c2 = t2 / t1) and one draft (r = td / t1). It keeps 1 + a tokens, a being the
+# acceptance rate. Greedy keeps one per unit, so
 #
-# 每次前向计算得到两个词元，并不会让解码快一倍。每一步仍要运行 MTP 块，主模型读入的是两个词元而不是一个。在 DeepSeek-V3 中，草稿只花一个块的代价，而主模型有 61 层；在 GPU 上服务大模型时，一次前向计算中的第二个词元几乎是免费的（解码受限于读取权重，见笔记本 11）。而这里的草稿块有两层主模型的一半大，并且在 CPU 上、对这么小的模型来说，每次调用的固定开销占了很大比重。所以测得的速度倍数远低于每次前向计算得到的词元数：对这个小模型，它接近 1，甚至低于 1（见上面打印的倍数）；只有当草稿相对于它所服务的模型足够廉价时，推测解码才划算。接受率和输出完全相同这两点则与机器无关。
+# $$\text{speed-up} = \frac{1 + a}{c_2 + r}, \qquad \text{break-even at } r = 1 + a - c_2 .$$
+#
+# Here the draft is a whole block next to a main model of two, so r is large. `utils.mtp.step_costs`
+# times the four calls on this machine and `cost_model` puts them into the formula:
+#
+# 推测解码每次前向计算得到两个词元，并不会让解码快一倍。以一次贪心步（主模型对一个词元的一次前向计算，耗时 t1）为单位，数一数一个推测步的代价：主模型对两个词元的一次前向计算（c2 = t2 / t1）加一次起草（r = td / t1）。它保留 1 + a 个词元，a 是接受率。贪心解码每个单位保留一个词元，所以
+#
+# $$\text{加速比} = \frac{1 + a}{c_2 + r}, \qquad \text{盈亏平衡点 } r = 1 + a - c_2 .$$
+#
+# 这里草稿是一个完整的块，而主模型只有两个块，所以 r 很大。`utils.mtp.step_costs` 在这台机器上为这四种调用计时，`cost_model` 把它们代入公式：
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mtp import cost_model, step_costs
+
+
+def print_cost_model(name, model, draft, acceptance, measured):
+    m = cost_model(step_costs(model, draft, prompts[0], calls=5 if GRADING else 20, rounds=3), acceptance)
+    print(f"{name}: c2 = {m['verify_cost']:.2f}, r = {m['draft_cost']:.2f}, predicted {m['predicted']:.2f}x, "
+          f"measured {measured:.2f}x; break-even at r = {m['break_even']:.2f}")
+    return m
+
+
+shallow_costs = print_cost_model("2 layers", trained, mtp_trained[0], r["acceptance"], r["speedup"])
+
+# %% [markdown]
+# **A deeper model.** The draft stays one block however deep the main model is, so depth makes it
+# cheap. In DeepSeek-V3 it is one block next to 61 layers. `python -m utils.train_mini --n-layers 8`
+# trained the same model 8 layers deep with its MTP module, on the same task and seed
+# (`checkpoints/mini_deepseek_8layers.pt`). It loads into your classes too:
+#
+# **更深的模型。** 无论主模型多深，草稿始终只有一个块，所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中：
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mini_deepseek import DEEP_CHECKPOINT
+
+deep_ckpt = torch.load(DEEP_CHECKPOINT, weights_only=True)
+deep_cfg = MiniDeepSeekConfig(**deep_ckpt["config"])
+deep = MiniDeepSeek(deep_cfg)
+deep.load_state_dict(deep_ckpt["model"])
+deep_mtp = nn.ModuleList([MTPModule(deep_cfg, deep_cfg.n_layers)])
+deep_mtp.load_state_dict(deep_ckpt["mtp"])
+deep_mtp = deep_mtp[0].eval()
+deep.eval()
+print(f"command: {deep_ckpt['command']}; {deep_cfg.n_layers} layers; held-out copy accuracy "
+      f"{deep_ckpt['final']['copy_accuracy']:.2%}, of its MTP depth 1 {deep_ckpt['final']['mtp_copy_accuracy']:.2%}")
+rd = decode_benchmark(deep, deep_mtp, prompts, max_new_tokens=8 if GRADING else 30, repeats=1 if GRADING else 2)
+print(f"{'acceptance of the draft':32}{rd['acceptance']:>10.1%}")
+print(f"{'greedy, tokens/s':32}{rd['greedy_tok_s']:>10.0f}")
+print(f"{'self-speculative, tokens/s':32}{rd['speculative_tok_s']:>10.0f}   ({rd['speedup']:.2f}x on the machine that ran this)")
+print(f"{'output identical to greedy':32}{rd['identical']!s:>10}")
+deep_costs = print_cost_model("8 layers", deep, deep_mtp, rd["acceptance"], rd["speedup"])
+
+# %% [markdown]
+# To see the whole curve, make the 8-layer model's draft dearer on purpose: `DearerDraft` runs the
+# same block several times (same output, same acceptance, only the cost grows). Each point below
+# is measured: its r by `step_costs`, its speed-up by `decode_benchmark`, side by side with greedy.
+# The line is the formula with the measured a and c2; where it crosses 1 the draft stops paying.
+#
+# 为了看到整条曲线，我们故意让 8 层模型的草稿变贵：`DearerDraft` 把同一个块运行若干次（输出相同、接受率相同，只有代价变大）。下面每个点都是测量出来的：r 由 `step_costs` 测得，加速比由 `decode_benchmark` 与贪心解码并排测得。曲线是代入测得的 a 和 c2 的公式；它与 1 相交的地方，草稿就不再划算。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mtp import cost_sweep
+
+sweep = cost_sweep(deep, deep_mtp, prompts[:2], 8 if GRADING else 30, times=(1, 6) if GRADING else (1, 4, 8),
+                   repeats=1 if GRADING else 2, progress=lambda t: tqdm(t, desc="draft cost sweep"))
+a, c2 = rd["acceptance"], deep_costs["verify_cost"]
+grid = torch.linspace(0, max(1.6, max(row["draft_cost"] for row in sweep) * 1.1), 100)
+fig, ax = plt.subplots(figsize=(7, 3.8))
+ax.plot(grid, (1 + a) / (c2 + grid), color="gray", lw=1, label=f"(1 + a) / (c2 + r), a = {a:.2f}, c2 = {c2:.2f}")
+ax.plot([row["draft_cost"] for row in sweep], [row["speedup"] for row in sweep], "o", label="8 layers, draft run 1, 4, 8 times")
+ax.plot([shallow_costs["draft_cost"]], [r["speedup"]], "s", color="C3", label="2 layers, its own draft")
+ax.axhline(1, color="black", lw=0.8)
+ax.axvline(1 + a - c2, color="C2", ls="--", lw=1, label=f"break-even r = {1 + a - c2:.2f}")
+ax.set_xlabel("r = cost of the draft / cost of one greedy step"); ax.set_ylabel("speed-up over greedy (measured)")
+ax.set_title("self-speculative decoding pays while the draft is cheap"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
+plt.show()
+for row in sweep:
+    print(f"draft run {row['times']} times: r = {row['draft_cost']:.2f}, predicted {row['predicted']:.2f}x, "
+          f"measured {row['speedup']:.2f}x, identical output {row['identical']}")
+
+# %% [markdown]
+# The 2-layer model sits near break-even, so speculation buys nothing there: its draft costs most
+# of a greedy step. The 8-layer model's draft is a small fraction of a step, and the same kind of
+# draft, accepted just as often, turns two tokens per pass into a real speed-up. The printed ratios
+# are what this machine measured. The points stay close to the line, a little below it where the
+# loop's own bookkeeping (joining tokens, comparing the draft) counts, and the line is flat near
+# c2 = 1 because, at this size, a pass on two tokens costs little more than a pass on one. On a GPU serving
+# a large model that holds for a different reason: a step reads every weight once whether it checks
+# one token or two (notebook 11). DeepSeek-V3 reports 85-90% acceptance and 1.8x the tokens per
+# second; the acceptance rate and the identical output do not depend on the machine.
+#
+# 2 层模型处在盈亏平衡点附近，推测解码在那里得不到任何好处：它的草稿几乎要花掉一次贪心步的代价。8 层模型的草稿只占一步的一小部分，同样的草稿、同样的接受率，就把每次前向计算两个词元变成了真正的加速。打印出的倍数是这台机器测得的。测量点紧挨着曲线，在循环自身的簿记（拼接词元、比较草稿）起作用的地方略低于曲线；而 c2 接近 1，是因为在这个规模下，对两个词元的一次前向计算只比对一个词元的稍贵一点。在 GPU 上服务大模型时，这一点出于另一个原因同样成立：无论检查一个词元还是两个，一步都只把每个权重读一遍（笔记本 11）。DeepSeek-V3 报告的接受率为 85-90%，每秒词元数为 1.8 倍；接受率和输出完全相同这两点与机器无关。
 #
 # ## What you built · 你构建了什么
 #

@@ -15,8 +15,8 @@ rope key (kv_lora_rank + qk_rope_head_dim numbers per token per layer); cached d
 absorb=True from the prefill on, since each path reads only the cache it wrote itself.
 
 `load_checkpoint(path=None) -> (model, cfg)` loads the model trained by `python -m utils.train_mini`
-(`checkpoints/mini_deepseek.pt`, in eval mode); its multi-token-prediction module is loaded by
-`utils.mtp.load_mtp_modules`. Tests: `.venv/bin/pytest utils/tests/test_mini_deepseek.py`.
+(`checkpoints/mini_deepseek.pt`, in eval mode; `DEEP_CHECKPOINT` is its 8-layer sibling); its
+multi-token-prediction module is loaded by `utils.mtp.load_mtp_modules`. Tests: `.venv/bin/pytest utils/tests/test_mini_deepseek.py`.
 """
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -31,6 +31,9 @@ from utils.rmsnorm import RMSNorm
 from utils.rope import apply_rope
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "mini_deepseek.pt"
+# the same model 8 layers deep, trained by the same command with --n-layers 8: next to it the MTP
+# draft (one block) is cheap, which is where self-speculative decoding pays (12, utils.mtp)
+DEEP_CHECKPOINT = CHECKPOINT.with_name("mini_deepseek_8layers.pt")
 
 
 @dataclass
@@ -191,6 +194,17 @@ def parameter_counts(model: nn.Module) -> dict:
         per_expert = sum(p.numel() for p in moe.experts[0].parameters())
         idle += (moe.n_routed_experts - moe.gate.topk) * per_expert
     return {"total": total, "active": total - idle}
+
+
+def bytes_read_per_token(model: nn.Module, context: int) -> int:
+    """Bytes one cached decode step at batch 1 reads: the weights one token uses (the active
+    parameters, of the embedding table one row) and the absorbed path's latent cache (kv_lora_rank
+    + qk_rope_head_dim numbers per layer) at `context` earlier positions, in the weights' dtype."""
+    cfg = model.cfg
+    size = next(model.parameters()).element_size()
+    weights = parameter_counts(model)["active"] - model.embed.weight.numel() + cfg.dim
+    cache = context * cfg.n_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+    return (weights + cache) * size
 
 
 def load_checkpoint(path=None) -> tuple[MiniDeepSeek, MiniDeepSeekConfig]:

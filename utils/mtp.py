@@ -26,8 +26,22 @@ identical to plain greedy decoding; only the number of forward passes changes. T
 decodes on MLA's absorbed path (its cache holds the latent and the rope key); the draft block
 keeps the naive path, since MTPModule.forward has no absorb argument in the contract.
 
-`python -m utils.mtp` measures, on the trained checkpoint, the acceptance rate of the draft,
-tokens per forward pass and decode tokens/s with and without the draft.
+When does the draft pay? Greedy decoding makes one token per one-token pass of the main model
+(time t1). A speculative step runs one two-token pass (t2) and one draft (td) and keeps 1 + a
+tokens, a the acceptance rate. With c2 = t2 / t1 and r = td / t1 (the draft's cost relative to
+the model it drafts for):
+
+    speed-up = (1 + a) / (c2 + r),   break-even at r = 1 + a - c2.
+
+On a GPU serving a large model c2 is close to 1 (a step is bound by reading the weights, which
+two tokens read once); on a CPU at this size it is close to 1 as well, since each operation's
+fixed cost dominates. The draft is one block, so r falls as the main model grows deeper:
+`checkpoints/mini_deepseek.pt` has 2 layers, `mini_deepseek_8layers.pt` 8.
+
+`python -m utils.mtp` measures, on both trained checkpoints side by side, the acceptance rate,
+tokens per pass, greedy and speculative tokens/s, their ratio, the measured c2 and r with the
+speed-up they predict, and the bandwidth line; then, on the 8-layer model, the speed-up against
+the draft's cost with the draft made 1, 3, 6 and 9 times dearer (`DearerDraft`).
 Tests: `.venv/bin/pytest utils/tests/test_mtp.py`.
 """
 import time
@@ -178,20 +192,113 @@ def decode_benchmark(model, mtp_module, prompts, max_new_tokens: int, repeats: i
             "tokens_per_pass": n / passes, "identical": identical, "new_tokens": n}
 
 
+class DearerDraft(nn.Module):
+    """The same draft, `times` times dearer: its module runs `times` times on the same input. The
+    output and the cache it writes are the same; only the draft's cost grows (for cost_sweep)."""
+
+    def __init__(self, module: nn.Module, times: int):
+        super().__init__()
+        if times < 1:
+            raise ValueError(f"times must be at least 1, got {times}")
+        self.module, self.times = module, times
+
+    def forward(self, h_prev, next_embeddings, start_pos: int = 0):
+        for _ in range(self.times):
+            out = self.module(h_prev, next_embeddings, start_pos)
+        return out
+
+
+@torch.no_grad()
+def step_costs(model: nn.Module, mtp_module: nn.Module, prompt: torch.Tensor, calls: int = 50, rounds: int = 5) -> dict:
+    """Seconds per call, best of `rounds` interleaved rounds: a cached main-model pass on 1 and on
+    2 tokens ('main1', 'main2') and a draft (module and head) on 1 and on 2 tokens ('draft1',
+    'draft2'), all at the position after `prompt` (batch 1), with their head's argmax included."""
+    T = prompt.shape[1]
+    h = hidden_states(model, prompt, 0, absorb=True)  # prefill both caches
+    mtp_module(h, model.embed(prompt), 0)
+    two, h2 = prompt[:, -2:], h[:, -2:]
+    work = {"main1": lambda: _predict(model, hidden_states(model, two[:, :1], T, absorb=True)),
+            "main2": lambda: _predict(model, hidden_states(model, two, T, absorb=True)),
+            "draft1": lambda: _predict(model, mtp_module(h2[:, :1], model.embed(two[:, :1]), T)),
+            "draft2": lambda: _predict(model, mtp_module(h2, model.embed(two), T))}
+    best = dict.fromkeys(work, float("inf"))
+    for _ in range(rounds):
+        for name, f in work.items():
+            f()  # rewrites the same cache positions: every call does the same work
+            start = time.perf_counter()
+            for _ in range(calls):
+                f()
+            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    return best
+
+
+def predicted_speedup(acceptance: float, verify_cost: float, draft_cost: float) -> float:
+    """(1 + a) / (c2 + r): tokens per speculative step over its cost, both in greedy steps."""
+    return (1 + acceptance) / (verify_cost + draft_cost)
+
+
+def cost_model(costs: dict, acceptance: float) -> dict:
+    """c2, r (the draft on 2 tokens after an accepted step, on 1 after a rejection), the predicted
+    speed-up and the break-even r, from step_costs and the acceptance rate."""
+    c2 = costs["main2"] / costs["main1"]
+    r = (acceptance * costs["draft2"] + (1 - acceptance) * costs["draft1"]) / costs["main1"]
+    return {"verify_cost": c2, "draft_cost": r, "predicted": predicted_speedup(acceptance, c2, r),
+            "break_even": 1 + acceptance - c2}
+
+
+def cost_sweep(model, mtp_module, prompts, max_new_tokens: int, times=(1, 3, 6, 9), repeats: int = 2,
+               progress=None) -> list[dict]:
+    """Measured speed-up of self-speculative decoding against the draft's measured cost r, the
+    draft made `times` times dearer (DearerDraft); each row also has the cost model's prediction."""
+    rows = []
+    for m in (progress(times) if progress else times):
+        draft = DearerDraft(mtp_module, m)
+        r = decode_benchmark(model, draft, prompts, max_new_tokens, repeats)
+        rows.append({"times": m, **cost_model(step_costs(model, draft, prompts[0]), r["acceptance"]),
+                     "speedup": r["speedup"], "acceptance": r["acceptance"], "identical": r["identical"]})
+    return rows
+
+
+def report(name: str, model, mtp_module, prompts, max_new_tokens: int, repeats: int = 3) -> dict:
+    """decode_benchmark, the cost model and the bandwidth line of one checkpoint, printed."""
+    from utils.bandwidth import bandwidth_line
+    from utils.mini_deepseek import bytes_read_per_token
+
+    r = decode_benchmark(model, mtp_module, prompts, max_new_tokens, repeats)
+    r.update(cost_model(step_costs(model, mtp_module, prompts[0]), r["acceptance"]))
+    context = round(sum(p.shape[1] for p in prompts) / len(prompts) + max_new_tokens / 2)  # mean over the decode
+    print(f"{name}: {model.cfg.n_layers} layers, {len(prompts)} copy prompts, {max_new_tokens} new tokens each, "
+          f"batch 1, best of {repeats} rounds")
+    print(f"  acceptance of the drafted token  {r['acceptance']:.1%}")
+    print(f"  tokens per main-model pass       {r['tokens_per_pass']:.2f}")
+    print(f"  greedy                           {r['greedy_tok_s']:.0f} tokens/s")
+    print(f"  self-speculative (MTP draft)     {r['speculative_tok_s']:.0f} tokens/s ({r['speedup']:.2f}x greedy)")
+    print(f"  output identical to greedy       {r['identical']}")
+    print(f"  cost model: c2 = {r['verify_cost']:.2f}, r = {r['draft_cost']:.2f} -> predicted "
+          f"{r['predicted']:.2f}x; break-even at r = {r['break_even']:.2f}")
+    print(f"  greedy bandwidth line: {bandwidth_line(bytes_read_per_token(model, context), r['greedy_tok_s'])}")
+    return r
+
+
 if __name__ == "__main__":
+    from tqdm.auto import tqdm
+
     from utils.copy_task import copy_prompts
-    from utils.mini_deepseek import load_checkpoint
+    from utils.mini_deepseek import DEEP_CHECKPOINT, load_checkpoint
 
     torch.set_num_threads(1)  # a model this small gains nothing from a second thread
     torch.manual_seed(0)
-    model, cfg = load_checkpoint()
-    mtp = load_mtp_modules()[0]
     prompts = copy_prompts(16, torch.Generator().manual_seed(1234))
-    new = 30  # the longest prompt (18 tokens) + 30 stays within the 48 positions the model was trained on
-    r = decode_benchmark(model, mtp, prompts, max_new_tokens=new)
-    print(f"trained checkpoint, {len(prompts)} copy prompts, {new} new tokens each, batch 1, best of 3 rounds")
-    print(f"  acceptance of the drafted token  {r['acceptance']:.1%}")
-    print(f"  tokens per forward pass          {r['tokens_per_pass']:.2f}")
-    print(f"  greedy                           {r['greedy_tok_s']:.0f} tokens/s")
-    print(f"  self-speculative (MTP draft)     {r['speculative_tok_s']:.0f} tokens/s ({r['speedup']:.2f}x)")
-    print(f"  output identical to greedy       {r['identical']}")
+    new = 30  # the longest prompt (18 tokens) + 30 stays within the 48 positions the models were trained on
+    for path in (CHECKPOINT, DEEP_CHECKPOINT):
+        model, _ = load_checkpoint(path)
+        report(path.name, model, load_mtp_modules(path)[0], prompts, new)
+    print("at this size a decode step is bound by the fixed cost of each operation, not by memory: "
+          "both greedy decodes reach a small fraction of the bandwidth limit")
+    print(f"\n{DEEP_CHECKPOINT.name}, the draft made dearer (DearerDraft), 8 prompts, best of 2 rounds:")
+    print(f"  {'draft runs':>10}  {'r':>5}  {'c2':>5}  {'predicted':>9}  {'measured':>8}  {'acceptance':>10}")
+    for row in cost_sweep(model, load_mtp_modules(DEEP_CHECKPOINT)[0], prompts[:8], new,
+                          progress=lambda t: tqdm(t, desc="draft cost sweep", leave=False)):
+        print(f"  {row['times']:>10}  {row['draft_cost']:>5.2f}  {row['verify_cost']:>5.2f}  {row['predicted']:>8.2f}x"
+              f"  {row['speedup']:>7.2f}x  {row['acceptance']:>10.1%}")
+    print("speculation pays while r stays below the break-even point 1 + a - c2")

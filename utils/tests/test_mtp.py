@@ -121,3 +121,103 @@ def test_greedy_decoding_caches_the_latent_of_the_main_model():
     prompt = torch.randint(0, SMALL.vocab_size, (1, 5), generator=torch.Generator().manual_seed(6))
     mtp.speculative_generate(model, modules[0], prompt, 6)
     assert set(md.cached_numbers_per_token(model)) == {"kv_cache", "pe_cache"}
+
+
+def test_dearer_draft_has_the_same_output_and_runs_the_module_that_many_times():
+    _, modules = small(1, 7)
+    calls = []
+    hook = modules[0].register_forward_hook(lambda *args: calls.append(1))
+    h, e = torch.randn(1, 3, SMALL.dim), torch.randn(1, 3, SMALL.dim)
+    with torch.no_grad():
+        once = modules[0](h, e, 0)
+        calls.clear()
+        thrice = mtp.DearerDraft(modules[0], 3)(h, e, 0)
+    hook.remove()
+    torch.testing.assert_close(thrice, once)
+    assert len(calls) == 3
+    with pytest.raises(ValueError, match="at least 1"):
+        mtp.DearerDraft(modules[0], 0)
+
+
+def test_cost_model_weights_the_draft_by_acceptance_and_finds_the_break_even():
+    costs = {"main1": 2.0, "main2": 2.4, "draft1": 0.2, "draft2": 0.4}
+    m = mtp.cost_model(costs, acceptance=0.5)
+    assert m["verify_cost"] == pytest.approx(1.2) and m["draft_cost"] == pytest.approx(0.15)
+    assert m["predicted"] == pytest.approx(1.5 / 1.35) and m["break_even"] == pytest.approx(0.3)
+    assert mtp.predicted_speedup(0.5, 1.2, m["break_even"]) == pytest.approx(1.0)
+
+
+def test_step_costs_measures_the_four_calls_and_leaves_decoding_exact():
+    model, modules = small(1, 8)
+    prompt = torch.randint(0, SMALL.vocab_size, (1, 6), generator=torch.Generator().manual_seed(8))
+    costs = mtp.step_costs(model, modules[0], prompt, calls=2, rounds=1)
+    assert set(costs) == {"main1", "main2", "draft1", "draft2"} and all(t > 0 for t in costs.values())
+    fast, _ = mtp.speculative_generate(model, modules[0], prompt, 9)
+    assert torch.equal(fast, mtp.greedy_generate(model, prompt, 9))
+
+
+def test_deep_checkpoint_is_the_same_command_with_eight_layers_and_its_drafts_are_accepted():
+    if not md.DEEP_CHECKPOINT.exists():
+        pytest.skip("no 8-layer checkpoint: python -m utils.train_mini --n-layers 8 --out checkpoints/mini_deepseek_8layers.pt")
+    ckpt = torch.load(md.DEEP_CHECKPOINT, weights_only=True)
+    assert ckpt["command"] == "python -m utils.train_mini --n-layers 8 --out checkpoints/mini_deepseek_8layers.pt"
+    assert ckpt["config"]["n_layers"] == 8 and ckpt["final"]["copy_accuracy"] > 0.99
+    model, _ = md.load_checkpoint(md.DEEP_CHECKPOINT)
+    r = mtp.decode_benchmark(model, mtp.load_mtp_modules(md.DEEP_CHECKPOINT)[0],
+                             copy_prompts(3, torch.Generator().manual_seed(9)), 20, repeats=1)
+    assert r["identical"] and r["acceptance"] > 0.9
+
+
+def test_train_mini_trains_the_depth_it_is_asked_for(tmp_path):
+    from utils import train_mini
+    out = tmp_path / "mini.pt"
+    threads = torch.get_num_threads()
+    try:
+        train_mini.main(["--steps", "2", "--n-layers", "3", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)  # main() sets 1 thread for the rest of its process
+    ckpt = torch.load(out, weights_only=True)
+    assert ckpt["config"]["n_layers"] == 3 and ckpt["steps"] == 2
+    assert ckpt["command"] == f"python -m utils.train_mini --steps 2 --n-layers 3 --out {out}"
+    assert {k.split(".")[1] for k in ckpt["model"] if k.startswith("layers.")} == {"0", "1", "2"}
+    assert (tmp_path / "mini_loss.png").exists()
+
+
+class _FirstSteps:
+    """A `progress` for train_mini.train that stops after n steps (the schedule still sees all of them)."""
+
+    def __init__(self, steps, n):
+        self.steps, self.n = steps, n
+
+    def __iter__(self):
+        return iter(list(self.steps)[:self.n])
+
+    def set_postfix(self, **kw):
+        pass
+
+
+@pytest.mark.parametrize("path, steps", [(md.CHECKPOINT, None), (md.DEEP_CHECKPOINT, 20)], ids=["2 layers", "8 layers"])
+def test_committed_checkpoint_is_what_its_command_trains(path, steps):
+    """Training with the stored command's settings gives back the stored loss history (to its 4
+    decimals): all 500 steps and the very weights for the 2-layer model (30 s), the first 20 steps
+    for the 8-layer one. Float rounding that differs after hundreds of steps shows only in the first."""
+    from utils import train_mini
+    if not path.exists():
+        pytest.skip(f"no {path.name}")
+    ckpt = torch.load(path, weights_only=True)
+    cfg = md.MiniDeepSeekConfig(**ckpt["config"])
+    n = steps or ckpt["steps"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # train_mini trains on one thread
+    try:
+        torch.manual_seed(ckpt["seed"])
+        model = md.MiniDeepSeek(cfg)
+        modules = mtp.make_mtp_modules(cfg, ckpt["mtp_depth"])
+        history = train_mini.train(model, modules, ckpt["steps"], ckpt["batch_size"], ckpt["lr"], ckpt["lam"],
+                                   seed=ckpt["seed"], progress=lambda all_steps: _FirstSteps(all_steps, n))
+    finally:
+        torch.set_num_threads(threads)
+    assert [round(v, 4) for v in history["loss"]] == ckpt["history"]["loss"][:n]
+    if steps is None:
+        assert all(torch.equal(v, ckpt["model"][k]) for k, v in model.state_dict().items())
+        assert all(torch.equal(v, ckpt["mtp"][k]) for k, v in modules.state_dict().items())
