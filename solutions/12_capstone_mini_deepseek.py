@@ -945,16 +945,13 @@ print(f"{'output identical to greedy':32}{r['identical']!s:>10}")
 # Two tokens per pass do not make decoding twice as fast. Count what a speculative step costs, in
 # units of one greedy step (one pass of the main model on one token, time t1): one pass on two
 # tokens (c2 = t2 / t1) and one draft (r = td / t1). It keeps 1 + a tokens, a being the
-# acceptance rate. Greedy keeps one per unit, so
+# acceptance rate, where greedy keeps one per unit, so the speed-up is $(1 + a) / (c_2 + r)$ and
+# the draft stops paying at $r = 1 + a - c_2$.
 #
-# $$\text{speed-up} = \frac{1 + a}{c_2 + r}, \qquad \text{break-even at } r = 1 + a - c_2 .$$
+# 推测解码每次前向计算得到两个词元，并不会让解码快一倍。以一次贪心步（主模型对一个词元的一次前向计算，耗时 t1）为单位，数一数一个推测步的代价：主模型对两个词元的一次前向计算（c2 = t2 / t1）加一次起草（r = td / t1）。它保留 1 + a 个词元（a 是接受率），而贪心解码每个单位保留一个，所以加速比为 $(1 + a) / (c_2 + r)$，当 $r = 1 + a - c_2$ 时草稿就不再划算。
 #
 # Here the draft is a whole block next to a main model of two, so r is large. `utils.mtp.step_costs`
 # times the four calls on this machine and `cost_model` puts them into the formula:
-#
-# 推测解码每次前向计算得到两个词元，并不会让解码快一倍。以一次贪心步（主模型对一个词元的一次前向计算，耗时 t1）为单位，数一数一个推测步的代价：主模型对两个词元的一次前向计算（c2 = t2 / t1）加一次起草（r = td / t1）。它保留 1 + a 个词元，a 是接受率。贪心解码每个单位保留一个词元，所以
-#
-# $$\text{加速比} = \frac{1 + a}{c_2 + r}, \qquad \text{盈亏平衡点 } r = 1 + a - c_2 .$$
 #
 # 这里草稿是一个完整的块，而主模型只有两个块，所以 r 很大。`utils.mtp.step_costs` 在这台机器上为这四种调用计时，`cost_model` 把它们代入公式：
 
@@ -976,13 +973,18 @@ shallow_costs = print_cost_model("2 layers", trained, mtp_trained[0], r["accepta
 # **A deeper model.** The draft stays one block however deep the main model is, so depth makes it
 # cheap. In DeepSeek-V3 it is one block next to 61 layers. `python -m utils.train_mini --n-layers 8`
 # trained the same model 8 layers deep with its MTP module, on the same task and seed
-# (`checkpoints/mini_deepseek_8layers.pt`). It loads into your classes too:
+# (`checkpoints/mini_deepseek_8layers.pt`). It loads into your classes too. The last line puts its
+# greedy decode against the limit of notebook 11: the bytes a step reads (the weights one token
+# uses and the latent cache) times tokens per second, over this machine's measured bandwidth. At
+# this size the fraction is small: a step waits on the fixed cost of each of its many small
+# operations, not on memory.
 #
-# **更深的模型。** 无论主模型多深，草稿始终只有一个块，所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中：
+# **更深的模型。** 无论主模型多深，草稿始终只有一个块，所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中。最后一行把它的贪心解码与笔记本 11 的上限相比：一步读取的字节数（一个词元用到的权重和潜在缓存）乘以每秒词元数，再除以这台机器测得的带宽。在这个规模下这个比例很小：一步等待的是它众多小操作各自的固定开销，而不是内存。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from utils.mini_deepseek import DEEP_CHECKPOINT
+from utils.bandwidth import bandwidth_line
+from utils.mini_deepseek import DEEP_CHECKPOINT, bytes_read_per_token
 
 deep_ckpt = torch.load(DEEP_CHECKPOINT, weights_only=True)
 deep_cfg = MiniDeepSeekConfig(**deep_ckpt["config"])
@@ -1000,6 +1002,8 @@ print(f"{'greedy, tokens/s':32}{rd['greedy_tok_s']:>10.0f}")
 print(f"{'self-speculative, tokens/s':32}{rd['speculative_tok_s']:>10.0f}   ({rd['speedup']:.2f}x on the machine that ran this)")
 print(f"{'output identical to greedy':32}{rd['identical']!s:>10}")
 deep_costs = print_cost_model("8 layers", deep, deep_mtp, rd["acceptance"], rd["speedup"])
+context = round(sum(p.shape[1] for p in prompts) / len(prompts)) + 15  # the mean over a 30-token decode
+print("greedy, against the bandwidth limit:", bandwidth_line(bytes_read_per_token(deep, context), rd["greedy_tok_s"]))
 
 # %% [markdown]
 # To see the whole curve, make the 8-layer model's draft dearer on purpose: `DearerDraft` runs the
