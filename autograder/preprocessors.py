@@ -10,6 +10,8 @@ nbgrader's own Execute in `Autograde.autograde_preprocessors`).
 - Before every test cell, `autograder/kernel_guard.py` (sent as text, never imported by the kernel)
   puts back the builtins, torch and IPython machinery recorded before the first cell and loads the
   course's checks and reference kernels afresh, so a notebook that patches them gains nothing.
+- `GradingExecute.run_as`: the kernel runs as another Unix account, through sudo
+  (autograder/sandbox.py), so that the learner's code cannot read what the grader can.
 """
 import binascii
 import marshal
@@ -23,7 +25,7 @@ from time import monotonic
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Bool, Integer
+from traitlets import Bool, Integer, Unicode
 
 from autograder.prestart import DEFAULT_MEMORY_MB, KERNEL_ARGUMENTS, PRESTARTED, kernel_env, limit_memory, memory_limit_mb
 
@@ -84,6 +86,20 @@ class GradingExecute(Execute):
                                 "it fails with a verdict that names the limit. AUTOGRADER_MEMORY_LIMIT_MB overrides it."
     ).tag(config=True)
 
+    run_as = Unicode(
+        "", help="Unix account that runs the grading kernel, through sudo (autograder/sandbox.py; the "
+                 "course's JupyterHub sets it); empty: the grading process's own account."
+    ).tag(config=True)
+
+    def create_kernel_manager(self):
+        if self.run_as:
+            from autograder.sandbox import kernel_manager_class
+            self.kernel_manager_class = kernel_manager_class()
+        km = super().create_kernel_manager()
+        if self.run_as:
+            km.run_as, km.memory_limit_mb = self.run_as, memory_limit_mb(self.memory_limit_mb)
+        return km
+
     def preprocess(self, nb, resources=None, km=None):
         self._deadline = monotonic() + self.notebook_timeout
         self._stopped = None  # (en, zh): why the remaining cells were not run
@@ -95,7 +111,7 @@ class GradingExecute(Execute):
         # The outputs are in by then and the kernel has nothing to save: killing it takes about
         # 0.1 s where a graceful shutdown took 0.8-2.6 s of a submit (measured on 2 cores).
         self.shutdown_kernel = "immediate"
-        prestarted = km is None and PRESTARTED and PRESTARTED.pop()
+        prestarted = km is None and not self.run_as and PRESTARTED and PRESTARTED.pop()
         if not prestarted:
             return super().preprocess(nb, resources, km)
         try:

@@ -12,6 +12,9 @@ hub/KUBERNETES.md and the README's instructor section.
 What is where:
     STATE/hub.json, accounts.json (0600)   ports, accounts, paths; passwords
     STATE/exchange/                        nbgrader's exchange (1777; nbgrader sets its folders)
+    PREFIX-grader, /etc/sudoers.d/attention-hub-PREFIX
+                                           the account grading kernels run as, and the one sudo
+                                           rule that lets the instructor start them as it
     STATE/pg/, STATE/pg-run/               PostgreSQL: data (postgres), socket (peer authentication)
     ~INSTRUCTOR/attention-course/          the course folder: source/ from solutions/, release/, ...
 While the hub runs, solutions/ is readable by root only, and the folders above the checkout and
@@ -60,7 +63,7 @@ def missing() -> str | None:
     """What this machine lacks to run a class, in one line (None: nothing)."""
     if os.name != "posix" or os.geteuid() != 0:
         return "not root (accounts are created and servers spawned as them)"
-    for tool in ("useradd", "userdel", "runuser"):
+    for tool in ("useradd", "userdel", "runuser", "sudo", "visudo"):
         if not shutil.which(tool):
             return f"no `{tool}` program"
     if not CHP.exists():
@@ -94,6 +97,8 @@ class CourseHub:
     def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None):
         self.state, self.prefix = Path(state), prefix
         self.instructor = f"{prefix}-teacher"
+        self.grader = f"{prefix}-grader"  # runs the learners' code while the instructor grades (autograder/sandbox.py)
+        self.sudoers = Path("/etc/sudoers.d") / f"attention-hub-{prefix}"
         self.learners = [f"{prefix}-learner{i}" for i in range(1, learners + 1)]
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -104,8 +109,8 @@ class CourseHub:
         self.pg_port = free_port()
 
     # Accounts and permissions -------------------------------------------------------------
-    def _add_user(self, name: str):
-        run("useradd", "--create-home", "--shell", "/bin/bash", "--user-group", name)
+    def _add_user(self, name: str, shell: str = "/bin/bash"):
+        run("useradd", "--create-home", "--shell", shell, "--user-group", name)
         self.created_users.append(name)
         os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
 
@@ -122,6 +127,21 @@ class CourseHub:
         mode = solutions.stat().st_mode
         os.chmod(solutions, mode & ~0o007)
         self._undo.append((solutions, mode))
+
+    def _add_grader(self):
+        """The throwaway account that grading kernels run as: no login, no password; the instructor
+        may start autograder/sandbox.py as it through sudo (that command only) and shares a group
+        with it for the kernel's connection file."""
+        from autograder.sandbox import sudoers_rule
+        self._add_user(self.grader, shell="/usr/sbin/nologin")
+        run("usermod", "--append", "--groups", self.grader, self.instructor)
+        draft = self.state / "sudoers"
+        draft.write_text(sudoers_rule(self.instructor, self.grader))
+        check = run("visudo", "-c", "-f", str(draft), check=False)
+        if check.returncode != 0:
+            raise RuntimeError(f"the sudoers rule does not parse: {check.stdout} {check.stderr}")
+        draft.chmod(0o440)
+        shutil.move(str(draft), self.sudoers)
 
     # PostgreSQL -----------------------------------------------------------------------------
     def _start_postgres(self):
@@ -176,6 +196,7 @@ class CourseHub:
             self._add_user(name)
         for name in self.learners:  # each learner's own group: how the instructor reads their submissions
             run("usermod", "--append", "--groups", name, self.instructor)
+        self._add_grader()
         self.exchange.mkdir()
         self.exchange.chmod(0o1777)
         self._start_postgres()
@@ -185,7 +206,7 @@ class CourseHub:
         accounts.write_text(json.dumps(self.passwords))
         (self.state / "hub.json").write_text(json.dumps({
             "repo": str(REPO), "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
-            "chp": str(CHP), "instructor": self.instructor, "learners": self.learners,
+            "chp": str(CHP), "instructor": self.instructor, "learners": self.learners, "grader": self.grader,
             "exchange": str(self.exchange), "gradebook": self.gradebook, "course_root": str(self.course_root),
             "service_token": self.service_token}))
         (self.state / "hub.json").chmod(0o600)
@@ -252,6 +273,7 @@ class CourseHub:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             run("userdel", "--remove", name, check=False)
+        self.sudoers.unlink(missing_ok=True)
         for path, mode in reversed(self._undo):
             os.chmod(path, mode)
         self._undo.clear()

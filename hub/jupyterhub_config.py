@@ -63,6 +63,7 @@ def role_environment(spawner):
     if role == "instructor":
         env["ATTENTION_COURSE_ROOT"] = cls["course_root"]
         env["ATTENTION_GRADEBOOK"] = cls["gradebook"]
+        env["ATTENTION_GRADER"] = cls["grader"]  # grading kernels run as this account (autograder/sandbox.py)
     spawner.environment.update(env)
 
 

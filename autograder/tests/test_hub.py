@@ -7,7 +7,8 @@ the instructor generates and releases notebook 01; learner1 solves it, learner2 
 learner3 leaves it untouched; each fetches, validates and submits; the instructor collects,
 autogrades with the course's grader, generates and releases feedback; each learner fetches their
 feedback. Then scores are checked in the gradebook and in each learner's feedback, and the
-forbidden reads and writes are tried as the learners themselves.
+forbidden reads and writes are tried as the learners themselves, and from inside the grading
+kernel, which runs as a throwaway account (autograder/sandbox.py), not as the instructor.
 
 Accounts, exchange and PostgreSQL are made under a name of the test's own and removed afterwards.
 The learner's part in Chromium (Playwright), as in test_browser.py: log in, Assignments, fetch, type,
@@ -33,7 +34,7 @@ import pytest
 from autograder.notebooks import ROOT, SOLUTIONS
 
 sys.path.insert(0, str(ROOT))
-from hub.course_hub import COURSE_ID, CourseHub, missing, pg_bin  # noqa: E402
+from hub.course_hub import COURSE_ID, CourseHub, _pids_of, missing, pg_bin  # noqa: E402
 
 WHY = missing()
 if WHY:
@@ -47,7 +48,22 @@ STEM = "01_dot_product_attention"
 NB = f"{STEM}/{STEM}.ipynb"
 WRONG_SOFTMAX = ("def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:\n"
                  "    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n")
-UID_CELL = "import os\nprint('grading uid', os.geteuid())"
+
+
+def probe_cell(hub) -> str:
+    """A cell learner2 adds: under which account does it run, and can it read what the grader can?"""
+    good = hub.learners[0]
+    targets = [hub.course_root / "source" / NB, hub.course_root / "submitted" / good / NB,
+               hub.exchange / COURSE_ID / "inbound", Path(home_of(good)) / NB, SOLUTIONS / f"{STEM}.ipynb",
+               Path(home_of(hub.instructor)) / ".local" / "share" / "jupyter" / "runtime"]
+    return ("import os, pwd\n"
+            "print('running as', pwd.getpwuid(os.geteuid()).pw_name)\n"
+            f"for path in {[str(t) for t in targets]!r}:\n"
+            "    try:\n"
+            "        os.listdir(path) if os.path.isdir(path) else open(path, 'rb').read(1)\n"
+            "        print('read', path)\n"
+            "    except OSError as e:\n"
+            "        print('refused', type(e).__name__, path)\n")
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 
 
@@ -127,8 +143,8 @@ def learners_work(hub, kinds: dict[str, str], validate: list[str]):
         if EDITS[kind] is not None:
             content = call(hub, learner, "GET", f"/api/contents/{NB}")
             nb = solved(nbformat.from_dict(content["content"]), EDITS[kind])
-            if kind == "wrong softmax":  # shows under which account grading runs this learner's code
-                nb.cells.append(nbformat.v4.new_code_cell(UID_CELL))
+            if kind == "wrong softmax":  # tries, while graded, what the grader's account could read
+                nb.cells.append(nbformat.v4.new_code_cell(probe_cell(hub)))
             call(hub, learner, "PUT", f"/api/contents/{NB}", {"type": "notebook", "format": "json", "content": nb})
         if learner in validate:
             validated = call(hub, learner, "POST", "/assignments/validate", {"path": NB})
@@ -214,10 +230,12 @@ def test_a_class_through_the_exchange(hub):
     grade(hub, kinds)
     check_grades(hub, kinds)
 
+    # The learner's code ran as the throwaway account, and none of the grader's files were open to it.
     graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
-    uid = re.search(r"grading uid (\d+)", printed)
-    assert uid and int(uid[1]) == Path(hub.course_root).stat().st_uid != 0, printed[-500:]
+    assert f"running as {hub.grader}\n" in printed, printed[-800:]
+    assert printed.count("refused PermissionError") == 6 and "\nread " not in printed, printed[-1500:]
+    assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid), "a grading kernel outlived its grading"
 
     forbidden_attempts(hub, good, wrong)
     browser_part(hub)
@@ -229,6 +247,7 @@ def forbidden_attempts(hub, victim, intruder):
     course = hub.exchange / COURSE_ID
     feedback_file = next((home / STEM / "feedback").rglob("*.html"))
     submitted = next(p for p in (course / "inbound").iterdir() if p.name.startswith(f"{victim}+") and p.owner() == victim)
+    released = next(p for p in (course / "feedback").iterdir() if p.read_bytes() == feedback_file.read_bytes())
     attempts = {
         "read another learner's notebook": ["cat", str(home / NB)],
         "change another learner's notebook": ["sh", "-c", f"echo x >> {home / NB}"],
@@ -236,6 +255,7 @@ def forbidden_attempts(hub, victim, intruder):
         "list the exchange's submissions": ["ls", str(course / "inbound")],
         "read another learner's submission": ["cat", str(submitted / f"{STEM}.ipynb")],
         "list the exchange's feedback": ["ls", str(course / "feedback")],
+        "read another learner's released feedback by its name": ["cat", str(released)],
         "change the released notebook": ["sh", "-c", f"echo x >> {course / 'outbound' / NB}"],
         "add to the released assignment": ["touch", str(course / "outbound" / STEM / "extra.ipynb")],
         "read solutions/": ["cat", str(SOLUTIONS / f"{STEM}.ipynb")],
@@ -250,6 +270,7 @@ def forbidden_attempts(hub, victim, intruder):
     assert not allowed, f"a learner could: {allowed}"
     # The same commands work for their owner: the attempts failed for want of permission, not of a file.
     assert as_user(hub, victim, "cat", str(feedback_file), cwd="/").returncode == 0
+    assert as_user(hub, victim, "cat", str(released), cwd="/").returncode == 0
 
 
 RIGHT = "return inputs @ query"  # attention_scores, typed in the browser

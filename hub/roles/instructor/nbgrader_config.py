@@ -12,3 +12,8 @@ c.CourseDirectory.db_url = os.environ["ATTENTION_GRADEBOOK"]
 c.Exchange.root = os.environ["ATTENTION_EXCHANGE"]
 # Collect only submissions whose file the named learner owns (nbgrader merely warns): hub/exchange.py.
 c.ExchangeFactory.collect = "hub.exchange.OwnerCheckedCollect"
+# Each released feedback page readable by its learner (and the instructor) only: hub/exchange.py.
+c.ExchangeFactory.release_feedback = "hub.exchange.PrivateFeedback"
+# Grading kernels run the learners' code as a throwaway account, never as the instructor (who can read
+# the hidden tests, every submission and the gradebook): autograder/sandbox.py, through sudo.
+c.GradingExecute.run_as = os.environ["ATTENTION_GRADER"]
