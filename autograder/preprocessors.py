@@ -16,7 +16,6 @@ nbgrader's own Execute in `Autograde.autograde_preprocessors`).
 import binascii
 import marshal
 import math
-import os
 import re
 import sys
 from pathlib import Path

@@ -22,7 +22,6 @@ Conventions (CURRICULUM.md in the repository root, section 11):
   kernel is bound by that arithmetic rather than by the bytes it reads.
 """
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 INT8_MAX = 127

@@ -14,7 +14,7 @@ import math
 import torch
 
 import utils.causal as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_linear, expect_raises, expect_tensor,
+from autograder.checks import (expect, expect_close, expect_known, expect_linear, expect_raises, expect_tensor,
                                fail, fill_linear, matches, randn)
 
 NEG_INF = float("-inf")

@@ -9,7 +9,7 @@ import math
 import torch
 
 import utils.rope as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state, own_module,
+from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
                                own_work, randn, seeded_state)
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.kv_cache import KVCache

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import utils.quantize as ref
-from autograder.checks import Shortcut, call, course_versions, expect, expect_close, expect_known, expect_tensor, fail, own_work, randn
+from autograder.checks import Shortcut, call, course_versions, expect, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks import int8_layers as il
 from autograder.checks import quant_probes as qp
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import nbformat
-import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.notebooks import SOLUTIONS

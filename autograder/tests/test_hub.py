@@ -32,6 +32,7 @@ import nbformat
 import pytest
 
 from autograder.notebooks import ROOT, SOLUTIONS
+from autograder.prestart import DEFAULT_MEMORY_MB
 
 sys.path.insert(0, str(ROOT))
 from hub.course_hub import COURSE_ID, CourseHub, _pids_of, missing, pg_bin  # noqa: E402
@@ -56,8 +57,9 @@ def probe_cell(hub) -> str:
     targets = [hub.course_root / "source" / NB, hub.course_root / "submitted" / good / NB,
                hub.exchange / COURSE_ID / "inbound", Path(home_of(good)) / NB, SOLUTIONS / f"{STEM}.ipynb",
                Path(home_of(hub.instructor)) / ".local" / "share" / "jupyter" / "runtime"]
-    return ("import os, pwd\n"
+    return ("import os, pwd, resource\n"
             "print('running as', pwd.getpwuid(os.geteuid()).pw_name)\n"
+            "print('memory limit MiB', resource.getrlimit(resource.RLIMIT_DATA)[1] >> 20)\n"
             f"for path in {[str(t) for t in targets]!r}:\n"
             "    try:\n"
             "        os.listdir(path) if os.path.isdir(path) else open(path, 'rb').read(1)\n"
@@ -234,6 +236,7 @@ def test_a_class_through_the_exchange(hub):
     graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
     assert f"running as {hub.grader}\n" in printed, printed[-800:]
+    assert f"memory limit MiB {DEFAULT_MEMORY_MB}\n" in printed, printed[-800:]  # the course config's, kept through sudo
     assert printed.count("refused PermissionError") == 6 and "\nread " not in printed, printed[-1500:]
     assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid), "a grading kernel outlived its grading"
 

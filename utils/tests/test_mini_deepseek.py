@@ -1,9 +1,7 @@
 """Tests of utils.mini_deepseek, utils.copy_task and utils.train_mini (notebook 12): `.venv/bin/pytest utils/tests/test_mini_deepseek.py`."""
-import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from utils import mini_deepseek as md
 from utils.moe import MoE

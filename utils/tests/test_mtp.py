@@ -1,7 +1,6 @@
 """Tests of utils.mtp, multi-token prediction and self-speculative decoding (12): `.venv/bin/pytest utils/tests/test_mtp.py`."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from utils import mini_deepseek as md
 from utils import mtp
