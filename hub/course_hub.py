@@ -305,11 +305,16 @@ def main(argv=None) -> int:
         print(f"make hub: {why}", file=sys.stderr)
         return 2
     hub = CourseHub(Path(args.state), args.prefix, args.learners, port=args.port)
+    # Ctrl-C and SIGTERM (kill, timeout, a service manager) both stop the class and remove what it made,
+    # also where the shell that started it set SIGINT to be ignored (a background job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: signal.default_int_handler(signal.SIGINT, None))
     try:
         hub.start(stems=sorted(p.stem for p in (REPO / "solutions").glob("*.ipynb")))
         print(f"JupyterHub for the course: {hub.url}  (Ctrl-C stops it and removes the accounts)")
         for name, password in hub.passwords.items():
             print(f"  {'instructor' if name == hub.instructor else 'learner':<10}  {name:<24} password {password}")
+        print(f"  grading kernels run as {hub.grader} (no log-in), through /etc/sudoers.d/{hub.sudoers.name}")
         while all(p.poll() is None for p in hub.procs):
             time.sleep(1)
         print("JupyterHub or PostgreSQL stopped; see the log above", file=sys.stderr)
