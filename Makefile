@@ -51,8 +51,10 @@ XDIST ?= -n $(shell nproc 2>/dev/null || echo 2) --dist loadgroup
 test: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) utils autograder
 
+# --dist loadfile: all cells of a notebook on one worker (loadgroup split a notebook's cells
+# between workers under pytest 9 / xdist 3.8, and a cell then ran without the ones before it).
 nbval: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST) $(NBVAL) solutions
+	$(BIN)/python -m pytest -n $(shell nproc 2>/dev/null || echo 2) --dist loadfile $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
 test-fast: $(STAMP)

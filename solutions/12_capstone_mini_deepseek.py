@@ -961,7 +961,7 @@ from utils.mtp import cost_model, step_costs
 
 
 def print_cost_model(name, model, draft, acceptance, measured):
-    m = cost_model(step_costs(model, draft, prompts[0], calls=5 if GRADING else 20, rounds=3), acceptance)
+    m = cost_model(step_costs(model, draft, prompts[0], calls=2 if GRADING else 20, rounds=1 if GRADING else 3), acceptance)
     print(f"{name}: c2 = {m['verify_cost']:.2f}, r = {m['draft_cost']:.2f}, predicted {m['predicted']:.2f}x, "
           f"measured {measured:.2f}x; break-even at r = {m['break_even']:.2f}")
     return m
@@ -983,7 +983,7 @@ shallow_costs = print_cost_model("2 layers", trained, mtp_trained[0], r["accepta
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from utils.bandwidth import bandwidth_line
+from utils.bandwidth import bandwidth_line, memory_bandwidth
 from utils.mini_deepseek import DEEP_CHECKPOINT, bytes_read_per_token
 
 deep_ckpt = torch.load(DEEP_CHECKPOINT, weights_only=True)
@@ -1003,7 +1003,8 @@ print(f"{'self-speculative, tokens/s':32}{rd['speculative_tok_s']:>10.0f}   ({rd
 print(f"{'output identical to greedy':32}{rd['identical']!s:>10}")
 deep_costs = print_cost_model("8 layers", deep, deep_mtp, rd["acceptance"], rd["speedup"])
 context = round(sum(p.shape[1] for p in prompts) / len(prompts)) + 15  # the mean over a 30-token decode
-print("greedy, against the bandwidth limit:", bandwidth_line(bytes_read_per_token(deep, context), rd["greedy_tok_s"]))
+bandwidth = memory_bandwidth(n_bytes=(64 if GRADING else 256) * 2 ** 20)  # utils.bandwidth: a large copy
+print("greedy, against the bandwidth limit:", bandwidth_line(bytes_read_per_token(deep, context), rd["greedy_tok_s"], bandwidth))
 
 # %% [markdown]
 # To see the whole curve, make the 8-layer model's draft dearer on purpose: `DearerDraft` runs the
@@ -1017,8 +1018,9 @@ print("greedy, against the bandwidth limit:", bandwidth_line(bytes_read_per_toke
 # NBVAL_IGNORE_OUTPUT
 from utils.mtp import cost_sweep
 
-sweep = cost_sweep(deep, deep_mtp, prompts[:2], 8 if GRADING else 30, times=(1, 6) if GRADING else (1, 4, 8),
-                   repeats=1 if GRADING else 2, progress=lambda t: tqdm(t, desc="draft cost sweep"))
+sweep = cost_sweep(deep, deep_mtp, prompts[:1] if GRADING else prompts[:2], 4 if GRADING else 30,
+                   times=(1,) if GRADING else (1, 4, 8), repeats=1 if GRADING else 3, calls=2 if GRADING else 10,
+                   rounds=1 if GRADING else 5, progress=lambda t: tqdm(t, desc="draft cost sweep"))
 a, c2 = rd["acceptance"], deep_costs["verify_cost"]
 grid = torch.linspace(0, max(1.6, max(row["draft_cost"] for row in sweep) * 1.1), 100)
 fig, ax = plt.subplots(figsize=(7, 3.8))

@@ -247,14 +247,16 @@ def cost_model(costs: dict, acceptance: float) -> dict:
 
 
 def cost_sweep(model, mtp_module, prompts, max_new_tokens: int, times=(1, 3, 6, 9), repeats: int = 2,
-               progress=None) -> list[dict]:
+               calls: int = 50, rounds: int = 5, progress=None) -> list[dict]:
     """Measured speed-up of self-speculative decoding against the draft's measured cost r, the
-    draft made `times` times dearer (DearerDraft); each row also has the cost model's prediction."""
+    draft made `times` times dearer (DearerDraft); each row also has the cost model's prediction
+    (step_costs with `calls` and `rounds`)."""
     rows = []
     for m in (progress(times) if progress else times):
         draft = DearerDraft(mtp_module, m)
         r = decode_benchmark(model, draft, prompts, max_new_tokens, repeats)
-        rows.append({"times": m, **cost_model(step_costs(model, draft, prompts[0]), r["acceptance"]),
+        costs = step_costs(model, draft, prompts[0], calls, rounds)
+        rows.append({"times": m, **cost_model(costs, r["acceptance"]),
                      "speedup": r["speedup"], "acceptance": r["acceptance"], "identical": r["identical"]})
     return rows
 
