@@ -112,13 +112,9 @@ class SparseMLA(MultiHeadLatentAttention):
         cfg = self.cfg
         B, T, _ = x.shape
         end = start_pos + T
-        if end > cfg.max_seq_len:
-            raise ValueError(f"positions up to {end} do not fit max_seq_len={cfg.max_seq_len}")
-        H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-        positions = torch.arange(start_pos, end, device=x.device)
-        qr = self.q_norm(self.wq_a(x))
-        q_nope, q_pe = self.wq_b(qr).view(B, T, H, self.qk_head_dim).split([nope, rope], dim=-1)
-        q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
+        H, nope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.v_head_dim
+        positions = self._positions(start_pos, T, x.device)
+        q_nope, q_pe, qr = self._queries(x, positions)  # 09's queries; the indexer also reads their latent qr
         latent, k_pe = self._latent_and_rope_key(x, positions)
         indices, blocked = topk_indices(self.indexer(x, qr, start_pos), cfg.index_topk)  # (B, T, k): per query, not per head
         if absorb:  # read only the selected latents: the work per step grows with index_topk, not with end

@@ -114,19 +114,31 @@ class MultiHeadLatentAttention(nn.Module):
         for name, new in entries.items():
             self._write(name, new, 0)
 
+    def _positions(self, start_pos: int, T: int, device) -> torch.Tensor:
+        """Positions start_pos .. start_pos + T - 1, after checking that they fit the caches."""
+        end = start_pos + T
+        if end > self.cfg.max_seq_len:
+            raise ValueError(f"positions up to {end} do not fit max_seq_len={self.cfg.max_seq_len}")
+        return torch.arange(start_pos, end, device=device)
+
+    def _queries(self, x: torch.Tensor, positions: torch.Tensor):
+        """q_nope (B, T, H, nope), q_pe (B, T, H, rope) with RoPE applied, and the normalised query
+        latent (B, T, q_lora_rank), None without a query compression (what V3.2's indexer reads)."""
+        cfg = self.cfg
+        B, T, _ = x.shape
+        qr = None if cfg.q_lora_rank == 0 else self.q_norm(self.wq_a(x))
+        q = self.wq(x) if qr is None else self.wq_b(qr)
+        q_nope, q_pe = q.view(B, T, cfg.n_heads, self.qk_head_dim).split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
+        q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
+        return q_nope, q_pe, qr
+
     def forward(self, x: torch.Tensor, start_pos: int = 0, absorb: bool = False) -> torch.Tensor:
         cfg = self.cfg
         B, T, _ = x.shape
         end = start_pos + T
-        if end > cfg.max_seq_len:
-            raise ValueError(f"positions up to {end} do not fit max_seq_len={cfg.max_seq_len}")
-        H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-        positions = torch.arange(start_pos, end, device=x.device)
-
-        q = self.wq(x) if cfg.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
-        q_nope, q_pe = q.view(B, T, H, self.qk_head_dim).split([nope, rope], dim=-1)  # (B, T, H, nope), (B, T, H, rope)
-        q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
-
+        H, nope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.v_head_dim
+        positions = self._positions(start_pos, T, x.device)
+        q_nope, q_pe, _ = self._queries(x, positions)  # (B, T, H, nope), (B, T, H, rope)
         latent, k_pe = self._latent_and_rope_key(x, positions)
 
         if not absorb:
