@@ -28,7 +28,6 @@ from torch import nn
 from utils.mla import MLAConfig, MultiHeadLatentAttention
 from utils.moe import MoE, Expert
 from utils.rmsnorm import RMSNorm
-from utils.rope import apply_rope
 
 CHECKPOINT = Path(__file__).resolve().parent.parent / "checkpoints" / "mini_deepseek.pt"
 # the same model 8 layers deep, trained by the same command with --n-layers 8: next to it the MTP
@@ -154,21 +153,15 @@ def cached_numbers_per_token(model: nn.Module) -> dict:
 def mla_attention_weights(attn: MultiHeadLatentAttention, x: torch.Tensor) -> torch.Tensor:
     """The causal attention weights of one MLA layer on x (B, T, dim), from position 0: (B, H, T, T).
 
-    The same scores as MultiHeadLatentAttention's naive path (nope part + shared rope key),
-    recomputed here because the layer returns only its output.
+    The naive path's scores (per-head keys [k_nope | k_pe]) from the layer's own queries and keys,
+    recomputed here because the layer returns only its output; no cache is written.
     """
-    cfg = attn.cfg
-    B, T, _ = x.shape
-    H, nope, rope = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
+    T = x.shape[1]
     positions = torch.arange(T, device=x.device)
-    q = attn.wq(x) if cfg.q_lora_rank == 0 else attn.wq_b(attn.q_norm(attn.wq_a(x)))
-    q_nope, q_pe = q.view(B, T, H, nope + rope).split([nope, rope], dim=-1)  # (B, T, H, .)
-    q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True)  # (B, H, T, rope)
-    latent, k_pe = attn.wkv_a(x).split([cfg.kv_lora_rank, rope], dim=-1)
-    k_pe = apply_rope(k_pe, positions, cfg.rope_theta, interleaved=True)  # (B, T, rope)
-    k_nope = attn.wkv_b(attn.kv_norm(latent)).view(B, T, H, -1)[..., :nope]  # (B, T, H, nope)
-    scores = torch.einsum("bshd,bthd->bhst", q_nope, k_nope) + torch.einsum("bhsr,btr->bhst", q_pe, k_pe)
-    scores = (scores * attn.softmax_scale).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    q_nope, q_pe, _ = attn._queries(x, positions)  # (B, T, H, .)
+    k, _ = attn._expand(*attn._latent_and_rope_key(x, positions))  # (B, T, H, nope + rope)
+    scores = torch.einsum("bshd,bthd->bhst", torch.cat([q_nope, q_pe], dim=-1), k) * attn.softmax_scale
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
     return scores.softmax(dim=-1)
 
 
