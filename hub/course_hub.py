@@ -283,14 +283,20 @@ class CourseHub:
             self._lock = None
 
 
-def _pids_of(uid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if entry.stat().st_uid == uid:
-                    pids.append(int(entry.name))
-    return pids
+def _pids_of(uid: int, settle: float = 0.0) -> list[int]:
+    """Live processes of `uid` (not zombies, which are dead already); with `settle`, wait up to that
+    many seconds for them to go (a kernel killed through its parent's death takes a moment)."""
+    deadline = time.monotonic() + settle
+    while True:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_uid == uid and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                        pids.append(int(entry.name))
+        if not pids or time.monotonic() >= deadline:
+            return pids
+        time.sleep(0.1)
 
 
 def main(argv=None) -> int:

@@ -238,7 +238,7 @@ def test_a_class_through_the_exchange(hub):
     assert f"running as {hub.grader}\n" in printed, printed[-800:]
     assert f"memory limit MiB {DEFAULT_MEMORY_MB}\n" in printed, printed[-800:]  # the course config's, kept through sudo
     assert printed.count("refused PermissionError") == 6 and "\nread " not in printed, printed[-1500:]
-    assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid), "a grading kernel outlived its grading"
+    assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "a grading kernel outlived its grading"
 
     forbidden_attempts(hub, good, wrong)
     browser_part(hub)
