@@ -268,11 +268,7 @@ class CourseHub:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         for name in self.created_users:
-            uid = pwd.getpwnam(name).pw_uid
-            for pid in _pids_of(uid):  # servers and kernels left by the hub
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            run("userdel", "--remove", name, check=False)
+            _remove_user(name)
         self.sudoers.unlink(missing_ok=True)
         for path, mode in reversed(self._undo):
             os.chmod(path, mode)
@@ -281,6 +277,22 @@ class CourseHub:
             shutil.rmtree(self.state, ignore_errors=True)
             self._lock.close()  # releases the lock
             self._lock = None
+
+
+def _remove_user(name: str):
+    """Kill the account's processes (servers and kernels left by the hub), then delete it and its
+    home. userdel refuses while a process of the account is still going, so wait and retry."""
+    uid = pwd.getpwnam(name).pw_uid
+    deadline = time.monotonic() + 30
+    while True:
+        for pid in _pids_of(uid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _pids_of(uid, settle=5)
+        result = run("userdel", "--remove", name, check=False)
+        if not _exists_user(name) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
 
 
 def _pids_of(uid: int, settle: float = 0.0) -> list[int]:

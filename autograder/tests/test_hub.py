@@ -115,6 +115,8 @@ def hub(tmp_path_factory):
         yield course
     finally:
         course.stop()
+    left = [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(f"{prefix}-")]
+    assert not left and not state.exists() and not course.sudoers.exists(), f"the class left {left or state}"
 
 
 def call(hub, user, method, path, body=None):
