@@ -7,8 +7,8 @@ nbgrader's own Execute in `Autograde.autograde_preprocessors`).
   of time.
 - A kernel that dies (`os._exit`, a native crash, out of memory) or ignores the interrupt ends the
   run, not the grading: that cell and the rest score 0, with a reason that names the cell.
-- Before every test cell, `autograder/kernel_guard.py` (sent as text, never imported by the kernel)
-  puts back the builtins, torch and IPython machinery recorded before the first cell and loads the
+- Before every test cell, `autograder/kernel_guard.py` with `kernel_guard_modules.py` (sent as
+  text, never imported by the kernel) puts back the builtins, torch and IPython machinery recorded before the first cell and loads the
   course's checks and reference kernels afresh, so a notebook that patches them gains nothing.
 - `GradingExecute.run_as`: the kernel runs as another Unix account, through sudo
   (autograder/sandbox.py), so that the learner's code cannot read what the grader can.
@@ -29,7 +29,10 @@ from traitlets import Bool, Integer, Unicode
 from autograder.prestart import DEFAULT_MEMORY_MB, KERNEL_ARGUMENTS, PRESTARTED, kernel_env, limit_memory, memory_limit_mb
 
 ROOT = Path(__file__).resolve().parent.parent
-GUARD = (Path(__file__).resolve().parent / "kernel_guard.py").read_text(encoding="utf-8")
+# The guard: two files run as one text in one namespace (kernel_guard.py, then its half for the
+# course's own modules).
+GUARD = "\n".join((Path(__file__).resolve().parent / name).read_text(encoding="utf-8")
+                  for name in ("kernel_guard.py", "kernel_guard_modules.py"))
 # Sent compiled (marshal) when the kernel runs this same Python, which saves compiling it before
 # every test cell; as text otherwise.
 _GUARD_CODE = binascii.b2a_base64(marshal.dumps(compile(GUARD, "<autograder kernel_guard>", "exec")), newline=False)
