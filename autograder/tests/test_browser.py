@@ -6,6 +6,7 @@ downloaded). Screenshots are kept in build/screenshots/. Without Chromium the te
 with one line, except in CI (CI=true), where a missing browser is a failure.
 Alone: `.venv/bin/python -m pytest -q autograder/tests/test_browser.py`.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,17 @@ if not CHROMIUM:
     pytest.skip(f"browser test skipped: {why}", allow_module_level=True)
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
+
+
+@contextlib.contextmanager
+def chromium_page(**options):
+    """A page of Debian's Chromium driven by Playwright; the browser closes when the block ends."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield browser.new_page(**options)
+        finally:
+            browser.close()
 
 expect.set_options(timeout=120_000)  # a busy 2-core machine: kernel start, run all, validate
 
@@ -95,43 +107,38 @@ def type_into(page, exercise: str, line: str):
 def test_learner_types_runs_validates_and_submits(lab):
     base, token, course = lab
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(120_000)
-            page.goto(f"{base}/lab/tree/{STEM}.ipynb?token={token}")
-            # The course turns off JupyterLab's first-start news pop-up (autograder/labconfig).
-            config = json.loads(page.locator("#jupyter-config-data").text_content())
-            assert "@jupyterlab/apputils-extension:announcements" in config["disabledExtensions"]
-            status = page.locator("#jp-main-statusbar")
-            expect(status).to_contain_text("Python 3 (ipykernel) | Idle")
+    with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
+        page.set_default_timeout(120_000)
+        page.goto(f"{base}/lab/tree/{STEM}.ipynb?token={token}")
+        # The course turns off JupyterLab's first-start news pop-up (autograder/labconfig).
+        config = json.loads(page.locator("#jupyter-config-data").text_content())
+        assert "@jupyterlab/apputils-extension:announcements" in config["disabledExtensions"]
+        status = page.locator("#jp-main-statusbar")
+        expect(status).to_contain_text("Python 3 (ipykernel) | Idle")
 
-            type_into(page, "attention_scores", RIGHT)
-            type_into(page, "softmax", WRONG)
+        type_into(page, "attention_scores", RIGHT)
+        type_into(page, "softmax", WRONG)
 
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_text("Run All Cells", exact=True).click()
-            passed = page.locator(".jp-OutputArea-output", has_text="✓ attention_scores")
-            failed = page.locator(".jp-OutputArea-output", has_text="subtract the maximum before exp")
-            expect(passed).to_be_visible()
-            expect(failed).to_be_visible()
-            expect(status).to_contain_text("Python 3 (ipykernel) | Idle")
-            failed.scroll_into_view_if_needed()
-            page.screenshot(path=str(SHOTS / f"{STEM}-notebook.png"))
-            assert page.get_by_text("official Jupyter news").count() == 0
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_text("Run All Cells", exact=True).click()
+        passed = page.locator(".jp-OutputArea-output", has_text="✓ attention_scores")
+        failed = page.locator(".jp-OutputArea-output", has_text="subtract the maximum before exp")
+        expect(passed).to_be_visible()
+        expect(failed).to_be_visible()
+        expect(status).to_contain_text("Python 3 (ipykernel) | Idle")
+        failed.scroll_into_view_if_needed()
+        page.screenshot(path=str(SHOTS / f"{STEM}-notebook.png"))
+        assert page.get_by_text("official Jupyter news").count() == 0
 
-            page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
-            dialog = page.locator(".jp-Dialog")
-            expect(dialog).to_be_visible()
-            expect(dialog).to_contain_text("subtract the maximum before exp")
-            text = dialog.inner_text()
-            (SHOTS / f"{STEM}-validate.txt").write_text(text, encoding="utf-8")
-            dialog.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / f"{STEM}-validate.png"))
-            dialog.get_by_role("button").last.click()
-            expect(dialog).to_have_count(0)
-        finally:
-            browser.close()
+        page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
+        dialog = page.locator(".jp-Dialog")
+        expect(dialog).to_be_visible()
+        expect(dialog).to_contain_text("subtract the maximum before exp")
+        text = dialog.inner_text()
+        (SHOTS / f"{STEM}-validate.txt").write_text(text, encoding="utf-8")
+        dialog.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / f"{STEM}-validate.png"))
+        dialog.get_by_role("button").last.click()
+        expect(dialog).to_have_count(0)
 
     # One block per failing test cell: softmax (typed wrong) and the three exercises left untouched;
     # none for attention_scores (typed right).

@@ -1,8 +1,6 @@
 """A learner's HTML feedback renders its formulas offline (autograder/feedback.py): opened from
 disk, and served by a Jupyter server under /files/ as on JupyterHub, with every request that
 leaves the machine refused. Debian's Chromium driven by Playwright, as in test_browser.py."""
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,15 +13,8 @@ from autograder.notebooks import COURSE
 
 pytestmark = pytest.mark.slow
 STEM = "01_dot_product_attention"
-CHROMIUM = os.environ.get("CHROMIUM") or next(
-    filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-if not CHROMIUM:
-    why = "no Chromium found (apt-get install chromium, or set CHROMIUM=/path/to/chrome)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the MathJax test needs Chromium in CI: {why}", pytrace=False)
-    pytest.skip(f"MathJax feedback test skipped: {why}", allow_module_level=True)
-
-from playwright.sync_api import sync_playwright  # noqa: E402
+# Without Chromium: skipped with test_browser's one line (a failure in CI, as there).
+from autograder.tests.test_browser import chromium_page  # noqa: E402
 
 RENDERED = "() => window.MathJax && MathJax.Hub && document.querySelectorAll('.MathJax, .MathJax_Display').length > 0"
 
@@ -84,15 +75,10 @@ def rendered_offline(url: str) -> list[str]:
         refused.append(route.request.url)
         return route.abort()
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM)
-        try:
-            page = browser.new_page()
-            page.route("**/*", only_local)
-            page.goto(url)
-            page.wait_for_function(RENDERED, timeout=90_000)
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        page.route("**/*", only_local)
+        page.goto(url)
+        page.wait_for_function(RENDERED, timeout=90_000)
     return refused
 
 

@@ -42,7 +42,7 @@ if WHY:
     pytest.skip(f"JupyterHub test skipped: {WHY}", allow_module_level=True)
 
 # Without Chromium: skipped with test_browser's one line (a failure in CI, as there).
-from autograder.tests.test_browser import CHROMIUM, expect, sync_playwright, type_into  # noqa: E402,F401
+from autograder.tests.test_browser import chromium_page, expect, type_into  # noqa: E402
 
 pytestmark = pytest.mark.slow
 STEM = "01_dot_product_attention"
@@ -290,49 +290,44 @@ def browser_part(hub):
     listed = call(hub, learner, "GET", f"/assignments?course_id={COURSE_ID}")
     if not any(a["assignment_id"] == STEM for a in listed.get("value", [])):
         release(hub)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(120_000)
-            page.goto(f"{hub.url}/hub/login")
-            page.locator("input[name=username]").fill(learner)
-            page.locator("input[name=password]").fill(hub.passwords[learner])
-            page.locator("input[type=submit], button[type=submit]").first.click()
-            page.wait_for_url(f"**/user/{learner}/lab**")
+    with chromium_page(viewport={"width": 1400, "height": 1000}) as page:
+        page.set_default_timeout(120_000)
+        page.goto(f"{hub.url}/hub/login")
+        page.locator("input[name=username]").fill(learner)
+        page.locator("input[name=password]").fill(hub.passwords[learner])
+        page.locator("input[type=submit], button[type=submit]").first.click()
+        page.wait_for_url(f"**/user/{learner}/lab**")
 
-            def assignments():
-                page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
-                menu = page.locator(".lm-Menu")
-                expect(menu.get_by_text("Assignment List", exact=True)).to_be_visible()
-                assert menu.get_by_text("Formgrader", exact=True).count() == 0, "a learner sees the formgrader"
-                menu.get_by_text("Assignment List", exact=True).click()
+        def assignments():
+            page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+            menu = page.locator(".lm-Menu")
+            expect(menu.get_by_text("Assignment List", exact=True)).to_be_visible()
+            assert menu.get_by_text("Formgrader", exact=True).count() == 0, "a learner sees the formgrader"
+            menu.get_by_text("Assignment List", exact=True).click()
 
-            assignments()
-            page.get_by_role("button", name="Fetch", exact=True).click()
-            expect(page.get_by_role("button", name="Submit", exact=True)).to_be_visible()
+        assignments()
+        page.get_by_role("button", name="Fetch", exact=True).click()
+        expect(page.get_by_role("button", name="Submit", exact=True)).to_be_visible()
 
-            page.goto(f"{hub.url}/user/{learner}/lab/tree/{NB}")
-            expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
-            type_into(page, "attention_scores", RIGHT)
-            page.keyboard.press("Control+s")
-            page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
-            dialog = page.locator(".jp-Dialog")
-            expect(dialog).to_contain_text("The following cell failed")  # softmax and the rest are not done
-            dialog.get_by_role("button").last.click()
-            expect(dialog).to_have_count(0)
+        page.goto(f"{hub.url}/user/{learner}/lab/tree/{NB}")
+        expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
+        type_into(page, "attention_scores", RIGHT)
+        page.keyboard.press("Control+s")
+        page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
+        dialog = page.locator(".jp-Dialog")
+        expect(dialog).to_contain_text("The following cell failed")  # softmax and the rest are not done
+        dialog.get_by_role("button").last.click()
+        expect(dialog).to_have_count(0)
 
-            assignments()
-            page.get_by_role("button", name="Submit", exact=True).click()
-            expect(page.get_by_text("Fetch Feedback", exact=True)).to_be_visible()
+        assignments()
+        page.get_by_role("button", name="Submit", exact=True).click()
+        expect(page.get_by_text("Fetch Feedback", exact=True)).to_be_visible()
 
-            grade(hub, [learner])
-            page.reload()
-            assignments()
-            page.get_by_text("Fetch Feedback", exact=True).click()
-            expect(page.get_by_text("(view feedback)")).to_be_visible()
-        finally:
-            browser.close()
+        grade(hub, [learner])
+        page.reload()
+        assignments()
+        page.get_by_text("Fetch Feedback", exact=True).click()
+        expect(page.get_by_text("(view feedback)")).to_be_visible()
     folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
     page_html = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
     score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", page_html)
