@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FIRST  := 00_tokens_and_embeddings.ipynb
+NPROC  := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 
 # Headless machines get no browser; root needs --allow-root.
 LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
@@ -11,11 +12,12 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
+.PHONY: help env lab test test-cpus test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, solutions run once (full marks, stored outputs), stubs, release"
+	@echo "make test-cpus           the numerically sensitive tests on this machine's other CPU paths (no AVX, AVX2) and thread counts (1, all)"
 	@echo "make nbval               execute solutions/ under nbval and compare every stored output, figures included"
 	@echo "make test-fast           reference kernels and wrong solutions only, no notebook execution (maintainers)"
 	@echo "make submit NB=PATH      grade one notebook, a score per exercise (add JSON=1 for JSON)"
@@ -45,16 +47,33 @@ lab: $(STAMP)
 		$(CURDIR)/$(BIN)/jupyter lab --LabApp.default_url=/lab/tree/$(FIRST) $(LAB_FLAGS) $(LAB_ARGS)
 
 # Both cores: pytest-xdist, each notebook's nbval cells kept on one worker (conftest.py).
-XDIST ?= -n $(shell nproc 2>/dev/null || echo 2) --dist loadgroup
+XDIST ?= -n $(NPROC) --dist loadgroup
 # Each solution is executed once, by the full-marks submit test, which also compares its stored
 # outputs (autograder/tests/outputs.py); `make nbval` runs nbval itself, figures included.
 test: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) utils autograder
 
+# The numerically sensitive tests (reference kernels, the checkpoint's retraining, every check on
+# the wrong and right solutions, each solution's score and stored outputs) on the CPU paths other
+# processors take: PyTorch's kernels without vector instructions (ATEN_CPU_CAPABILITY=default), with
+# AVX2 but no AVX-512 (x86-64 only) and the machine's own, each with one thread and with all (the
+# machine's own with all is `make test`). The capability each run really used is printed first.
+CPU_PATHS ?= default $(if $(filter x86_64 amd64,$(shell uname -m)),avx2,) native
+CPU_TESTS ?= utils autograder/tests/test_wrong_solutions.py \
+             autograder/tests/test_submit.py::test_solution_scores_full_marks_and_reproduces_its_outputs
+test-cpus: $(STAMP)
+	@for cap in $(CPU_PATHS); do for threads in 1 $(NPROC); do \
+	    if [ $$cap = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
+	    path=$$([ $$cap = native ] || echo ATEN_CPU_CAPABILITY=$$cap); \
+	    env $$path OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
+	        torch.backends.cpu.get_cpu_capability(), 'with', torch.get_num_threads(), 'thread(s): $$path OMP_NUM_THREADS=$$threads')"; \
+	    env $$path OMP_NUM_THREADS=$$threads $(BIN)/python -m pytest -q $(XDIST) $(CPU_TESTS) || exit 1; \
+	done; done
+
 # --dist loadfile: all cells of a notebook on one worker (loadgroup split a notebook's cells
 # between workers under pytest 9 / xdist 3.8, and a cell then ran without the ones before it).
 nbval: $(STAMP)
-	$(BIN)/python -m pytest -n $(shell nproc 2>/dev/null || echo 2) --dist loadfile $(NBVAL) solutions
+	$(BIN)/python -m pytest -n $(NPROC) --dist loadfile $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
 test-fast: $(STAMP)

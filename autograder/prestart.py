@@ -5,7 +5,6 @@ submit` starts it before anything else; `autograder.preprocessors.GradingExecute
 of starting its own. Light on purpose: importing this module must not import nbgrader.
 """
 import os
-import resource
 import shutil
 import signal
 import tempfile
@@ -35,8 +34,13 @@ def memory_limit_mb(configured: int | None = None) -> int:
 
 def limit_memory(limit_mb: int):
     """A function that the kernel's process runs before Python starts (Popen's preexec_fn): the soft
-    and the hard limit, so the learner's code cannot raise it (unless it runs as root)."""
+    and the hard limit, so the learner's code cannot raise it (unless it runs as root). None on
+    Windows, which has neither rlimits nor preexec_fn: a learner's own submit runs unlimited there."""
+    if os.name != "posix":
+        return None
+
     def apply():
+        import resource
         if limit_mb > 0:
             resource.setrlimit(resource.RLIMIT_DATA, (limit_mb << 20, limit_mb << 20))
     return apply
@@ -105,7 +109,8 @@ def discard_prestarted():
     while PRESTARTED:
         km = PRESTARTED.pop()
         try:  # SIGKILL first: shutdown_kernel interrupts before it kills, and a kernel interrupted
-            run_sync(km.signal_kernel)(signal.SIGKILL)  # while it imports torch prints a traceback
+            # while it imports torch prints a traceback (Windows has no SIGKILL: TerminateProcess)
+            run_sync(km.signal_kernel)(getattr(signal, "SIGKILL", signal.SIGTERM))
         except Exception:
             pass
         try:

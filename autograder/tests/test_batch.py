@@ -2,7 +2,8 @@
 and in a real PostgreSQL server (Debian's `postgresql`, started here in a temporary folder),
 idempotent re-grading, resubmissions, the CSV and the per-learner feedback folder.
 
-Without PostgreSQL the PostgreSQL tests are skipped with one line, except in CI (CI=true).
+Without PostgreSQL the PostgreSQL tests are skipped with one line, except in CI (CI=true) unless
+COURSE_MAY_SKIP names "postgresql".
 Throughput (not part of make test, minutes):
     .venv/bin/python -m autograder.tests.test_batch 40      # 40 synthetic submissions, --jobs 1 and 2
 """
@@ -24,10 +25,10 @@ import nbformat
 import pytest
 
 from autograder import batch
+from autograder.tests import must_run_in_ci
 from autograder.notebooks import SOLUTIONS
 
 STEM = "00_tokens_and_embeddings"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 # Submissions of notebook 00 that a class sends: its exercise cells replaced (None: as in course/).
 KINDS = {
     "right": {},
@@ -106,7 +107,7 @@ def postgres():
     """The server, or None where there is none (outside CI only: in CI that is a failure)."""
     if pg_bin() is None:
         why = "no PostgreSQL server found (apt-get install postgresql)"
-        if IN_CI:
+        if must_run_in_ci("postgresql"):
             pytest.fail(f"the gradebook tests need PostgreSQL in CI: {why}", pytrace=False)
         print(f"PostgreSQL parts skipped: {why}")
         yield None

@@ -195,11 +195,29 @@ class _FirstSteps:
         pass
 
 
+# What a checkpoint's command promises on any processor. Kernels round differently on other CPU
+# paths (AVX-512, AVX2, none, ARM, thread counts); the differences stay below 1e-4 per loss for
+# the first 100 steps, then compound: measured here against the committed 2-layer run, the
+# 4-decimal losses first differ at step 109 without vector instructions (ATEN_CPU_CAPABILITY=
+# default) and 191 with AVX2, 50-step mean losses differ by up to 0.021 while the loss falls
+# fastest, the final weights by 14-56% of their norm, and yet the trained models agree: mean loss
+# of the last 50 steps within 0.0011, copying accuracy 99.48-99.49% against 99.59%, MTP copying
+# accuracy 99.83-99.97%, drafts accepted 98%. So the weights are not compared; the behaviour is.
+EARLY_STEPS, EARLY_TOLERANCE = 100, 1e-3
+WINDOW, WINDOW_TOLERANCE, LAST_TOLERANCE = 50, 0.05, 0.01
+
+
+def _windows(losses):
+    return [sum(losses[i:i + WINDOW]) / WINDOW for i in range(0, len(losses) - WINDOW + 1, WINDOW)]
+
+
 @pytest.mark.parametrize("path, steps", [(md.CHECKPOINT, None), (md.DEEP_CHECKPOINT, 20)], ids=["2 layers", "8 layers"])
 def test_committed_checkpoint_is_what_its_command_trains(path, steps):
-    """Training with the stored command's settings gives back the stored loss history (to its 4
-    decimals): all 500 steps and the very weights for the 2-layer model (30 s), the first 20 steps
-    for the 8-layer one. Float rounding that differs after hundreds of steps shows only in the first."""
+    """Training with the stored command's settings gives back the stored run, within what floating
+    point promises across processors (above): each loss of the first 100 steps to 1e-3, every
+    50-step mean loss to 0.05 and the last one to 0.01, and a model that copies as well as the
+    stored one (copying accuracy within 0.5 points, above 99%; MTP drafts accepted above 90%). All
+    500 steps for the 2-layer model (30 s), the first 20 for the 8-layer one."""
     from utils import train_mini
     if not path.exists():
         pytest.skip(f"no {path.name}")
@@ -216,7 +234,16 @@ def test_committed_checkpoint_is_what_its_command_trains(path, steps):
                                    seed=ckpt["seed"], progress=lambda all_steps: _FirstSteps(all_steps, n))
     finally:
         torch.set_num_threads(threads)
-    assert [round(v, 4) for v in history["loss"]] == ckpt["history"]["loss"][:n]
-    if steps is None:
-        assert all(torch.equal(v, ckpt["model"][k]) for k, v in model.state_dict().items())
-        assert all(torch.equal(v, ckpt["mtp"][k]) for k, v in modules.state_dict().items())
+    got, stored = history["loss"], ckpt["history"]["loss"][:n]
+    assert len(got) == len(stored)
+    early = max(abs(a - b) for a, b in zip(got[:EARLY_STEPS], stored))
+    assert early < EARLY_TOLERANCE, f"a loss of the first {EARLY_STEPS} steps differs by {early:.2g}"
+    if steps is not None:
+        return
+    means = [abs(a - b) for a, b in zip(_windows(got), _windows(stored))]
+    assert max(means) < WINDOW_TOLERANCE and means[-1] < LAST_TOLERANCE, f"50-step mean losses differ by {means}"
+    final = train_mini.evaluate(model, modules)
+    assert final["copy_accuracy"] > 0.99 and abs(final["copy_accuracy"] - ckpt["final"]["copy_accuracy"]) < 0.005
+    assert final["mtp_copy_accuracy"] > 0.99
+    r = mtp.decode_benchmark(model, modules[0], copy_prompts(4, torch.Generator().manual_seed(5)), 24, repeats=1)
+    assert r["identical"] and r["acceptance"] > 0.9
