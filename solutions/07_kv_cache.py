@@ -20,9 +20,11 @@
 #
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, ch. 4 and the KV-cache bonus
 # material of its repository; N. Shazeer, *Fast Transformer Decoding: One Write-Head is All You Need*
-# (2019, MQA); J. Ainslie et al., *GQA* (2023); the DeepSeek-V2 report, table 1 (cache sizes).
+# (2019, MQA); J. Ainslie et al., *GQA* (2023); the DeepSeek-V2 report, table 1 (cache sizes); T. Dao,
+# *FlashAttention-2* (2023) and its repository (keys and values with fewer heads than the queries);
+# vLLM's DeepSeek-V3 recipe and SGLang's DeepSeek-V3 usage page (the hardware DeepSeek-V3 is served on).
 #
-# 参考资料：S. Raschka，《从零构建大语言模型》第 4 章及其代码仓库中关于 KV 缓存的附加材料；N. Shazeer，*Fast Transformer Decoding: One Write-Head is All You Need*（2019，MQA）；J. Ainslie 等，*GQA*（2023）；DeepSeek-V2 技术报告表 1（缓存大小）。
+# 参考资料：S. Raschka，《从零构建大语言模型》第 4 章及其代码仓库中关于 KV 缓存的附加材料；N. Shazeer，*Fast Transformer Decoding: One Write-Head is All You Need*（2019，MQA）；J. Ainslie 等，*GQA*（2023）；DeepSeek-V2 技术报告表 1（缓存大小）；T. Dao，*FlashAttention-2*（2023）及其代码仓库（键和值的头数可以少于查询）；vLLM 的 DeepSeek-V3 部署指南和 SGLang 的 DeepSeek-V3 使用说明（部署 DeepSeek-V3 所用的硬件）。
 
 # %%
 import glob

@@ -23,9 +23,10 @@
 # Meta's Llama reference code and Hugging Face's `apply_rotary_pos_emb` (the two layouts); DeepSeek-V3's
 # `inference/model.py` (interleaved RoPE); the Llama 3 report, *The Llama 3 Herd of Models* (2024),
 # section 3.2 (theta = 500,000) and W. Xiong et al., *Effective Long-Context Scaling of Foundation
-# Models* (2023).
+# Models* (2023); A. Haviv et al., *Transformer Language Models without Positional Encodings Still
+# Learn Positional Information* (2022).
 #
-# 参考资料：A. Vaswani 等（2017）第 3.5 节；J. Su 等，*RoFormer*（2021）第 3.2-3.4 节；Meta 的 Llama 参考代码和 Hugging Face 的 `apply_rotary_pos_emb`（两种布局）；DeepSeek-V3 的 `inference/model.py`（相邻配对式 RoPE）；Llama 3 技术报告《The Llama 3 Herd of Models》（2024）第 3.2 节（theta = 500,000）以及 W. Xiong 等，《Effective Long-Context Scaling of Foundation Models》（2023）。
+# 参考资料：A. Vaswani 等（2017）第 3.5 节；J. Su 等，*RoFormer*（2021）第 3.2-3.4 节；Meta 的 Llama 参考代码和 Hugging Face 的 `apply_rotary_pos_emb`（两种布局）；DeepSeek-V3 的 `inference/model.py`（相邻配对式 RoPE）；Llama 3 技术报告《The Llama 3 Herd of Models》（2024）第 3.2 节（theta = 500,000）以及 W. Xiong 等，《Effective Long-Context Scaling of Foundation Models》（2023）；A. Haviv 等，《Transformer Language Models without Positional Encodings Still Learn Positional Information》（2022）。
 
 # %%
 import math
