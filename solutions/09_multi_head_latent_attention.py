@@ -91,11 +91,12 @@ for context in (4096, 32_768, 131_072):
 # score it directly against the cached latents. The same holds on the value side: attend over the
 # latents, then apply $W^{UV}$ once. This is the *absorption* of the V2 paper (section 2.1.2). The
 # paper describes it as merging matrices ahead of time, $W^{UK}$ into the query's projection and
-# $W^{UV}$ into the output projection $W^O$; V3's inference code, like this notebook, keeps them apart
-# and multiplies by them at run time, because at V3's size the merged matrices would be about 4 times
-# larger than the ones they replace (the section on what absorption costs prints both).
+# $W^{UV}$ into the output projection $W^O$. V3's inference code, like this notebook, keeps them apart
+# and multiplies by them at run time; merging would not pay at V3's size, where the merged matrices
+# would be about 4 times larger than the ones they replace (the section on what absorption costs
+# prints both).
 #
-# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。论文把它描述为事先合并矩阵：把 $W^{UK}$ 并入查询的投影，把 $W^{UV}$ 并入输出投影 $W^O$；V3 的推理代码和本笔记本一样，让它们保持分开，在运行时再相乘，因为在 V3 的规模下，合并后的矩阵大约是被它们取代的矩阵的 4 倍（讲吸收代价的那一节会把两者都打印出来）。
+# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。论文把它描述为事先合并矩阵：把 $W^{UK}$ 并入查询的投影，把 $W^{UV}$ 并入输出投影 $W^O$；V3 的推理代码和本笔记本一样，让它们保持分开，在运行时再相乘；在 V3 的规模下合并并不划算，合并后的矩阵大约是被它们取代的矩阵的 4 倍（讲吸收代价的那一节会把两者都打印出来）。
 #
 # RoPE breaks it. With positions, the key is rotated by a matrix $R_j$ that depends on the key's
 # position: $q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$. The matrix between the
@@ -513,11 +514,11 @@ print(f"merged ahead of time instead: wq_b's nope rows times W^UK, {q_rank * H *
 # traffic, and the trade pays. When many queries share each cached position (a long prefill), the
 # arithmetic dominates instead, and expanded keys and values are the cheaper form; serving engines
 # such as vLLM's MLA backend use the naive ("compute friendly") form for prefill and the absorbed
-# ("data-movement friendly") one for decoding. The last line printed is why V3's code folds at run
-# time instead of merging the matrices ahead of time as the V2 paper describes: merged, the two
-# matrices a decode step reads for every token would be 4 times as large.
+# ("data-movement friendly") one for decoding. The last line printed shows what merging the matrices
+# ahead of time, as the V2 paper describes, would cost at V3's size: the two matrices a decode step
+# reads for every token would be 4 times as large. V3's code folds at run time instead.
 #
-# 所以吸收是用内存换算力：每个缓存位置大约要做朴素路径 3.4 倍的乘加，换来读取的数少 71 倍。解码步骤中每个序列只有一个新词元，朴素路径从内存中取来的每个数只做一次乘加，远低于加速器在取数所需时间内能完成的计算量：它的耗时由内存访问量决定，这个交换是划算的。当许多查询共享每个缓存位置时（长的预填充），计算量反而占主导，展开后的键和值是更便宜的形式；vLLM 的 MLA 后端等推理引擎在预填充时使用朴素（"计算友好"）形式，在解码时使用吸收（"数据搬运友好"）形式。最后打印的一行说明了为什么 V3 的代码在运行时折叠，而不是像 V2 论文描述的那样事先合并矩阵：合并之后，解码时每个词元都要读取的这两个矩阵会大 4 倍。
+# 所以吸收是用内存换算力：每个缓存位置大约要做朴素路径 3.4 倍的乘加，换来读取的数少 71 倍。解码步骤中每个序列只有一个新词元，朴素路径从内存中取来的每个数只做一次乘加，远低于加速器在取数所需时间内能完成的计算量：它的耗时由内存访问量决定，这个交换是划算的。当许多查询共享每个缓存位置时（长的预填充），计算量反而占主导，展开后的键和值是更便宜的形式；vLLM 的 MLA 后端等推理引擎在预填充时使用朴素（"计算友好"）形式，在解码时使用吸收（"数据搬运友好"）形式。最后打印的一行说明了在 V3 的规模下，像 V2 论文描述的那样事先合并矩阵会有什么代价：解码时每个词元都要读取的这两个矩阵会大 4 倍。V3 的代码则是在运行时折叠。
 #
 # **MQA in disguise.** Look at the absorbed decode step once more: every head's folded query is
 # scored against the *same* cached vector $[c_j \,|\, k^R_j]$ (576 numbers in V3), and every head
