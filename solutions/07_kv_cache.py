@@ -20,11 +20,14 @@
 #
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, ch. 4 and the KV-cache bonus
 # material of its repository; N. Shazeer, *Fast Transformer Decoding: One Write-Head is All You Need*
-# (2019, MQA); J. Ainslie et al., *GQA* (2023); the DeepSeek-V2 report, table 1 (cache sizes).
+# (2019, MQA); J. Ainslie et al., *GQA* (2023); the DeepSeek-V2 report, table 1 (cache sizes); T. Dao,
+# *FlashAttention-2* (2023) and its repository (keys and values with fewer heads than the queries);
+# vLLM's DeepSeek-V3 recipe and SGLang's DeepSeek-V3 usage page (the hardware DeepSeek-V3 is served on).
 #
-# 参考资料：S. Raschka，《从零构建大语言模型》第 4 章及其代码仓库中关于 KV 缓存的附加材料；N. Shazeer，*Fast Transformer Decoding: One Write-Head is All You Need*（2019，MQA）；J. Ainslie 等，*GQA*（2023）；DeepSeek-V2 技术报告表 1（缓存大小）。
+# 参考资料：S. Raschka，《从零构建大语言模型》第 4 章及其代码仓库中关于 KV 缓存的附加材料；N. Shazeer，*Fast Transformer Decoding: One Write-Head is All You Need*（2019，MQA）；J. Ainslie 等，*GQA*（2023）；DeepSeek-V2 技术报告表 1（缓存大小）；T. Dao，*FlashAttention-2*（2023）及其代码仓库（键和值的头数可以少于查询）；vLLM 的 DeepSeek-V3 部署指南和 SGLang 的 DeepSeek-V3 使用说明（部署 DeepSeek-V3 所用的硬件）。
 
 # %%
+import glob
 import inspect
 import os
 import time
@@ -231,16 +234,16 @@ nb07.check_KVCache(KVCache)
 # them, appends their keys and values to the cache, and lets their queries attend over all
 # `T_total = seq_len` cached positions. The queries are the **last** `T_new` positions of the text, so
 # the causal mask is notebook 04's bottom-right aligned `causal_mask(T_new, T_total)`: a single new
-# token may see every key. A top-left aligned mask (`torch.tril(ones(T_new, T_total))`, or
-# `is_causal=True` in `F.scaled_dot_product_attention`) would let the new token see only the
-# *first* key.
+# token may see every key. A top-left aligned mask (blocked where
+# `torch.ones(T_new, T_total).triu(1)` is True, i.e. allowed where `tril` is, as `is_causal=True`
+# in `F.scaled_dot_product_attention` builds it) would let the new token see only the *first* key.
 #
-# 有缓存时，一层只接收 **新的** 词元 `x`，形状为 `(B, T_new, d_in)`。它投影这些词元，把它们的键和值追加到缓存里，然后让它们的查询关注全部 `T_total = seq_len` 个缓存位置。这些查询是文本的 **最后** `T_new` 个位置，所以因果掩码是笔记本 04 中右下对齐的 `causal_mask(T_new, T_total)`：单独一个新词元可以看到所有的键。左上对齐的掩码（`torch.tril(ones(T_new, T_total))`，或 `F.scaled_dot_product_attention` 中的 `is_causal=True`）会让新词元只看到 *第一个* 键。
+# 有缓存时，一层只接收 **新的** 词元 `x`，形状为 `(B, T_new, d_in)`。它投影这些词元，把它们的键和值追加到缓存里，然后让它们的查询关注全部 `T_total = seq_len` 个缓存位置。这些查询是文本的 **最后** `T_new` 个位置，所以因果掩码是笔记本 04 中右下对齐的 `causal_mask(T_new, T_total)`：单独一个新词元可以看到所有的键。左上对齐的掩码（在 `torch.ones(T_new, T_total).triu(1)` 为 True 处屏蔽，即只允许 `tril` 所在的位置，`F.scaled_dot_product_attention` 的 `is_causal=True` 就是这样构造的）会让新词元只看到 *第一个* 键。
 
 # %%
 for t_new, t_total in [(1, 6), (2, 6)]:
     print(f"bottom-right causal_mask({t_new}, {t_total}), True = blocked:\n{causal_mask(t_new, t_total).int()}")
-    print(f"top-left (wrong at decode):\n{(~torch.ones(t_new, t_total, dtype=torch.bool).tril()).int()}\n")
+    print(f"top-left (wrong at decode):\n{torch.ones(t_new, t_total, dtype=torch.bool).triu(1).int()}\n")
 
 # %% [markdown]
 # ### Exercise 2 · `CachedMultiHeadAttention` · 练习 2
@@ -288,7 +291,7 @@ class CachedMultiHeadAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, H, T_total, hd)
         scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5  # (B, H, T_new, T_total)
-        scores = scores.masked_fill(causal_mask(T_new, k.shape[2]), float("-inf"))
+        scores = scores.masked_fill(causal_mask(T_new, k.shape[2], device=x.device), float("-inf"))
         return self.out_proj(merge_heads(torch.softmax(scores, dim=-1) @ v))
         ### END SOLUTION
 
@@ -488,10 +491,11 @@ plt.show()
 # time per token rises: the $(T, T)$ attention); the cached decode step grows much more slowly, from a
 # floor set by the weights and the Python overhead, by the attention over the cache. For a long text
 # that attention is the part of each new token's cost that keeps growing, and it reads the whole
-# cache at every step: that is what grouped-query attention (below) and DeepSeek's multi-head latent attention
-# (notebook 09) make smaller.
+# cache at every step. Grouped-query attention (below) and DeepSeek's multi-head latent attention
+# (notebook 09) make the cache smaller; whether a step also *reads* less depends on how the attention
+# is computed, as the section on grouped-query attention shows.
 #
-# 最后两行打印了在所测长度范围内两者各增长了多少（来自运行本笔记本的机器）。预填充随 $T$ 增长，在长的一端增长得比 $T$ 更快（每个词元的时间在上升：这是 $(T, T)$ 的注意力）；带缓存的解码步骤增长得慢得多：它从由权重和 Python 开销决定的底线出发，因对缓存的注意力而增长。对于长文本，每个新词元的代价中不断增长的正是这部分注意力，而它每一步都要读取整个缓存：下面的分组查询注意力和 DeepSeek 的多头潜在注意力（笔记本 09）缩小的正是它。
+# 最后两行打印了在所测长度范围内两者各增长了多少（来自运行本笔记本的机器）。预填充随 $T$ 增长，在长的一端增长得比 $T$ 更快（每个词元的时间在上升：这是 $(T, T)$ 的注意力）；带缓存的解码步骤增长得慢得多：它从由权重和 Python 开销决定的底线出发，因对缓存的注意力而增长。对于长文本，每个新词元的代价中不断增长的正是这部分注意力，而它每一步都要读取整个缓存。下面的分组查询注意力和 DeepSeek 的多头潜在注意力（笔记本 09）把缓存变小；一步是否也因此 *读取* 得更少，取决于注意力是怎样计算的，分组查询注意力一节会说明这一点。
 
 # %% [markdown]
 # ## Preallocated or `torch.cat` · 预先分配还是 `torch.cat`
@@ -536,13 +540,26 @@ print(f"torch.cat / preallocated on the machine that ran this: {best['ConcatKVCa
 # size with a short text (about 500 MB of weights read per token, next to a cache of a few dozen
 # tokens). `MB/token` is what one step reads (every weight once, one row of each embedding table,
 # the cache); `% bw` is that times the tokens per second over this machine's memory bandwidth,
-# measured once with a large copy by `utils.bandwidth`: how close each decode comes to the speed limit
-# of reading memory.
+# measured once with a large copy by `utils.bandwidth`. For a row that reads many times the
+# processor's last-level cache per token, `% bw` says how close its decode comes to the speed limit
+# of reading main memory. A row whose bytes fit in that cache is partly served from it between
+# steps: main memory's bandwidth is no ceiling there, and its `% bw` could even pass 100%. The cell
+# prints that cache's size and, for each row, the bytes read per token as a multiple of it.
 #
-# 单看缓存更新：`torch.cat` 所用的时间是预先分配缓存的上面打印的那么多倍，而且文本越长差距越大。这在每秒词元数上能否体现出来，取决于一步解码还做了什么。下一个单元格只为解码步骤计时（先用随机的键和值填好缓存），比较预先分配和 `torch.cat`，在一次运行中测量两种情形：上面两种代价图中的小模型（`LONG`）在长上下文下（已缓存 1,792 个词元：这时 `torch.cat` 每一步都要整个复制的缓存比权重还大），以及 GPT-2 small 的完整规模配上短文本（每个词元要读约 500 MB 的权重，而缓存只有几十个词元）。`MB/token` 是一步读取的字节数（每个权重一次、每个嵌入表的一行、缓存）；`% bw` 是它乘以每秒词元数再除以本机的内存带宽（由 `utils.bandwidth` 用一次大的复制测量一次）：表示每种解码离读内存这个速度上限有多近。
+# 单看缓存更新：`torch.cat` 所用的时间是预先分配缓存的上面打印的那么多倍，而且文本越长差距越大。这在每秒词元数上能否体现出来，取决于一步解码还做了什么。下一个单元格只为解码步骤计时（先用随机的键和值填好缓存），比较预先分配和 `torch.cat`，在一次运行中测量两种情形：上面两种代价图中的小模型（`LONG`）在长上下文下（已缓存 1,792 个词元：这时 `torch.cat` 每一步都要整个复制的缓存比权重还大），以及 GPT-2 small 的完整规模配上短文本（每个词元要读约 500 MB 的权重，而缓存只有几十个词元）。`MB/token` 是一步读取的字节数（每个权重一次、每个嵌入表的一行、缓存）；`% bw` 是它乘以每秒词元数再除以本机的内存带宽（由 `utils.bandwidth` 用一次大的复制测量一次）。对于每个词元读取的字节数是处理器末级缓存好几倍的那一行，`% bw` 表示它的解码离读主存这个速度上限有多近。字节数能放进末级缓存的那一行，在两步之间有一部分数据直接由缓存供给：主存的带宽不是它的上限，它的 `% bw` 甚至可能超过 100%。单元格会打印末级缓存的大小，以及每一行每个词元读取的字节数是它的几倍。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+def last_level_cache_bytes():
+    """Size of the largest CPU cache Linux reports for core 0 (sysfs), or None where none is reported."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        text = open(path).read().strip()  # e.g. "32768K"
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=None)
+
+
 if GRADING:  # grading runs it small: the same code, two tiny regimes
     cases = {"small model, long context": (LONG, 256, 8), "small model, short context": (SMALL, 8, 8)}
 else:
@@ -551,6 +568,10 @@ regime_rows = cache_regimes(cases, repeats=1 if GRADING else 5)
 print(format_regimes(regime_rows))
 print(f"memory bandwidth measured by utils.bandwidth (copy, read + written, {torch.get_num_threads()} thread): "
       f"{memory_bandwidth() / 1e9:.1f} GB/s")
+llc = last_level_cache_bytes()
+print(f"last-level cache of this processor: {llc / 2**20:.0f} MiB" if llc else "last-level cache: not reported here")
+for r in regime_rows if llc else []:
+    print(f"{r['regime']:27} reads {r['bytes_per_token'] / llc:5.1f}x the last-level cache per token")
 long_row, full_row = regime_rows
 print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {full_row['ratio']:.2f}x at full size "
       f"with a short text; the update matters more where the cache dominates: {long_row['ratio'] > full_row['ratio']}")
@@ -562,16 +583,17 @@ print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {f
 # text the ratio is the second one printed: the step reads hundreds of megabytes of weights, and the
 # copy of a short cache is lost in it (the last line says whether the update mattered more where the
 # cache dominates). With a small model and a short text, as in the table at the end of this
-# notebook, `torch.cat` can even come out ahead: copying a few dozen positions costs less than the
-# slicing and the in-place write that the preallocated cache does in every layer at every step, and
-# at that size such fixed costs per operation are a visible share of a step. Preallocation pays once
-# the copy it saves is larger than that: at long contexts. The `% bw` column
-# says how close each decode came to the bandwidth limit on the machine that ran it: no decode can
-# read faster than the memory delivers, and what separates a row from 100% is everything else a step
-# spends time on (arithmetic, Python, the dispatch of each operation, memory reads that are not one
-# long sequential stream).
+# notebook, the two are within run-to-run noise of each other: the copy a preallocated cache saves is
+# a few dozen positions, and the order of the two can flip from one run to the next. Preallocation
+# pays once that copy is large: at long contexts. Read the `% bw` column with the last-level cache
+# printed above. The full-size row reads far more per token than that cache holds, so its weights
+# come from main memory at every step: no decode can read faster than main memory delivers, and what
+# separates that row from 100% is everything else a step spends time on (arithmetic, Python, the
+# dispatch of each operation, memory reads that are not one long sequential stream). A small model
+# whose bytes per token fit in the cache is not held to that limit, so its `% bw` is no measure of
+# the distance to it.
 #
-# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中（最后一行说明了缓存占主导时缓存更新是否更重要）。小模型配短文本时（本笔记本末尾的表格就是这种情形），`torch.cat` 甚至可能更快：复制几十个位置的代价，比预先分配的缓存在每一步、每一层都要做的切片和原地写入还小，而在这个规模下，每个运算的这类固定开销在一步中占了可见的比重。只有当省下的复制比这些开销更大时，也就是在长上下文下，预先分配才划算。`% bw` 一列说明了在运行本笔记本的机器上，每种解码离带宽上限有多近：任何解码读取数据的速度都不可能超过内存的供给，而一行与 100% 之间的差距，就是一步中花在其他事情上的时间（算术运算、Python、每个运算的调度、不是一条连续长流的内存读取）。
+# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中（最后一行说明了缓存占主导时缓存更新是否更重要）。小模型配短文本时（本笔记本末尾的表格就是这种情形），两者的差别在每次运行的噪声之内：预先分配的缓存省下的复制只有几十个位置，两者的先后顺序每次运行都可能翻转。只有当省下的复制很大时，也就是在长上下文下，预先分配才划算。读 `% bw` 一列时，要对照上面打印的末级缓存大小。完整规模那一行每个词元读取的数据远多于这个缓存能容纳的，所以它的权重每一步都来自主存：任何解码读取数据的速度都不可能超过主存的供给，而这一行与 100% 之间的差距，就是一步中花在其他事情上的时间（算术运算、Python、每个运算的调度、不是一条连续长流的内存读取）。每个词元读取的字节数能放进末级缓存的小模型不受这个上限约束，所以它的 `% bw` 不能衡量离这个上限有多远。
 
 # %% [markdown]
 # ## What the cache costs · 缓存的代价
@@ -633,18 +655,20 @@ print(f"bytes of the real cache tensors: {real:,}; formula: {formula:,}; equal: 
 # %% [markdown]
 # Now real models, in bf16 (2 bytes). GPT-2 small: 12 layers, 12 heads of 64, context 1,024.
 # Llama-3-8B: 32 layers, 32 query heads but only **8 KV heads** of 128 (grouped-query attention,
-# below), context 8,192. DeepSeek-V3 (61 layers, 128 heads, context 128K = 131,072 with YaRN) if it
+# below), context 8,192, and for comparison the same model as if it had one KV head per query head.
+# DeepSeek-V3 (61 layers, 128 heads, context 128K = 131,072 with YaRN) if it
 # used plain multi-head attention: each head's key is 192 wide (128 + 64 for RoPE) and its value
 # 128, which the formula covers with `head_dim = (192 + 128) / 2 = 160`. That is 40,960 numbers per
 # token per layer: the cache of DeepSeek-V3's `naive` attention path. Notebook 09 shows how its
 # multi-head latent attention keeps 576 instead.
 #
-# 现在看真实的模型，bf16（2 字节）。GPT-2 small：12 层，12 个 64 维的头，上下文 1,024。Llama-3-8B：32 层，32 个查询头，但只有 **8 个 KV 头**，每个 128 维（分组查询注意力，见下文），上下文 8,192。DeepSeek-V3（61 层，128 个头，借助 YaRN 上下文为 128K = 131,072）如果使用普通多头注意力：每个头的键是 192 维（128 + 64 给 RoPE），值是 128 维，公式里用 `head_dim = (192 + 128) / 2 = 160` 来表示。这相当于每个词元每层 40,960 个数：正是 DeepSeek-V3 `naive` 注意力路径的缓存。笔记本 09 会展示它的多头潜在注意力如何只保存 576 个数。
+# 现在看真实的模型，bf16（2 字节）。GPT-2 small：12 层，12 个 64 维的头，上下文 1,024。Llama-3-8B：32 层，32 个查询头，但只有 **8 个 KV 头**，每个 128 维（分组查询注意力，见下文），上下文 8,192；作为对照，再算同一个模型假如每个查询头各有一个 KV 头时的缓存。DeepSeek-V3（61 层，128 个头，借助 YaRN 上下文为 128K = 131,072）如果使用普通多头注意力：每个头的键是 192 维（128 + 64 给 RoPE），值是 128 维，公式里用 `head_dim = (192 + 128) / 2 = 160` 来表示。这相当于每个词元每层 40,960 个数：正是 DeepSeek-V3 `naive` 注意力路径的缓存。笔记本 09 会展示它的多头潜在注意力如何只保存 576 个数。
 
 # %%
 models = {  # name: (layers, KV heads, head_dim, context length)
     "GPT-2 small": (12, 12, 64, 1024),
     "Llama-3-8B (8 KV heads)": (32, 8, 128, 8192),
+    "Llama-3-8B if 32 KV heads": (32, 32, 128, 8192),
     "DeepSeek-V3 as plain MHA": (61, 128, 160, 131072),
 }
 def human(n_bytes):
@@ -662,12 +686,16 @@ for name, (layers, kv_heads, hd, context) in models.items():
 print("DeepSeek-V3, numbers per token per layer:", 2 * 128 * 160)
 
 # %% [markdown]
-# How large is that last number? An 8xH100 node, the usual unit a model like DeepSeek-V3 is served
-# on, has 8 GPUs of 80 GB each by NVIDIA's datasheet; `nvidia-smi` reports 81,559 MiB per H100 80GB
-# (quoted in NVIDIA/nccl issue 1264 and modal-labs/modal-client pull request 2797). The weights come on
-# top: DeepSeek-V3's 671B parameters take 671 GB in FP8, one byte each.
+# How large is that last number? Take a node of 8 H100 GPUs, 80 GB each by NVIDIA's datasheet;
+# `nvidia-smi` reports 81,559 MiB per H100 80GB (quoted in NVIDIA/nccl issue 1264 and
+# modal-labs/modal-client pull request 2797). The weights come on top: DeepSeek-V3's 671B parameters
+# take about 671 GB in FP8 at one byte each (an approximation: the checkpoint keeps its embedding and
+# output head in bf16, and adds a 14B-parameter module for multi-token prediction, notebook 12). That
+# alone is about as much as the whole node holds (the cell prints the ratios), which is why serving
+# engines run DeepSeek-V3 in FP8 on 8 H200 GPUs (141 GB each) or on two 8xH100 nodes (the vLLM recipe
+# for DeepSeek-V3 and SGLang's DeepSeek-V3 usage page).
 #
-# 最后那个数有多大？一个 8xH100 节点（部署 DeepSeek-V3 这类模型的常用单位）按 NVIDIA 的规格表有 8 块各 80 GB 的 GPU；`nvidia-smi` 对每块 H100 80GB 报告 81,559 MiB（见 NVIDIA/nccl 的 issue 1264 和 modal-labs/modal-client 的 pull request 2797）。权重还要另算：DeepSeek-V3 的 671B 个参数用 FP8 存储（每个一字节）要占 671 GB。
+# 最后那个数有多大？以一个有 8 块 H100 GPU 的节点为例，按 NVIDIA 的规格表每块 80 GB；`nvidia-smi` 对每块 H100 80GB 报告 81,559 MiB（见 NVIDIA/nccl 的 issue 1264 和 modal-labs/modal-client 的 pull request 2797）。权重还要另算：DeepSeek-V3 的 671B 个参数用 FP8 存储（每个一字节）约占 671 GB（这是近似值：检查点里的嵌入层和输出头是 bf16，另外还有一个 14B 参数的多词元预测模块，见笔记本 12）。光是权重就差不多等于整个节点的显存（单元格打印了比值），所以推理引擎用 FP8 部署 DeepSeek-V3 时，使用 8 块 H200 GPU（每块 141 GB）或两个 8xH100 节点（见 vLLM 的 DeepSeek-V3 部署指南和 SGLang 的 DeepSeek-V3 使用说明）。
 
 # %%
 v3_cache = kv_cache_bytes(1, 131072, 61, 128, 160)
@@ -676,15 +704,21 @@ node_reported = 8 * 81559 * 2**20  # 8 x 81,559 MiB, what nvidia-smi shows
 print(f"DeepSeek-V3 as plain MHA, one 128K-token sequence: {v3_cache / 1e9:,.0f} GB = {v3_cache / 2**30:,.0f} GiB")
 print(f"8xH100 node, datasheet 8 x 80 GB: {node_datasheet / 1e9:,.0f} GB; cache / node = {v3_cache / node_datasheet:.2f}")
 print(f"8xH100 node, as nvidia-smi reports it: {node_reported / 1e9:,.0f} GB; cache / node = {v3_cache / node_reported:.2f}")
-print(f"and the weights in FP8: {671e9 / 1e9:,.0f} GB, so cache + weights = {(v3_cache + 671e9) / node_reported:.1f} nodes")
+weights_fp8 = 671e9  # about one byte per parameter
+node_h200 = 8 * 141 * 10**9  # 8 x 141 GB, H200 datasheet
+print(f"the weights in FP8, about {weights_fp8 / 1e9:,.0f} GB: weights / 8xH100 node = {weights_fp8 / node_datasheet:.2f} "
+      f"(datasheet), {weights_fp8 / node_reported:.2f} (nvidia-smi); weights / 8xH200 node ({node_h200 / 1e9:,.0f} GB) = "
+      f"{weights_fp8 / node_h200:.2f}")
+print(f"cache + weights = {(v3_cache + weights_fp8) / node_reported:.1f} 8xH100 nodes")
 
 # %% [markdown]
 # The cache of a single 128K-token sequence would be more than the whole node's memory by the
 # datasheet's count, and nearly all of it by `nvidia-smi`'s (the ratios printed), before the weights,
-# which need about one more node, and before any batching. Llama-3-8B's cache is small per token
-# largely because it keeps 8 KV heads instead of 32. That is the next idea.
+# which need about one more node, and before any batching. Llama-3-8B's cache is 4x smaller per
+# token than it would be with one KV head per query head (128 KiB against 512 KiB in the table above),
+# because it keeps 8 KV heads instead of 32. That is the next idea.
 #
-# 一条 128K 词元的序列，其缓存按规格表计算就超过了整个节点的显存，按 `nvidia-smi` 的数字也几乎占满（见打印的比值），这还没算需要大约再一个节点的权重，也还没有任何批处理。Llama-3-8B 每个词元的缓存之所以小，很大程度上是因为它只保存 8 个 KV 头而不是 32 个。这就是下一个思路。
+# 一条 128K 词元的序列，其缓存按规格表计算就超过了整个节点的显存，按 `nvidia-smi` 的数字也几乎占满（见打印的比值），这还没算需要大约再一个节点的权重，也还没有任何批处理。Llama-3-8B 每个词元的缓存比每个查询头各有一个 KV 头时小 4 倍（上表中 128 KiB 对 512 KiB），因为它只保存 8 个 KV 头而不是 32 个。这就是下一个思路。
 #
 # Unlike the weights, the cache grows with the text and with the batch. The plot puts Llama-3-8B's
 # cache in bf16 against its weights in bf16 (8,030,261,248 parameters, counted from its published
@@ -785,7 +819,7 @@ class GroupedQueryAttention(nn.Module):
         k = k.repeat_interleave(group_size, dim=1)  # (B, H, T_total, hd): head h reads group h // group_size
         v = v.repeat_interleave(group_size, dim=1)
         scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5
-        scores = scores.masked_fill(causal_mask(T_new, k.shape[2]), float("-inf"))
+        scores = scores.masked_fill(causal_mask(T_new, k.shape[2], device=x.device), float("-inf"))
         return self.out_proj(merge_heads(torch.softmax(scores, dim=-1) @ v))
         ### END SOLUTION
 
@@ -836,6 +870,31 @@ for groups in (4, 2, 1):
           f"{kv_cache_bytes(1, 1, 1, groups, 4, 4)} bytes")
 
 # %% [markdown]
+# The cache now holds `num_kv_groups` heads, but look at what a step does with them:
+# `repeat_interleave` writes a new tensor with `num_heads` heads, the whole cache copied out
+# `num_heads / num_kv_groups` times, for the keys and again for the values, at every step. So with
+# this way of computing it GQA shrinks what is *stored*, not what a step reads and writes. A product
+# that takes the shared heads as they are avoids the copy: view the queries as `(B, G, r * T_new, hd)`,
+# the `r = num_heads / num_kv_groups` query heads of a group stacked as rows, and multiply each group's
+# rows by that group's keys in place. The cell checks that both give the same scores and prints the
+# bytes. Fused kernels such as FlashAttention-2 work this way: they take keys and values with fewer
+# heads than the queries.
+#
+# 缓存现在只保存 `num_kv_groups` 个头，但看看一步里是怎样使用它们的：`repeat_interleave` 会写出一个有 `num_heads` 个头的新张量，把整个缓存复制 `num_heads / num_kv_groups` 份，键一次、值一次，每一步都如此。所以按这种算法，GQA 缩小的是 *保存* 的数据，而不是一步读写的数据。直接使用共享头的乘法可以省掉这次复制：把查询看成 `(B, G, r * T_new, hd)`，即把一个组的 `r = num_heads / num_kv_groups` 个查询头作为行堆在一起，再让每个组的这些行原地乘以该组的键。下面的单元格检查两者给出的分数相同，并打印字节数。FlashAttention-2 这样的融合内核就是这样做的：它们接受头数比查询少的键和值。
+
+# %%
+torch.manual_seed(5)
+B, H, G, T_cached, hd = 1, 8, 2, 1000, 64
+q, k = torch.randn(B, H, 1, hd), torch.randn(B, G, T_cached, hd)  # one new token; the cache holds G heads
+k_repeated = k.repeat_interleave(H // G, dim=1)  # (B, H, T_cached, hd): a new tensor at every step
+scores_repeated = q @ k_repeated.transpose(-2, -1)  # (B, H, 1, T_cached)
+scores_grouped = (q.view(B, G, H // G, hd) @ k.transpose(-2, -1)).view(B, H, 1, T_cached)  # k used in place
+print("same scores:", torch.allclose(scores_repeated, scores_grouped, atol=1e-5))
+print(f"keys in the cache: {k.numel() * k.element_size() / 2**10:.0f} KiB; "
+      f"written by repeat_interleave at every step: {k_repeated.numel() * k_repeated.element_size() / 2**10:.0f} KiB; "
+      f"by the grouped product: 0 KiB")
+
+# %% [markdown]
 # ## One table · 一张表
 #
 # The same small GPT with multi-head attention, GQA with 4 groups (2 query heads per KV head), and MQA;
@@ -843,9 +902,11 @@ for groups in (4, 2, 1):
 # `utils.bench_generate.generation_benchmark` (it also checks that the cached and uncached MHA tokens
 # are identical). `vs no cache` is the speed relative to MHA without a cache; `cache MiB` is the
 # bytes of the real cache tensors; `MB/token` and `% bw` are the bandwidth line of the regime table
-# above (here the prefill is inside the time, and the cache read is taken at the middle length).
+# above (here the prefill is inside the time, and the cache read is taken at the middle length). This
+# model reads a few MB per token: compare that with the last-level cache printed above before you
+# read `% bw` as a distance to main memory's limit.
 #
-# 同一个小 GPT，分别使用多头注意力、4 组的 GQA（每个 KV 头对应 2 个查询头）和 MQA；随机权重，从同一个提示做贪心生成，由 `utils.bench_generate.generation_benchmark` 在一次运行中并排测量（它还会检查 MHA 有缓存和无缓存时生成的词元是否完全相同）。`vs no cache` 是相对于无缓存 MHA 的速度；`cache MiB` 是真实缓存张量的字节数；`MB/token` 和 `% bw` 与上面情形表中的带宽一栏相同（这里的时间包含了预填充，缓存的读取量按中间长度计算）。
+# 同一个小 GPT，分别使用多头注意力、4 组的 GQA（每个 KV 头对应 2 个查询头）和 MQA；随机权重，从同一个提示做贪心生成，由 `utils.bench_generate.generation_benchmark` 在一次运行中并排测量（它还会检查 MHA 有缓存和无缓存时生成的词元是否完全相同）。`vs no cache` 是相对于无缓存 MHA 的速度；`cache MiB` 是真实缓存张量的字节数；`MB/token` 和 `% bw` 与上面情形表中的带宽一栏相同（这里的时间包含了预填充，缓存的读取量按中间长度计算）。这个模型每个词元只读几 MB：先把它与上面打印的末级缓存大小比较，再决定能否把 `% bw` 当作离主存上限的距离来读。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -864,11 +925,13 @@ plt.show()
 # On the machine that ran this notebook: the cache ratios printed above are exact (`num_heads /
 # num_kv_groups`), while the speeds are measurements, and at this size their order among MHA, GQA
 # and MQA changes from run to run: the weights, not the cache, dominate what each step reads, and
-# repeating the KV heads costs a little. Their payoff
+# `repeat_interleave` writes the KV heads out again for every query head at every step, and the product
+# reads that copy (the cell after Exercise 5 printed how much): the attention of GQA and MQA here moves
+# no fewer bytes than MHA's, although `MB/token` counts only the smaller cache they keep. Their payoff
 # is memory, and with it longer texts and bigger batches on the same hardware, which is why Llama 3
 # uses GQA. DeepSeek went further and compressed the cache itself: notebook 09.
 #
-# 在运行本笔记本的机器上：上面打印的缓存比值是精确的（`num_heads / num_kv_groups`），而速度是测量值。在这个规模下，MHA、GQA 和 MQA 之间的快慢顺序每次运行都可能不同：每一步读取的主要是权重，而不是缓存，而且重复 KV 头还要付出一点代价。它们的收益在于内存，进而能在同样的硬件上处理更长的文本和更大的批，这正是 Llama 3 使用 GQA 的原因。DeepSeek 更进一步，压缩了缓存本身：见笔记本 09。
+# 在运行本笔记本的机器上：上面打印的缓存比值是精确的（`num_heads / num_kv_groups`），而速度是测量值。在这个规模下，MHA、GQA 和 MQA 之间的快慢顺序每次运行都可能不同：每一步读取的主要是权重，而不是缓存，而且 `repeat_interleave` 每一步都要为每个查询头把 KV 头重新写出一份，乘法再读取这份副本（练习 5 之后的单元格打印了有多少）：这里 GQA 和 MQA 的注意力搬运的字节并不比 MHA 少，尽管 `MB/token` 只计入它们保存的较小的缓存。它们的收益在于内存，进而能在同样的硬件上处理更长的文本和更大的批，这正是 Llama 3 使用 GQA 的原因。DeepSeek 更进一步，压缩了缓存本身：见笔记本 09。
 #
 # Full size, a few minutes on 2 cores: `python -m utils.bench_generate` (12 layers, width 768, 12
 # heads, GPT-2's vocabulary, batch 1, 256 new tokens); it prints the same columns, the measured

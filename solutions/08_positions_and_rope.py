@@ -11,20 +11,22 @@
 #
 # "Dog bites man" and "man bites dog" contain the same tokens. Attention compares every query with
 # every key by a dot product, and nothing in that comparison says where a token stands. This notebook
-# first measures that blindness, then follows the three answers in use: a learned vector per position
-# (GPT-2, the model of notebook 07), the fixed sinusoidal encoding of *Attention Is All You Need*, and
-# the rotary position embedding **RoPE** (Su et al., *RoFormer*, 2021) used by Llama and DeepSeek, which
-# rotates queries and keys so that a score depends only on how far apart two tokens are.
+# first measures that blindness, then follows the three answers you will meet most often: a learned
+# vector per position (GPT-2, the model of notebook 07), the fixed sinusoidal encoding of *Attention Is
+# All You Need*, and the rotary position embedding **RoPE** (Su et al., *RoFormer*, 2021) used by Llama
+# and DeepSeek, which rotates queries and keys so that position enters a score only through how far
+# apart two tokens are.
 #
-# "Dog bites man"（狗咬人）和 "man bites dog"（人咬狗）包含相同的词元。注意力用点积把每个查询与每个键比较，而这种比较本身并不知道词元在哪个位置。本笔记本先测量这种"位置盲"，再依次介绍实际使用的三种办法：为每个位置学习一个向量（GPT-2，也就是笔记本 07 的模型）、*Attention Is All You Need* 中固定的正弦编码，以及 Llama 和 DeepSeek 使用的旋转位置编码 **RoPE**（Su 等，*RoFormer*，2021）：它旋转查询和键，使分数只取决于两个词元相距多远。
+# "Dog bites man"（狗咬人）和 "man bites dog"（人咬狗）包含相同的词元。注意力用点积把每个查询与每个键比较，而这种比较本身并不知道词元在哪个位置。本笔记本先测量这种"位置盲"，再依次介绍最常见的三种办法：为每个位置学习一个向量（GPT-2，也就是笔记本 07 的模型）、*Attention Is All You Need* 中固定的正弦编码，以及 Llama 和 DeepSeek 使用的旋转位置编码 **RoPE**（Su 等，*RoFormer*，2021）：它旋转查询和键，使位置只通过两个词元相距多远进入分数。
 #
 # Sources: A. Vaswani et al. (2017), section 3.5; J. Su et al., *RoFormer* (2021), sections 3.2-3.4;
 # Meta's Llama reference code and Hugging Face's `apply_rotary_pos_emb` (the two layouts); DeepSeek-V3's
 # `inference/model.py` (interleaved RoPE); the Llama 3 report, *The Llama 3 Herd of Models* (2024),
 # section 3.2 (theta = 500,000) and W. Xiong et al., *Effective Long-Context Scaling of Foundation
-# Models* (2023).
+# Models* (2023); A. Haviv et al., *Transformer Language Models without Positional Encodings Still
+# Learn Positional Information* (2022).
 #
-# 参考资料：A. Vaswani 等（2017）第 3.5 节；J. Su 等，*RoFormer*（2021）第 3.2-3.4 节；Meta 的 Llama 参考代码和 Hugging Face 的 `apply_rotary_pos_emb`（两种布局）；DeepSeek-V3 的 `inference/model.py`（相邻配对式 RoPE）；Llama 3 技术报告《The Llama 3 Herd of Models》（2024）第 3.2 节（theta = 500,000）以及 W. Xiong 等，《Effective Long-Context Scaling of Foundation Models》（2023）。
+# 参考资料：A. Vaswani 等（2017）第 3.5 节；J. Su 等，*RoFormer*（2021）第 3.2-3.4 节；Meta 的 Llama 参考代码和 Hugging Face 的 `apply_rotary_pos_emb`（两种布局）；DeepSeek-V3 的 `inference/model.py`（相邻配对式 RoPE）；Llama 3 技术报告《The Llama 3 Herd of Models》（2024）第 3.2 节（theta = 500,000）以及 W. Xiong 等，《Effective Long-Context Scaling of Foundation Models》（2023）；A. Haviv 等，《Transformer Language Models without Positional Encodings Still Learn Positional Information》（2022）。
 
 # %%
 import math
@@ -62,10 +64,12 @@ print("order fed in:", perm.tolist())
 print("outputs of the shuffled input == shuffled outputs:", torch.allclose(out_shuffled, out[perm], atol=1e-6))
 
 # %% [markdown]
-# A causal mask (notebook 04) lets a token know *how many* tokens precede it, but not which came where:
-# shuffle everything before the last token and the last token's output does not move.
+# A causal mask (notebook 04) gives a token a way to infer *how many* tokens precede it (through how
+# its attention is spread over them; language models without any position encoding do learn positions
+# this way, Haviv et al., 2022), but not which came where: shuffle everything before the last token
+# and the last token's output does not move.
 #
-# 因果掩码（笔记本 04）让一个词元知道它前面有 *多少* 个词元，但不知道谁在哪里：把最后一个词元之前的所有词元打乱，最后一个词元的输出纹丝不动。
+# 因果掩码（笔记本 04）让一个词元有办法推断它前面有 *多少* 个词元（通过它的注意力在这些词元上分布的方式；没有任何位置编码的语言模型确实会这样学到位置，Haviv 等，2022），但不知道谁在哪里：把最后一个词元之前的所有词元打乱，最后一个词元的输出纹丝不动。
 
 # %%
 with torch.no_grad():
@@ -101,11 +105,13 @@ except IndexError as e:
 #
 # *Attention Is All You Need* adds a fixed vector instead. Pair $i$ of its coordinates
 # ($i = 0 \dots d/2 - 1$) is a point on a circle turning at frequency $w_i = \text{base}^{-2i/d}$
-# (base = 10,000): $PE[t, 2i] = \sin(t\,w_i)$, $PE[t, 2i+1] = \cos(t\,w_i)$. The first pairs turn
-# once every $2\pi \approx 6$ positions, the last ones take tens of thousands of positions for a turn,
-# like the hands of a clock.
+# (base = 10,000): $PE[t, 2i] = \sin(t\,w_i)$, $PE[t, 2i+1] = \cos(t\,w_i)$. Pair $i$ turns once
+# every $2\pi / w_i$ positions, its wavelength: the wavelengths form a geometric progression from
+# $2\pi$ towards $10000 \cdot 2\pi$ (Vaswani et al.), so the first pairs turn within a few positions
+# and the last ones take tens of thousands, like the hands of a clock. The cell after the exercise
+# prints them for $d = 64$.
 #
-# *Attention Is All You Need* 改为加上一个固定的向量。其第 $i$ 对坐标（$i = 0 \dots d/2 - 1$）是一个以频率 $w_i = \text{base}^{-2i/d}$（base = 10,000）转动的圆上的点：$PE[t, 2i] = \sin(t\,w_i)$，$PE[t, 2i+1] = \cos(t\,w_i)$。前几对大约每 $2\pi \approx 6$ 个位置转一圈，最后几对要几万个位置才转一圈，就像钟表的指针。
+# *Attention Is All You Need* 改为加上一个固定的向量。其第 $i$ 对坐标（$i = 0 \dots d/2 - 1$）是一个以频率 $w_i = \text{base}^{-2i/d}$（base = 10,000）转动的圆上的点：$PE[t, 2i] = \sin(t\,w_i)$，$PE[t, 2i+1] = \cos(t\,w_i)$。第 $i$ 对每 $2\pi / w_i$ 个位置转一圈，这就是它的波长：各对的波长构成一个从 $2\pi$ 到接近 $10000 \cdot 2\pi$ 的等比数列（Vaswani 等），所以前几对几个位置就转一圈，最后几对要几万个位置才转一圈，就像钟表的指针。练习之后的单元格会打印 $d = 64$ 时的这些波长。
 
 # %% [markdown]
 # ### Exercise 1 · `sinusoidal_positions` · 练习 1
@@ -149,6 +155,9 @@ nb08.check_sinusoidal_positions(sinusoidal_positions)
 
 # %%
 pe = sinusoidal_positions(100, 64)
+wavelengths_pe = 2 * math.pi * 10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float64) / 64)  # 2 pi / w_i
+print("wavelengths (positions per turn), pairs 0-4:", [round(w, 1) for w in wavelengths_pe[:5].tolist()],
+      f"... pair 31: {wavelengths_pe[-1]:,.0f}; each pair's is {wavelengths_pe[1] / wavelengths_pe[0]:.3f}x the previous one's")
 fig, ax = plt.subplots(figsize=(8, 3))
 im = ax.imshow(pe.T, aspect="auto", cmap="RdBu")
 ax.set_xlabel("position t"); ax.set_ylabel("coordinate (2i: sin, 2i+1: cos)")
@@ -463,10 +472,10 @@ plt.show()
 # `(B, H, T, head_dim)` and the frequencies are over `head_dim`, not over `d_out`. With the KV cache of
 # notebook 07, the new tokens are not at positions `0, 1, ...`: they sit at `kv_cache.seq_len`,
 # `seq_len + 1`, ... (read before the update). Keys are rotated before they enter the cache, once, at
-# their own position, and never again: since a score depends only on the offset, old keys stay valid
-# however long the text grows.
+# their own position, and never again: since position enters a score only through the offset, old
+# keys stay valid however long the text grows.
 #
-# 在多头层中，RoPE 是在拆分头之后 **按头** 应用的：张量形状为 `(B, H, T, head_dim)`，频率按 `head_dim` 计算，而不是按 `d_out`。用笔记本 07 的 KV 缓存时，新的词元不在位置 `0, 1, ...`：它们位于 `kv_cache.seq_len`、`seq_len + 1`、……（在更新之前读取）。键在进入缓存之前按各自的位置旋转一次，以后不再旋转：因为分数只取决于偏移，所以无论文本变得多长，旧的键都依然有效。
+# 在多头层中，RoPE 是在拆分头之后 **按头** 应用的：张量形状为 `(B, H, T, head_dim)`，频率按 `head_dim` 计算，而不是按 `d_out`。用笔记本 07 的 KV 缓存时，新的词元不在位置 `0, 1, ...`：它们位于 `kv_cache.seq_len`、`seq_len + 1`、……（在更新之前读取）。键在进入缓存之前按各自的位置旋转一次，以后不再旋转：因为位置只通过偏移进入分数，所以无论文本变得多长，旧的键都依然有效。
 
 # %% [markdown]
 # ### Exercise 5 · `RoPEMultiHeadAttention` · 练习 5
@@ -541,10 +550,12 @@ nb08.check_RoPEMultiHeadAttention(RoPEMultiHeadAttention)
 # %% [markdown]
 # Finally, your layer in notebook 07's GPT, with the learned position table switched off
 # (`learned_positions=False`): RoPE is now the only source of position. Greedy generation gives the
-# same tokens with and without the cache, which can only happen if every new token is rotated at its
-# true position.
+# same tokens with and without the cache. That tests that each new token's position is right
+# *relative to the cached keys*, not that it is right in absolute terms: RoPE cannot see an offset
+# shared by all positions (the scores above are equal at $(m, n)$ and $(m + s, n + s)$), so the test
+# would pass even if every position, cached and new, were off by the same amount.
 #
-# 最后，把你的层放进笔记本 07 的 GPT，并关掉可学习的位置表（`learned_positions=False`）：RoPE 现在是位置信息的唯一来源。贪心生成在有缓存和没有缓存时给出相同的词元，而这只有在每个新词元都按它真实的位置旋转时才可能成立。
+# 最后，把你的层放进笔记本 07 的 GPT，并关掉可学习的位置表（`learned_positions=False`）：RoPE 现在是位置信息的唯一来源。贪心生成在有缓存和没有缓存时给出相同的词元。这检验的是每个新词元的位置 *相对于已缓存的键* 是对的，而不是它的绝对位置是对的：RoPE 看不出所有位置共有的偏移（上面的分数在 $(m, n)$ 和 $(m + s, n + s)$ 处相等），所以即使每个位置（已缓存的和新的）都偏了同样的量，这个检验也会通过。
 
 # %%
 cfg = GPTConfig(vocab_size=500, context_length=64, emb_dim=64, n_heads=4, n_layers=2, learned_positions=False)

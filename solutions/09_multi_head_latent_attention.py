@@ -89,17 +89,25 @@ for context in (4096, 32_768, 131_072):
 # Expanding every cached latent into keys at every step would throw the saving away. But a score is
 # $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$: multiply the query by $W^{UK}$ once, and
 # score it directly against the cached latents. The same holds on the value side: attend over the
-# latents, then apply $W^{UV}$ once. This is the *absorption* of the V2 paper (section 2.1.2).
+# latents, then apply $W^{UV}$ once. This is the *absorption* of the V2 paper (section 2.1.2). The
+# paper describes it as merging matrices ahead of time, $W^{UK}$ into the query's projection and
+# $W^{UV}$ into the output projection $W^O$. V3's inference code, like this notebook, keeps them apart
+# and multiplies by them at run time; merging would not pay at V3's size, where the merged matrices
+# would be about 4 times larger than the ones they replace (the section on what absorption costs
+# prints both).
 #
-# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。
+# 在每一步都把所有缓存的潜在向量展开成键，会把节省的内存全部抵消。但一个分数是 $q^\top k_j = q^\top W^{UK} c_j = (W^{UK\top} q)^\top c_j$：把查询乘以 $W^{UK}$ 一次，就能直接与缓存的潜在向量打分。值这一侧同理：先对潜在向量做注意力，再乘一次 $W^{UV}$。这就是 V2 论文（第 2.1.2 节）中的 *吸收*。论文把它描述为事先合并矩阵：把 $W^{UK}$ 并入查询的投影，把 $W^{UV}$ 并入输出投影 $W^O$；V3 的推理代码和本笔记本一样，让它们保持分开，在运行时再相乘；在 V3 的规模下合并并不划算，合并后的矩阵大约是被它们取代的矩阵的 4 倍（讲吸收代价的那一节会把两者都打印出来）。
 #
 # RoPE breaks it. With positions, the key is rotated by a matrix $R_j$ that depends on the key's
 # position: $q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$. The matrix between the
 # query and the latent now changes with every pair of positions, so no single matrix can be folded
-# into the query. The cell shows it on one head: without RoPE the folded query gives the same score
-# as the expanded key; with RoPE it does not.
+# into the query. The cell shows it on one head: without RoPE one folded query gives every key's
+# score. With RoPE the key at position $j$ needs its own folded query, $W^{UK\top} R_{j-m}^\top q_m$:
+# it gives that key's score, but it differs from key to key (the cell prints how far each is from the
+# first key's), so folding would have to be redone for every cached key at every step, which is the
+# expansion it was meant to avoid.
 #
-# RoPE 破坏了这一点。有了位置后，键要乘以一个取决于键位置的旋转矩阵 $R_j$：$q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$。查询和潜在向量之间的矩阵随每一对位置而变，因此无法把某一个固定矩阵折叠进查询。下面的单元格在一个头上演示：不用 RoPE 时，折叠后的查询与展开的键得到相同的分数；用 RoPE 时则不同。
+# RoPE 破坏了这一点。有了位置后，键要乘以一个取决于键位置的旋转矩阵 $R_j$：$q_m^\top R_m^\top R_j W^{UK} c_j = q_m^\top R_{j-m} W^{UK} c_j$。查询和潜在向量之间的矩阵随每一对位置而变，因此无法把某一个固定矩阵折叠进查询。下面的单元格在一个头上演示：不用 RoPE 时，一个折叠后的查询就能给出每个键的分数。用 RoPE 时，位置 $j$ 的键需要它自己的折叠查询 $W^{UK\top} R_{j-m}^\top q_m$：它能给出这个键的分数，但每个键的都不一样（单元格打印了每个与第一个键的折叠查询相差多远），所以每一步都得为每个缓存的键重新折叠一次，而这正是折叠本想避免的展开。
 
 # %%
 g = torch.Generator().manual_seed(0)
@@ -108,11 +116,16 @@ q, latents = torch.randn(8, generator=g), torch.randn(5, 16, generator=g)  # one
 keys = latents @ W_UK.T  # (5, 8) expanded keys
 folded = W_UK.T @ q  # (16,) the query, once multiplied by W_UK
 print("no RoPE, folded == expanded:", torch.allclose(keys @ q, latents @ folded, atol=1e-5))
-m, js = torch.tensor([4]), torch.arange(5)
-q_rot = apply_rope(q.view(1, 8), m, interleaved=True)[0]
-with_rope = apply_rope(keys, js, interleaved=True) @ q_rot
-folded_rot = W_UK.T @ q_rot  # any one folded matrix misses the per-key rotation
-print("RoPE,    folded == expanded:", torch.allclose(with_rope, latents @ folded_rot, atol=1e-5))
+m, js = 4, torch.arange(5)
+q_rot = apply_rope(q.view(1, 8), torch.tensor([m]), interleaved=True)[0]  # the query at position m
+with_rope = apply_rope(keys, js, interleaved=True) @ q_rot  # (5,) scores against keys rotated at j
+# R_m^T R_j = R_{j-m}, and R_{j-m}^T is a rotation by m - j: key j's folded query is W_UK^T R_{m-j} q
+folded_per_key = torch.stack([W_UK.T @ apply_rope(q.view(1, 8), torch.tensor([m - j]), interleaved=True)[0]
+                              for j in js.tolist()])  # (5, 16), one per key position
+print("RoPE, each key's own folded query == expanded:",
+      torch.allclose((latents * folded_per_key).sum(-1), with_rope, atol=1e-5))
+print("distance of each key's folded query from key 0's:",
+      [round(d, 2) for d in (folded_per_key - folded_per_key[0]).norm(dim=-1).tolist()])
 
 # %% [markdown]
 # ## A latent attention without positions · 不带位置的潜在注意力
@@ -124,9 +137,12 @@ print("RoPE,    folded == expanded:", torch.allclose(with_rope, latents @ folded
 # rows after attending over the latents, as above. The cell checks that both paths, decoding token
 # by token, give the output of one pass over the whole text, and counts what each decode step
 # multiplies to rebuild the prefix. Full MLA adds three things to this module: decoupled RoPE (next),
-# the compressed query (`wq_a`, `q_norm`, `wq_b`), and the norm of the latent (`kv_norm`).
+# the compressed query (`wq_a`, `q_norm`, `wq_b`), and the norm of the latent (`kv_norm`). One word of
+# warning: `absorb=False` means something else there. This stepping stone's naive path re-expands the
+# cached latents at every step; full MLA's naive path, as in V3's code, caches the expanded keys and
+# values instead, and re-expanding cached latents in it would be a mistake.
 #
-# 在加入位置之前，先用一个小模块展示整个想法：`utils.mla.LatentAttention` 只缓存潜在向量 `wkv_a(x)`（宽度为 `kv_lora_rank`），由 `wkv_b` 从中重建每个头的键和值。`absorb=False` 时，它在 **每一步都重建所有缓存词元** 的键和值；`absorb=True` 时，它像上面那样把 `wkv_b` 的键行折叠进查询，并在对潜在向量做注意力之后再乘以值行。下面的单元格检查两条路径逐个词元解码时都给出与对整段文本一次计算相同的输出，并统计每个解码步骤为重建前缀要做多少乘法。完整的 MLA 在这个模块上再加三样东西：解耦的 RoPE（下一节）、压缩的查询（`wq_a`、`q_norm`、`wq_b`），以及潜在向量的归一化（`kv_norm`）。
+# 在加入位置之前，先用一个小模块展示整个想法：`utils.mla.LatentAttention` 只缓存潜在向量 `wkv_a(x)`（宽度为 `kv_lora_rank`），由 `wkv_b` 从中重建每个头的键和值。`absorb=False` 时，它在 **每一步都重建所有缓存词元** 的键和值；`absorb=True` 时，它像上面那样把 `wkv_b` 的键行折叠进查询，并在对潜在向量做注意力之后再乘以值行。下面的单元格检查两条路径逐个词元解码时都给出与对整段文本一次计算相同的输出，并统计每个解码步骤为重建前缀要做多少乘法。完整的 MLA 在这个模块上再加三样东西：解耦的 RoPE（下一节）、压缩的查询（`wq_a`、`q_norm`、`wq_b`），以及潜在向量的归一化（`kv_norm`）。提醒一句：在那里 `absorb=False` 的含义不同。这个过渡模块的朴素路径每一步都重新展开缓存的潜在向量；而完整 MLA 的朴素路径与 V3 的代码一样，缓存的是展开后的键和值，在其中重新展开缓存的潜在向量是错误的。
 
 # %%
 from utils.mla import LatentAttention
@@ -152,11 +168,13 @@ print(f"a decode step after {context:,} tokens: absorb=False multiplies {context
 # without positions (scored against keys rebuilt from the latent, so absorption works) and
 # `qk_rope_head_dim` coordinates that RoPE rotates. On the key side, the last `qk_rope_head_dim`
 # outputs of `wkv_a` give **one rope key per token, shared by all heads** ($k^R_t$ in the paper), so
-# the cache grows by only 64 numbers per token. A head's score is the sum of both parts,
+# the cache grows by only 64 numbers per token. The score of head $i$ is the sum of both parts, its own
+# query parts $q^C_{t,i}$, $q^R_{t,i}$ and key $k^C_{j,i}$ against a rope key $k^R_j$ that has no head
+# index,
 #
-# DeepSeek 的办法是把这两项工作分开。每个查询头有 `qk_nope_head_dim` 个不带位置的坐标（与由潜在向量重建的键打分，因此吸收仍然可行），以及 `qk_rope_head_dim` 个由 RoPE 旋转的坐标。在键这一侧，`wkv_a` 的最后 `qk_rope_head_dim` 个输出给出 **每个词元一个、由所有头共享的 rope 键**（论文中的 $k^R_t$），因此缓存每个词元只多 64 个数。一个头的分数是两部分之和，
+# DeepSeek 的办法是把这两项工作分开。每个查询头有 `qk_nope_head_dim` 个不带位置的坐标（与由潜在向量重建的键打分，因此吸收仍然可行），以及 `qk_rope_head_dim` 个由 RoPE 旋转的坐标。在键这一侧，`wkv_a` 的最后 `qk_rope_head_dim` 个输出给出 **每个词元一个、由所有头共享的 rope 键**（论文中的 $k^R_t$），因此缓存每个词元只多 64 个数。头 $i$ 的分数是两部分之和：它自己的查询部分 $q^C_{t,i}$、$q^R_{t,i}$ 和键 $k^C_{j,i}$，与一个没有头下标的 rope 键 $k^R_j$，
 #
-# $$s_{t,j} = \frac{q^{C\top}_{t} k^C_j + q^{R\top}_t k^R_j}{\sqrt{d_h + d^R_h}},$$
+# $$s_{t,j,i} = \frac{q^{C\top}_{t,i}\, k^C_{j,i} + q^{R\top}_{t,i}\, k^R_j}{\sqrt{d_h + d^R_h}},$$
 #
 # scaled by the full query width `qk_nope_head_dim + qk_rope_head_dim` (192 for V3), the width of
 # the dot product. RoPE rotates adjacent pairs $(2i, 2i+1)$, as DeepSeek-V3's code does
@@ -266,7 +284,7 @@ class MultiHeadLatentAttention(nn.Module):
         B, T, _ = x.shape
         H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
         end = start_pos + T
-        positions = torch.arange(start_pos, end)
+        positions = torch.arange(start_pos, end, device=x.device)
         q = self.wq(x) if cfg.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
         q_nope, q_pe = q.view(B, T, H, nope + rope).split([nope, rope], dim=-1)
         q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
@@ -285,7 +303,7 @@ class MultiHeadLatentAttention(nn.Module):
             k, v = self._write("k_cache", k, start_pos), self._write("v_cache", v, start_pos)  # (B, end, H, .)
             scores = torch.einsum("bthd,bshd->bhts", torch.cat([q_nope, q_pe], dim=-1), k)
         scores = scores / math.sqrt(nope + rope)  # (B, H, T, end)
-        scores = scores.masked_fill(causal_mask(T, end), float("-inf"))
+        scores = scores.masked_fill(causal_mask(T, end, device=x.device), float("-inf"))
         weights = torch.softmax(scores.float(), dim=-1).type_as(x)
         if absorb:
             out = torch.einsum("bhts,bsc->bhtc", weights, c)  # (B, H, T, c) attended latents
@@ -445,16 +463,17 @@ print(f"V3 per layer: MLA {mla_cache_elements_per_token(1, 512, 64)} numbers; "
 # The DeepSeek-V2 abstract says that, *compared with DeepSeek 67B*, V2 "reduces the KV cache by
 # 93.3%". DeepSeek 67B is not an MHA twin of V2: it is a dense model with grouped-query attention
 # (95 layers, 8 KV heads of width 128), and deployed V2 stores its cache quantized to about 6 bits
-# per number (section 3.2.3) while the baseline keeps bf16. The figure reproduces from these numbers;
-# MLA against MHA of the same V2 shape, at equal precision, is a different and larger ratio.
+# per number (section 3.2.3). The paper does not give the computation or the baseline's precision; the
+# figure reproduces exactly if DeepSeek 67B's cache is bf16, which the cell assumes. MLA against MHA
+# of the same V2 shape, at equal precision, is a different and larger ratio.
 #
-# DeepSeek-V2 的摘要说，*与 DeepSeek 67B 相比*，V2 "把 KV 缓存减少了 93.3%"。DeepSeek 67B 并不是 V2 的 MHA 孪生版本：它是一个使用分组查询注意力的稠密模型（95 层，8 个宽度为 128 的键值头），而部署的 V2 把缓存量化到平均约 6 比特每个数（第 3.2.3 节），基线则保持 bf16。这个数字可以由下面的数重现；在相同精度下把 MLA 与同样是 V2 形状的 MHA 比较，得到的是另一个更大的比例。
+# DeepSeek-V2 的摘要说，*与 DeepSeek 67B 相比*，V2 "把 KV 缓存减少了 93.3%"。DeepSeek 67B 并不是 V2 的 MHA 孪生版本：它是一个使用分组查询注意力的稠密模型（95 层，8 个宽度为 128 的键值头），而部署的 V2 把缓存量化到每个数平均约 6 比特（第 3.2.3 节）。论文没有给出计算过程，也没有说明基线的精度；如果 DeepSeek 67B 的缓存是 bf16，这个数字就能精确重现，下面的单元格正是这样假设的。在相同精度下把 MLA 与同样是 V2 形状的 MHA 比较，得到的是另一个更大的比例。
 
 # %%
 v2_bits = mla_cache_elements_per_token(60, 512, 64) * 6  # deployed V2: 6-bit cache
-dsk67b_bits = kv_cache_elements_per_token(95, 8, 128) * 16  # DeepSeek 67B: GQA in bf16
-print(f"DeepSeek 67B (GQA, bf16): {dsk67b_bits / 8 / 1024:6.1f} KiB per token")
-print(f"DeepSeek-V2 (MLA, 6-bit): {v2_bits / 8 / 1024:6.1f} KiB per token")
+dsk67b_bits = kv_cache_elements_per_token(95, 8, 128) * 16  # DeepSeek 67B: GQA, assumed bf16
+print(f"DeepSeek 67B (GQA, bf16 assumed): {dsk67b_bits / 8 / 1024:6.1f} KiB per token")
+print(f"DeepSeek-V2 (MLA, 6-bit):         {v2_bits / 8 / 1024:6.1f} KiB per token")
 print(f"reduction: {1 - v2_bits / dsk67b_bits:.1%}")
 same_precision = 1 - mla_cache_elements_per_token(60, 512, 64) / kv_cache_elements_per_token(60, 128, 128)
 print(f"MLA vs MHA of V2's own shape, both bf16: {same_precision:.2%} smaller")
@@ -482,6 +501,10 @@ print(f"  absorbed: reads {absorbed_read:>6,} numbers, {absorbed_macs:>7,} multi
 print(f"  absorbed / naive: {absorbed_macs / naive_macs:.1f}x the multiply-adds, {naive_read / absorbed_read:.0f}x fewer numbers read")
 print(f"per new token, once: fold and unfold wkv_b {2 * H * nope * c_w:,} multiply-adds (absorbed) "
       f"against expanding the new latent {H * (nope + dv) * c_w:,} (naive)")
+q_rank, dim = V3["q_lora_rank"], V3["dim"]
+print(f"merged ahead of time instead: wq_b's nope rows times W^UK, {q_rank * H * c_w / 1e6:.1f}M parameters against "
+      f"{q_rank * H * nope / 1e6:.1f}M; W^UV times wo, {H * c_w * dim / 1e6:.1f}M against {H * dv * dim / 1e6:.1f}M "
+      f"({c_w / nope:.0f}x as large each)")
 
 # %% [markdown]
 # So absorption is a trade of memory for compute: about 3.4 times the multiply-adds of the naive path
@@ -491,9 +514,11 @@ print(f"per new token, once: fold and unfold wkv_b {2 * H * nope * c_w:,} multip
 # traffic, and the trade pays. When many queries share each cached position (a long prefill), the
 # arithmetic dominates instead, and expanded keys and values are the cheaper form; serving engines
 # such as vLLM's MLA backend use the naive ("compute friendly") form for prefill and the absorbed
-# ("data-movement friendly") one for decoding.
+# ("data-movement friendly") one for decoding. The last line printed shows what merging the matrices
+# ahead of time, as the V2 paper describes, would cost at V3's size: the two matrices a decode step
+# reads for every token would be 4 times as large. V3's code folds at run time instead.
 #
-# 所以吸收是用内存换算力：每个缓存位置大约要做朴素路径 3.4 倍的乘加，换来读取的数少 71 倍。解码步骤中每个序列只有一个新词元，朴素路径从内存中取来的每个数只做一次乘加，远低于加速器在取数所需时间内能完成的计算量：它的耗时由内存访问量决定，这个交换是划算的。当许多查询共享每个缓存位置时（长的预填充），计算量反而占主导，展开后的键和值是更便宜的形式；vLLM 的 MLA 后端等推理引擎在预填充时使用朴素（"计算友好"）形式，在解码时使用吸收（"数据搬运友好"）形式。
+# 所以吸收是用内存换算力：每个缓存位置大约要做朴素路径 3.4 倍的乘加，换来读取的数少 71 倍。解码步骤中每个序列只有一个新词元，朴素路径从内存中取来的每个数只做一次乘加，远低于加速器在取数所需时间内能完成的计算量：它的耗时由内存访问量决定，这个交换是划算的。当许多查询共享每个缓存位置时（长的预填充），计算量反而占主导，展开后的键和值是更便宜的形式；vLLM 的 MLA 后端等推理引擎在预填充时使用朴素（"计算友好"）形式，在解码时使用吸收（"数据搬运友好"）形式。最后打印的一行说明了在 V3 的规模下，像 V2 论文描述的那样事先合并矩阵会有什么代价：解码时每个词元都要读取的这两个矩阵会大 4 倍。V3 的代码则是在运行时折叠。
 #
 # **MQA in disguise.** Look at the absorbed decode step once more: every head's folded query is
 # scored against the *same* cached vector $[c_j \,|\, k^R_j]$ (576 numbers in V3), and every head
@@ -605,7 +630,6 @@ print(f"ratio {naive_bytes / absorbed_bytes:.1f}x, both equal to their formulas:
 # `generate.py`, `convert.py`, `fp8_cast_bf16.py` and `inference/configs/config_671B.json`,
 # `config_236B.json`; B. Peng et al., *YaRN* (2023); vLLM's `vllm/attention/backends/mla/common.py`
 # (the two forms of MLA for prefill and decode); DeepSeek-AI,
-# *DeepSeek LLM* (2024) for DeepSeek 67B's attention; R. Dandekar, *Build DeepSeek from Scratch*
-# lectures on MLA.
+# *DeepSeek LLM* (2024) for DeepSeek 67B's attention.
 #
-# 来源：DeepSeek-AI，《DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model》（2024）第 2.1 节（低秩键值联合压缩、解耦 RoPE、缓存大小的表 1）、第 3.2.3 节与摘要（93.3%）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.1 节与第 4.3 节（用 YaRN 扩展上下文）；DeepSeek-V3 公开推理代码 `inference/model.py`（`MLA` 及其 `naive` 与 `absorb` 路径、`ModelArgs`、YaRN 的 `precompute_freqs_cis`、`Transformer` 的掩码）、`generate.py`、`convert.py`、`fp8_cast_bf16.py` 以及 `inference/configs/config_671B.json`、`config_236B.json`；B. Peng 等，《YaRN》（2023）；vLLM 的 `vllm/attention/backends/mla/common.py`（MLA 在预填充和解码中的两种形式）；DeepSeek-AI，《DeepSeek LLM》（2024）中 DeepSeek 67B 的注意力配置；R. Dandekar，《Build DeepSeek from Scratch》中关于 MLA 的讲座。
+# 来源：DeepSeek-AI，《DeepSeek-V2: A Strong, Economical, and Efficient Mixture-of-Experts Language Model》（2024）第 2.1 节（低秩键值联合压缩、解耦 RoPE、缓存大小的表 1）、第 3.2.3 节与摘要（93.3%）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.1 节与第 4.3 节（用 YaRN 扩展上下文）；DeepSeek-V3 公开推理代码 `inference/model.py`（`MLA` 及其 `naive` 与 `absorb` 路径、`ModelArgs`、YaRN 的 `precompute_freqs_cis`、`Transformer` 的掩码）、`generate.py`、`convert.py`、`fp8_cast_bf16.py` 以及 `inference/configs/config_671B.json`、`config_236B.json`；B. Peng 等，《YaRN》（2023）；vLLM 的 `vllm/attention/backends/mla/common.py`（MLA 在预填充和解码中的两种形式）；DeepSeek-AI，《DeepSeek LLM》（2024）中 DeepSeek 67B 的注意力配置。

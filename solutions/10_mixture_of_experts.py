@@ -175,11 +175,12 @@ print("top-1, raw probability (Switch):", [round(p, 3) for p in torch.softmax(lo
 # where $f_i$ is the share of the $N k$ assignments that went to expert $i$ (counted, so it carries no
 # gradient) and $P_i$ is the mean router probability of expert $i$ (differentiable). When either $f$
 # or $P$ is uniform ($1/E$ everywhere) the loss is exactly 1, since the other sums to 1. That is not
-# its minimum: a router whose busiest experts have low mean probability scores below 1 (a cell after
-# the exercise prints a case with $E = 3$, $k = 1$). The gradient flows through $P$ only, so it lowers
+# its minimum: a router that sends its tokens to experts of low mean probability, and none to an
+# expert of high mean probability, scores below 1 (a cell after the exercise prints a case with
+# $E = 3$, $k = 1$). The gradient flows through $P$ only, so it lowers
 # the probability of the experts that received the most assignments.
 #
-# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。只要 $f$ 或 $P$ 之一是均匀的（处处为 $1/E$），损失就正好是 1，因为另一个之和为 1。但这并不是它的最小值：如果最忙的专家平均概率较低，路由器的得分会低于 1（练习之后的一个单元格打印了 $E = 3$、$k = 1$ 的例子）。梯度只通过 $P$ 传播，因此它降低的是得到最多分配的那些专家的概率。
+# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。只要 $f$ 或 $P$ 之一是均匀的（处处为 $1/E$），损失就正好是 1，因为另一个之和为 1。但这并不是它的最小值：如果路由器把词元送给平均概率低的专家，而平均概率高的某个专家一个也没分到，得分就会低于 1（练习之后的一个单元格打印了 $E = 3$、$k = 1$ 的例子）。梯度只通过 $P$ 传播，因此它降低的是得到最多分配的那些专家的概率。
 
 # %% [markdown]
 # ### Exercise 3 · `load_balancing_loss` · 练习 3
@@ -219,16 +220,17 @@ nb10.check_load_balancing_loss(load_balancing_loss)
 
 # %% [markdown]
 # Three routers with $E = 3$ experts and $k = 1$: one whose $P$ is uniform although every token goes
-# to expert 0, one whose $f$ is uniform, and two tokens that each pick an expert whose mean
-# probability is low.
+# to expert 0, one whose $f$ is uniform, and one with two tokens that put half the assignments on the
+# expert with the lowest mean probability (expert 0) and none on expert 2, whose mean probability is
+# almost the highest. That last one scores below 1.
 #
-# 三个 $E = 3$、$k = 1$ 的路由器：一个的 $P$ 是均匀的，但每个词元都去了专家 0；一个的 $f$ 是均匀的；还有两个词元，各自选中一个平均概率较低的专家。
+# 三个 $E = 3$、$k = 1$ 的路由器：一个的 $P$ 是均匀的，但每个词元都去了专家 0；一个的 $f$ 是均匀的；还有一个有两个词元，把一半的分配给了平均概率最低的专家（专家 0），而平均概率几乎最高的专家 2 一个也没分到。最后这个的得分低于 1。
 
 # %%
 cases = {
     "P uniform, all tokens on expert 0": torch.full((3, 3), 1 / 3),
     "f uniform": torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1], [0.3, 0.3, 0.4]]),
-    "busy experts, low mean P": torch.tensor([[0.34, 0.33, 0.33], [0.0, 0.51, 0.49]]),
+    "half on the lowest-P expert": torch.tensor([[0.34, 0.33, 0.33], [0.0, 0.51, 0.49]]),
 }
 for name, probs in cases.items():
     chosen = torch.zeros(3, 1, dtype=torch.long) if name.startswith("P") else probs.argmax(-1, keepdim=True)
@@ -248,8 +250,9 @@ for name, probs in cases.items():
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, tokens=128, seed=0):
-    """Train a tiny top-k MoE to imitate a random network; return {"before"/"after": (shares, task loss)}."""
+def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, tokens=128, seed=0, bias_gamma=0.0):
+    """Train a tiny top-k MoE to imitate a random network; return {"before"/"after": (shares, task loss)}.
+    bias_gamma > 0 balances with DeepSeek-V3's bias instead (used further down, after exercise 5)."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     teacher = nn.Sequential(nn.Linear(dim, 64), nn.Tanh(), nn.Linear(64, dim))
@@ -258,10 +261,17 @@ def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, to
     w2 = nn.Parameter(torch.randn(n_experts, hidden, dim) / hidden ** 0.5)
     opt = torch.optim.Adam([*router.parameters(), w1, w2, w3], lr=3e-2)
     held_out = torch.randn(4096, dim, generator=torch.Generator().manual_seed(seed + 1))
+    bias = torch.zeros(n_experts)
 
     def moe(x):  # (N, dim) -> output, router logits, chosen experts
         logits = router(x)
-        weights, indices = topk_router(logits, k)
+        if bias_gamma:  # the bias only chooses; the weights are the chosen probabilities, renormalised
+            probs = logits.softmax(dim=-1)
+            indices = (probs + bias).topk(k, dim=-1).indices
+            weights = probs.gather(1, indices)
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        else:
+            weights, indices = topk_router(logits, k)
         gates = torch.zeros(x.shape[0], n_experts).scatter(1, indices, weights)  # (N, E), k non-zeros per row
         h = F.silu(torch.einsum("nd,edh->neh", x, w1)) * torch.einsum("nd,edh->neh", x, w3)
         return torch.einsum("neh,ehd,ne->nd", h, w2, gates), logits, indices
@@ -281,6 +291,8 @@ def train_router(aux_weight, steps=150, n_experts=16, k=2, dim=16, hidden=16, to
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if bias_gamma:
+            bias = update_expert_bias(bias, torch.bincount(indices.flatten(), minlength=n_experts), bias_gamma)
     return {"before": before, "after": measure()}
 
 
@@ -306,14 +318,15 @@ else:
 # already gives the busiest four experts more than their even quarter. Without balancing, training
 # concentrates the tokens further: the busiest four take a larger share and the quietest gets almost
 # nothing. With the Switch loss the shares end closer to even than they started, and the task loss
-# after the same 150 steps is higher than without it: the gradient of
-# the auxiliary loss moves the router away from what the task alone would choose. That cost is what
-# DeepSeek-V3's bias avoids (below).
+# after the same 150 steps is higher than without it: in this experiment, balancing the load cost task
+# loss. The Switch loss balances through its gradient, which pulls the router away from what the task
+# alone would choose; DeepSeek-V3 balances with a bias that sends no gradient at all (below, where
+# this experiment is run again with it).
 #
-# 请读上面单元格打印的几行。训练前（两次运行都从这里开始），随机的路由器已经让最忙的四个专家拿到多于均分的四分之一。不加均衡时，训练让词元进一步集中：最忙的四个专家拿到更大的份额，最闲的几乎什么也得不到。加上 Switch 损失后，份额最终比开始时更接近均匀，而同样 150 步之后的任务损失比不加时更高：辅助损失的梯度把路由器从仅凭任务会做的选择上拉开。DeepSeek-V3 的偏置要避免的正是这个代价（见下文）。
+# 请读上面单元格打印的几行。训练前（两次运行都从这里开始），随机的路由器已经让最忙的四个专家拿到多于均分的四分之一。不加均衡时，训练让词元进一步集中：最忙的四个专家拿到更大的份额，最闲的几乎什么也得不到。加上 Switch 损失后，份额最终比开始时更接近均匀，而同样 150 步之后的任务损失比不加时更高：在这个实验中，均衡负载让任务损失变高了。Switch 损失通过它的梯度来均衡，这个梯度把路由器从仅凭任务会做的选择上拉开；DeepSeek-V3 则用一个完全不产生梯度的偏置来均衡（见下文，那里会用它把这个实验再做一遍）。
 
 # %% [markdown]
-# ## DeepSeek-V3's gate · DeepSeek-V3 的门控
+# ## DeepSeek-V3's gate · DeepSeek-V3 的路由门控
 #
 # DeepSeek-V3 (technical report, section 2.1.2; `Gate` in its inference code) routes differently:
 #
@@ -324,20 +337,28 @@ else:
 # 2. **A bias that only chooses**: experts are ranked by $s_i + b_i$, but the weights are made from
 #    $s_i$ alone. The bias steers load without distorting what the experts' outputs are worth.
 # 3. **Group-limited routing**: the experts are split into `n_expert_groups` groups (in V3, 8 groups
-#    of 32, one per node); a group's score is the sum of its two highest biased scores (for softmax,
-#    its maximum); only the `n_limited_groups` best groups stay (4 in V3), and the top-`k` experts
-#    are chosen among them. This bounds how many nodes a token's data must travel to. V3's code
-#    decides the group score differently: by whether the gate has a bias (the maximum without one,
+#    of 32; in training, each group's experts sit on one node); a group's score is the sum of its
+#    two highest biased scores (for softmax, its maximum); only the `n_limited_groups` best groups
+#    stay (4 in V3), and the top-`k` experts are chosen among them. In training this bounds how many
+#    nodes a token's data must travel to. V3's code decides the group score differently: by whether the gate has a bias (the maximum without one,
 #    the top-2 sum with one), and it creates the bias only for the 671B model (`dim == 7168`), whose
 #    scores are sigmoid. The course's gate always has a bias (zeros choose as no bias does), so it
 #    ties the rule to the score function instead; for V3's sigmoid gate both rules take the top-2 sum.
 # 4. **Weights**: the chosen $s_i$, renormalised to sum 1 (sigmoid only; softmax weights are used as
 #    they are), then multiplied by `route_scale` (2.5 in V3).
 #
-# 1. **Sigmoid 亲和度**：每个专家 $s_{i} = \sigma(x \cdot w_i)$，彼此独立（V2 用的是 softmax；当 `score_func="softmax"` 时门控改用 softmax）。
+# 1. **Sigmoid 亲和度**：每个专家 $s_{i} = \sigma(x \cdot w_i)$，彼此独立（V2 用的是 softmax；当 `score_func="softmax"` 时路由门控改用 softmax）。
 # 2. **只用于选择的偏置**：专家按 $s_i + b_i$ 排序，但权重只由 $s_i$ 构成。偏置用来调节负载，而不会扭曲专家输出的价值。
-# 3. **分组限制路由**：专家被分成 `n_expert_groups` 个组（V3 中为 8 组，每组 32 个，每组对应一个节点）；一个组的分数是它最高的两个带偏置分数之和（softmax 时取最大值）；只保留最好的 `n_limited_groups` 个组（V3 中为 4 个），并在其中选出前 `k` 个专家。这限制了一个词元的数据需要传送到的节点数。V3 的代码用另一种方式决定组分数：看门控有没有偏置（没有偏置取最大值，有偏置取前两个之和），而它只为 671B 模型（`dim == 7168`）创建偏置，该模型的分数是 sigmoid。本课程的门控总是有偏置（全零偏置的选择与没有偏置相同），所以改为按分数函数决定规则；对 V3 的 sigmoid 门控，两种规则都取前两个之和。
+# 3. **分组限制路由**：专家被分成 `n_expert_groups` 个组（V3 中为 8 组，每组 32 个；训练时每组的专家放在一个节点上）；一个组的分数是它最高的两个带偏置分数之和（softmax 时取最大值）；只保留最好的 `n_limited_groups` 个组（V3 中为 4 个），并在其中选出前 `k` 个专家。训练时这限制了一个词元的数据需要传送到的节点数。V3 的代码用另一种方式决定组分数：看路由门控有没有偏置（没有偏置取最大值，有偏置取前两个之和），而它只为 671B 模型（`dim == 7168`）创建偏置，该模型的分数是 sigmoid。本课程的路由门控总是有偏置（全零偏置的选择与没有偏置相同），所以改为按分数函数决定规则；对 V3 的 sigmoid 路由门控，两种规则都取前两个之和。
 # 4. **权重**：被选中的 $s_i$，重新归一化使其和为 1（仅 sigmoid；softmax 的权重直接使用），再乘以 `route_scale`（V3 中为 2.5）。
+#
+# DeepSeek documents neither the sigmoid nor `route_scale`; what follows is an interpretation, not
+# theirs. Softmax affinities over 256 experts are small and coupled (raising one lowers all the
+# others), while each sigmoid score stands on its own between 0 and 1. And the renormalised routed
+# weights sum to 1, the same weight as the one shared expert's output, which is added unscaled;
+# `route_scale` = 2.5 gives the routed experts together 2.5 times that.
+#
+# DeepSeek 对 sigmoid 和 `route_scale` 都没有给出理由；下面是一种解读，不是他们的说法。在 256 个专家上做 softmax，得到的亲和度很小而且相互耦合（一个升高，其他都会降低），而每个 sigmoid 分数都独立地落在 0 到 1 之间。另外，重新归一化后的路由权重之和为 1，与唯一的共享专家的输出权重相同（共享专家的输出不经缩放直接相加）；`route_scale` = 2.5 让所有路由专家合起来的权重是它的 2.5 倍。
 
 # %% [markdown]
 # ### Exercise 4 · `Gate` · 练习 4
@@ -407,14 +428,15 @@ nb10.check_Gate(Gate)
 # %% [markdown]
 # ## Balancing without an auxiliary loss · 无辅助损失的负载均衡
 #
-# An auxiliary loss balances the load but, as the experiment above printed, costs task loss. DeepSeek-V3
-# balances with the bias instead (report, section 2.1.2): after each training step, every expert
+# An auxiliary loss balances the load, and in the experiment above the task loss was higher with it.
+# The V3 report (section 2.1.2) notes that too large an auxiliary loss impairs the model (citing Wang
+# et al., 2024) and balances with the bias instead: after each training step, every expert
 # that received more than the mean load has its bias lowered by $\gamma$, every expert below the mean
 # has it raised by $\gamma$ (V3 used $\gamma = 0.001$ for most of training). Only the choice changes,
 # so the weights, and the gradients, stay those of the task. (V3 keeps a very small sequence-wise
 # auxiliary loss as a safeguard; it is left out here.)
 #
-# 辅助损失能均衡负载，但正如上面的实验所打印的，它会让任务损失变高。DeepSeek-V3 改用偏置来均衡（报告第 2.1.2 节）：每个训练步骤之后，负载高于平均值的专家把偏置降低 $\gamma$，低于平均值的专家把偏置提高 $\gamma$（V3 在大部分训练中使用 $\gamma = 0.001$）。只有选择发生变化，因此权重和梯度仍然是任务本身的。（V3 还保留了一个非常小的序列级辅助损失作为保险；这里略去。）
+# 辅助损失能均衡负载，而在上面的实验中，加上它之后任务损失更高。V3 技术报告（第 2.1.2 节）指出，过大的辅助损失会损害模型（引用 Wang 等，2024），因此改用偏置来均衡：每个训练步骤之后，负载高于平均值的专家把偏置降低 $\gamma$，低于平均值的专家把偏置提高 $\gamma$（V3 在大部分训练中使用 $\gamma = 0.001$）。只有选择发生变化，因此权重和梯度仍然是任务本身的。（V3 还保留了一个非常小的序列级辅助损失作为保险；这里略去。）
 
 # %% [markdown]
 # ### Exercise 5 · `update_expert_bias` · 练习 5
@@ -485,6 +507,45 @@ print(f"busiest / quietest share: step 0 {busiest[0]:.1%} / {quietest[0]:.1%}, "
       f"step {n_steps - 1} {busiest[-1]:.1%} / {quietest[-1]:.1%} (even: {1 / 16:.1%})")
 
 # %% [markdown]
+# Does the bias avoid the cost that the Switch loss had in the experiment of exercise 3? Run that
+# experiment again (`train_router`), now with the bias instead of the auxiliary loss: it is added to
+# the router's probabilities only to choose the experts, and `update_expert_bias` moves it with
+# V3's $\gamma = 0.001$ after every step. One run can be luck, so the cell trains the three routers
+# from three starting points (seeds) and prints each one's task loss and load.
+#
+# 偏置能避免练习 3 的实验中 Switch 损失带来的代价吗？把那个实验（`train_router`）再做一遍，这次用偏置代替辅助损失：偏置加到路由器的概率上，只用来选择专家，每一步之后由 `update_expert_bias` 以 V3 的 $\gamma = 0.001$ 调整。一次运行可能只是运气，所以下面的单元格从三个起点（随机种子）分别训练三种路由器，并打印每一种的任务损失和负载。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+if GRADING:
+    print("Not run while grading: training the routers scores no points.")
+else:
+    variants = {"no balancing": {}, "Switch loss x 0.1": {"aux_weight": 0.1}, "bias, gamma 0.001": {"bias_gamma": 0.001}}
+    task = {name: [] for name in variants}
+    for seed in tqdm(range(3), desc="seeds"):
+        for name, kwargs in variants.items():
+            shares, loss = train_router(kwargs.get("aux_weight", 0.0), seed=seed, bias_gamma=kwargs.get("bias_gamma", 0.0))["after"]
+            task[name].append(loss)
+            print(f"seed {seed}, {name:18}: busiest 4 of 16 experts take {shares.sort(descending=True).values[:4].sum():.0%}, "
+                  f"task loss {loss:.4f}")
+    mean = {name: sum(losses) / len(losses) for name, losses in task.items()}
+    above = sum(b > n for b, n in zip(task["bias, gamma 0.001"], task["no balancing"]))
+    print("mean task loss: " + ", ".join(f"{name} {m:.4f}" for name, m in mean.items()))
+    print(f"On this machine the bias run's task loss was above the unbalanced run's in {above} of 3 seeds, "
+          f"and on average {'above' if mean['bias, gamma 0.001'] > mean['Switch loss x 0.1'] else 'below'} the Switch run's.")
+
+# %% [markdown]
+# The bias balances about as well as the Switch loss did, and the task loss rises with it: in these
+# runs, balancing cost task loss whichever way it was done, although the bias sends no gradient
+# through the router. In a toy like this most of the price is that of the balance itself, tokens
+# spread over experts the task alone would not have chosen. Whether the bias costs less than an
+# auxiliary loss is a question for real training, and the V3 report answers it there: its ablation (section 4.5.2)
+# trains MoE models both ways, and the models balanced with the bias score better on most
+# benchmarks. This experiment can show what each method does to the load, not that result.
+#
+# 偏置实现的均衡与 Switch 损失差不多，任务损失也随之升高：在这些运行中，无论用哪种方法均衡，任务损失都变高了，尽管偏置根本不通过路由器传递梯度。在这样的小实验里，代价大部分来自均衡本身：词元被分散到仅凭任务不会选择的专家上。偏置的代价是否比辅助损失小，是真实训练中的问题，V3 技术报告也是在那里回答的：它的消融实验（第 4.5.2 节）用两种方法训练 MoE 模型，用偏置均衡的模型在大多数基准上得分更高。这个实验能展示每种方法对负载的作用，但展示不了那个结论。
+
+# %% [markdown]
 # ## Shared experts and the whole layer · 共享专家与完整的层
 #
 # DeepSeek's MoE also has **shared experts** that every token goes through, added to the routed
@@ -513,7 +574,7 @@ print(f"busiest / quietest share: step 0 {busiest[0]:.1%} / {quietest[0]:.1%}, "
 # counts the arithmetic of your `forward`: the multiply-adds and the number of matrix products. Running
 # every expert on every token, or looping over the tokens, fails however it is written.
 #
-# `gate`（你的 `Gate`），`experts`（由 `n_routed_experts` 个你的 `Expert(dim, moe_inter_dim)` 组成的 `nn.ModuleList`），`shared_experts`（当 `n_shared_experts > 0` 时为一个 `Expert(dim, n_shared_experts * moe_inter_dim)`，否则为 `None`）。`forward(x)` 接收 `(..., dim)` 的 `x`，返回相同形状，并且路由权重留在自动求导的计算图中，门控才能从任务中学习。评分时用课程的 `Gate` 和 `Expert` 构建你的 `MoE`（那两个练习中的错误只在那里扣分），并统计你的 `forward` 的运算量：乘加次数和矩阵乘法的次数。让每个专家处理每个词元，或对词元循环，无论怎样写都不能通过。
+# `gate`（你的 `Gate`），`experts`（由 `n_routed_experts` 个你的 `Expert(dim, moe_inter_dim)` 组成的 `nn.ModuleList`），`shared_experts`（当 `n_shared_experts > 0` 时为一个 `Expert(dim, n_shared_experts * moe_inter_dim)`，否则为 `None`）。`forward(x)` 接收 `(..., dim)` 的 `x`，返回相同形状，并且路由权重留在自动求导的计算图中，路由门控才能从任务中学习。评分时用课程的 `Gate` 和 `Expert` 构建你的 `MoE`（那两个练习中的错误只在那里扣分），并统计你的 `forward` 的运算量：乘加次数和矩阵乘法的次数。让每个专家处理每个词元，或对词元循环，无论怎样写都不能通过。
 
 # %% nbgrader={"grade": false, "grade_id": "MoE", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MoE(nn.Module):
@@ -609,7 +670,7 @@ print(f"On this machine, with {tokens} tokens, your dispatch was {r['speedup']:.
 # uses (its `n_activated_experts` routed ones and the shared ones) and the whole gate, which scores
 # every expert for every token.
 #
-# 返回一个 MoE 层的 `(total, active)`：路由专家和共享专家（每个 3 个 `dim x moe_inter_dim` 矩阵）以及门控（`weight` 和 `bias`）。激活参数包括一个词元用到的专家（它的 `n_activated_experts` 个路由专家和共享专家）以及整个门控，因为门控要为每个词元给每个专家打分。
+# 返回一个 MoE 层的 `(total, active)`：路由专家和共享专家（每个 3 个 `dim x moe_inter_dim` 矩阵）以及路由门控（`weight` 和 `bias`）。激活参数包括一个词元用到的专家（它的 `n_activated_experts` 个路由专家和共享专家）以及整个路由门控，因为它要为每个词元给每个专家打分。
 
 # %% nbgrader={"grade": false, "grade_id": "moe_parameter_counts", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts):
@@ -627,7 +688,7 @@ from autograder.checks import expect
 got = moe_parameter_counts(8, 4, 6, 2, 1)
 expect(tuple(got) == (7 * 96 + 54, 3 * 96 + 54),
        "dim 8, width 4: each expert has 96 parameters, the gate 54; 6 routed + 1 shared held, 2 + 1 used.",
-       "dim 8、宽度 4：每个专家 96 个参数，门控 54 个；持有 6 个路由专家 + 1 个共享专家，使用 2 + 1 个。", f"got {got}")
+       "dim 8、宽度 4：每个专家 96 个参数，路由门控 54 个；持有 6 个路由专家 + 1 个共享专家，使用 2 + 1 个。", f"got {got}")
 print("✓ moe_parameter_counts")
 
 # %% nbgrader={"grade": true, "grade_id": "test_moe_parameter_counts_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -704,11 +765,12 @@ print(f"MTP module: {mtp / 1e9:.2f}B of its own (README_WEIGHTS.md: 11.5B unique
 # Mixture-of-Experts Layer* (2017); W. Fedus, B. Zoph, N. Shazeer, *Switch Transformers* (2021),
 # section 2.2 (the auxiliary loss); N. Shazeer, *GLU Variants Improve Transformer* (2020, SwiGLU);
 # D. Dai et al., *DeepSeekMoE* (2024, shared experts); DeepSeek-AI, *DeepSeek-V3 Technical Report*
-# (2024), section 2.1.2 (sigmoid gate, auxiliary-loss-free balancing, node-limited routing) and its
-# README (685B with the MTP module) and `README_WEIGHTS.md` (671B, 36.7B activated, MTP module 11.5B,
-# shared embedding and head); the released checkpoint's `model.safetensors.index.json` (layer 61's
+# (2024), section 2.1.2 (sigmoid gate, auxiliary-loss-free balancing, node-limited routing), section
+# 3.2 (experts over 8 nodes in training), section 4.5.2 (the bias against an auxiliary loss, ablated)
+# and its README (685B with the MTP module) and `README_WEIGHTS.md` (671B, 36.7B activated, MTP
+# module 11.5B, shared embedding and head); the released checkpoint's `model.safetensors.index.json` (layer 61's
 # `embed_tokens` and `shared_head.head` stored again); DeepSeek-V3's public inference code,
-# `inference/model.py` (`Gate`, `Expert`, `MoE`) and `inference/configs/config_671B.json`;
-# R. Dandekar, *Build DeepSeek from Scratch* lectures on MoE.
+# `inference/model.py` (`Gate`, `Expert`, `MoE`) and `inference/configs/config_671B.json`; L. Wang
+# et al., *Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts* (2024).
 #
-# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 门控、无辅助损失的负载均衡、节点限制路由）及其 README（含 MTP 模块 6850 亿）和 `README_WEIGHTS.md`（6710 亿、激活 367 亿、MTP 模块 115 亿、共享的嵌入与输出头）；发布的检查点的 `model.safetensors.index.json`（第 61 层的 `embed_tokens` 和 `shared_head.head` 又存了一遍）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；R. Dandekar，《Build DeepSeek from Scratch》中关于 MoE 的讲座。
+# 来源：N. Shazeer 等，《Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer》（2017）；W. Fedus、B. Zoph、N. Shazeer，《Switch Transformers》（2021）第 2.2 节（辅助损失）；N. Shazeer，《GLU Variants Improve Transformer》（2020，SwiGLU）；D. Dai 等，《DeepSeekMoE》（2024，共享专家）；DeepSeek-AI，《DeepSeek-V3 Technical Report》（2024）第 2.1.2 节（sigmoid 路由门控、无辅助损失的负载均衡、节点限制路由）、第 3.2 节（训练时专家分布在 8 个节点上）、第 4.5.2 节（偏置与辅助损失的消融比较）及其 README（含 MTP 模块 6850 亿）和 `README_WEIGHTS.md`（6710 亿、激活 367 亿、MTP 模块 115 亿、共享的嵌入与输出头）；发布的检查点的 `model.safetensors.index.json`（第 61 层的 `embed_tokens` 和 `shared_head.head` 又存了一遍）；DeepSeek-V3 公开推理代码 `inference/model.py`（`Gate`、`Expert`、`MoE`）与 `inference/configs/config_671B.json`；L. Wang 等，《Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts》（2024）。
