@@ -55,20 +55,23 @@ test: $(STAMP)
 
 # The numerically sensitive tests (reference kernels, the checkpoint's retraining, every check on
 # the wrong and right solutions, each solution's score and stored outputs) on the CPU paths other
-# processors take: PyTorch's kernels without vector instructions (ATEN_CPU_CAPABILITY=default), with
-# AVX2 but no AVX-512 (x86-64 only) and the machine's own, each with one thread and with all (the
-# machine's own with all is `make test`). The capability each run really used is printed first.
+# processors take, each with one thread and with all (the machine's own path with all is `make
+# test`): `default`, no vector instructions in PyTorch's kernels, MKL's conservative path
+# (MKL_CBWR=COMPATIBLE) and oneDNN's SSE4.1; `avx2` (x86-64 only), a processor without AVX-512;
+# `native`, the machine's own. The path each run really took is printed first.
 CPU_PATHS ?= default $(if $(filter x86_64 amd64,$(shell uname -m)),avx2,) native
 CPU_TESTS ?= utils autograder/tests/test_wrong_solutions.py \
              autograder/tests/test_submit.py::test_solution_scores_full_marks_and_reproduces_its_outputs
+CPU_ENV_default := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+CPU_ENV_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+CPU_ENV_native  :=
 test-cpus: $(STAMP)
-	@for cap in $(CPU_PATHS); do for threads in 1 $(NPROC); do \
-	    if [ $$cap = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
-	    path=$$([ $$cap = native ] || echo ATEN_CPU_CAPABILITY=$$cap); \
-	    env $$path OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
-	        torch.backends.cpu.get_cpu_capability(), 'with', torch.get_num_threads(), 'thread(s): $$path OMP_NUM_THREADS=$$threads')"; \
-	    env $$path OMP_NUM_THREADS=$$threads $(BIN)/python -m pytest -q $(XDIST) $(CPU_TESTS) || exit 1; \
-	done; done
+	@set -e; $(foreach cap,$(CPU_PATHS),for threads in 1 $(NPROC); do \
+	    if [ $(cap) = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
+	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
+	        torch.backends.cpu.get_cpu_capability(), 'with', torch.get_num_threads(), 'thread(s): $(or $(CPU_ENV_$(cap)),the native path)')"; \
+	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -m pytest -q $(XDIST) $(CPU_TESTS); \
+	done;)
 
 # --dist loadfile: all cells of a notebook on one worker (loadgroup split a notebook's cells
 # between workers under pytest 9 / xdist 3.8, and a cell then ran without the ones before it).
