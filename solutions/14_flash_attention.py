@@ -640,40 +640,49 @@ for name, forward_backward in passes.items():
 #
 # The course's reference of your forward, `utils.flash_attention.flash_attention_forward` (the same
 # loop, blocks of 256), was also run on a GPU against `F.scaled_dot_product_attention`, for one
-# batch item with 8 heads of 64 and 16,384 tokens, not causal. Your machine cannot repeat that here,
-# so the cell prints the figures from a table, labelled with the machine that produced them: one
-# NVIDIA H200, torch 2.11 with CUDA 13, each time the median of 5 runs timed with CUDA events after
-# a warm-up; the errors are the largest difference from float64 at 1024 tokens.
+# batch item with 8 heads of 64 and 16,384 tokens, not causal, on two H200 machines. Your machine
+# cannot repeat that here, so the cell prints the figures from a table, labelled with the machines
+# that produced them: an NVIDIA H200, torch 2.11 with CUDA 13, each time the median of several runs
+# timed with CUDA events after a warm-up; the errors are the largest difference from float64 at
+# 1024 tokens (run 2 compares with float64 computed from the same bfloat16 inputs).
 #
-# 课程中与你的前向计算对应的参考实现 `utils.flash_attention.flash_attention_forward`（同样的循环，块大小 256）也在一块 GPU 上与 `F.scaled_dot_product_attention` 比较过：一个样本、8 个宽 64 的头、16,384 个词元、非因果。你的机器无法在这里重复这个测量，所以单元格从一张表中打印这些数字，并标明得出它们的机器：一块 NVIDIA H200，torch 2.11 加 CUDA 13，每个时间都是预热之后用 CUDA 事件计时的 5 次运行的中位数；误差是 1024 个词元时与 float64 的最大差值。
+# 课程中与你的前向计算对应的参考实现 `utils.flash_attention.flash_attention_forward`（同样的循环，块大小 256）也在一块 GPU 上与 `F.scaled_dot_product_attention` 比较过：一个样本、8 个宽 64 的头、16,384 个词元、非因果，在两台 H200 机器上。你的机器无法在这里重复这个测量，所以单元格从一张表中打印这些数字，并标明得出它们的机器：一块 NVIDIA H200，torch 2.11 加 CUDA 13，每个时间都是预热之后用 CUDA 事件计时的若干次运行的中位数；误差是 1024 个词元时与 float64 的最大差值（第 2 次运行与由同样的 bfloat16 输入算出的 float64 结果比较）。
 
 # %%
-# Measured on one NVIDIA H200 (torch 2.11, CUDA 13): utils.flash_attention.flash_attention_forward (blocks of 256)
-# and F.scaled_dot_product_attention, B=1, H=8, d=64, T=16384, not causal; medians of 5 timed with CUDA events.
-H200_MS = {"bfloat16": {"tiled": 1009.5, "SDPA": 1.21}, "float32": {"tiled": 728.9, "SDPA": 16.0}}
-H200_PEAK_MIB = {"naive": 8208, "tiled": 21}  # the forward, in bfloat16
-H200_ERROR = {"tiled, bfloat16": 1.4e-2, "naive, bfloat16": 1.4e-2, "SDPA, bfloat16": 8.3e-3, "tiled, float32": 1.1e-6}
+# Measured on an NVIDIA H200 (torch 2.11, CUDA 13), two machines, 2026-11-26: run 1 for the course's reference
+# figures, run 2 again for this text. utils.flash_attention.flash_attention_forward (blocks of 256) against
+# F.scaled_dot_product_attention, B=1, H=8, d=64, T=16384, not causal; medians of CUDA-event timings after a warm-up.
+H200_MS = {"run 1": {"bfloat16": (1009.5, 1.21), "float32": (728.9, 16.0)},  # (tiled forward, SDPA) in ms
+           "run 2": {"bfloat16": (539.9, 1.14), "float32": (569.7, 15.95)}}
+H200_PEAK_MIB = {"naive": 8208, "tiled": 21}  # the forward in bfloat16, run 1 (run 2: 8209 and 21)
+H200_ERROR = {"run 1": {"tiled": 1.4e-2, "naive": 1.4e-2, "SDPA": 8.3e-3},  # bfloat16, T = 1024, against float64
+              "run 2": {"tiled": 4.9e-3, "naive": 4.3e-3, "SDPA": 1.1e-3, "tiled in float32, rounded at the end": 9.7e-4}}
 tiles = (16384 // 256) ** 2
-print("measured on one NVIDIA H200: B=1, H=8, d=64, T=16384, not causal")
-for dtype, ms in H200_MS.items():
-    print(f"{dtype:9} tiled forward {ms['tiled']:7.1f} ms ({1e3 * ms['tiled'] / tiles:.0f} us per 256 x 256 tile), "
-          f"SDPA {ms['SDPA']:5.2f} ms: the tiled forward takes {ms['tiled'] / ms['SDPA']:.0f}x SDPA's time")
+print("measured on an NVIDIA H200: B=1, H=8, d=64, T=16384, not causal")
+for run, by_dtype in H200_MS.items():
+    for dtype, (tiled, sdpa) in by_dtype.items():
+        print(f"{run}, {dtype:9} tiled forward {tiled:7.1f} ms ({1e3 * tiled / tiles:.0f} us per 256 x 256 tile), "
+              f"SDPA {sdpa:5.2f} ms: {tiled / sdpa:.0f}x SDPA's time")
 print(f"peak memory in bfloat16: naive attention {H200_PEAK_MIB['naive']} MiB, tiled forward {H200_PEAK_MIB['tiled']} MiB "
       f"({H200_PEAK_MIB['naive'] / H200_PEAK_MIB['tiled']:.0f}x less)")
-print("largest |error| against float64 at T = 1024: " + ", ".join(f"{k} {e:.1e}" for k, e in H200_ERROR.items()))
+for run, errors in H200_ERROR.items():
+    print(f"{run}, largest |error| in bfloat16 at T = 1024: " + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()))
 
 # %% [markdown]
 # On that GPU the tiled forward has the memory of FlashAttention, hundreds of times less than naive
 # attention, and takes hundreds of times SDPA's time. Its time is its loop: 4096 tiles, each a
 # handful of PyTorch operations, each a separate GPU kernel launched from Python (the printed time
-# per tile). It is not even faster in bfloat16 than in float32: the arithmetic is not what it waits
-# on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
+# per tile). That is why the two runs differ far more for the tiled forward than for SDPA: a loop
+# of launches is timed as much by the machine that issues them as by the GPU. And unlike SDPA, much
+# faster in bfloat16 than in float32, the tiled forward gains little or nothing from bfloat16: the
+# arithmetic is not what it waits on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
 # tiles alone give FlashAttention's memory; its speed comes from the fusion.
 #
-# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时是 SDPA 的几百倍。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。它在 bfloat16 下甚至不比 float32 快：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
+# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时是 SDPA 的几百倍。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。这就是为什么两次运行中分块前向计算的时间相差远比 SDPA 大：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。而且 SDPA 在 bfloat16 下比 float32 快得多，分块前向计算却从 bfloat16 中得不到什么好处：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
 #
-# The tiled forward also rounds more than SDPA in bfloat16 (the printed errors: as far off as naive
-# attention, where SDPA is closer). A forward that creates its running maximum, sum and accumulator
+# The tiled forward also rounds more than SDPA in bfloat16 (the printed errors: the tiled forward's
+# is about naive attention's, SDPA's smaller; in run 2 the tiled forward computed in float32 and
+# rounded at the end comes as close as SDPA). A forward that creates its running maximum, sum and accumulator
 # with `q.new_full` and `q.new_zeros`, as the course's does, keeps them in the dtype of its inputs,
 # so in bfloat16 every rescaling and every addition to the accumulator rounds to 8 significant bits; FlashAttention's kernels
 # keep them in float32 and round only the output. The cell measures the same on this CPU at 1024
@@ -681,7 +690,7 @@ print("largest |error| against float64 at T = 1024: " + ", ".join(f"{k} {e:.1e}"
 # output rounded to bfloat16 at the end, which is what float32 accumulation gives; and SDPA in
 # bfloat16.
 #
-# 分块前向计算在 bfloat16 下的舍入误差也比 SDPA 大（见打印出的误差：与朴素注意力一样大，而 SDPA 更接近）。像课程的实现那样用 `q.new_full` 和 `q.new_zeros` 创建运行最大值、运行和与累加器的前向计算，让它们保持输入的 dtype，所以在 bfloat16 下，每次重新缩放、每次往累加器里加，都会舍入到 8 位有效数字；FlashAttention 的内核把它们保存在 float32 中，只对输出做舍入。下面的单元格在这台 CPU 上、1024 个词元时测量同样的事情：bfloat16 下的你的前向计算；把同样的输入转成 float32 运行你的前向计算，最后再把输出舍入到 bfloat16，这就是 float32 累加的效果；以及 bfloat16 下的 SDPA。
+# 分块前向计算在 bfloat16 下的舍入误差也比 SDPA 大（见打印出的误差：分块前向计算的误差与朴素注意力的相当，SDPA 的更小；在第 2 次运行中，用 float32 计算、最后再舍入的分块前向计算与 SDPA 一样接近）。像课程的实现那样用 `q.new_full` 和 `q.new_zeros` 创建运行最大值、运行和与累加器的前向计算，让它们保持输入的 dtype，所以在 bfloat16 下，每次重新缩放、每次往累加器里加，都会舍入到 8 位有效数字；FlashAttention 的内核把它们保存在 float32 中，只对输出做舍入。下面的单元格在这台 CPU 上、1024 个词元时测量同样的事情：bfloat16 下的你的前向计算；把同样的输入转成 float32 运行你的前向计算，最后再把输出舍入到 bfloat16，这就是 float32 累加的效果；以及 bfloat16 下的 SDPA。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -757,6 +766,6 @@ for name, out in outs.items():
 # PagedAttention* (SOSP 2023, arXiv 2309.06180); DeepSeek's FlashMLA repository README
 # (github.com/deepseek-ai/FlashMLA); Stanford CS336, assignment 2 (a PyTorch FlashAttention graded on
 # CPU); PyTorch's `F.scaled_dot_product_attention` documentation; the GPU figures: measured for this
-# course on one NVIDIA H200 (torch 2.11, CUDA 13, the course's `utils` of 2026-11-25).
+# course on an NVIDIA H200 (torch 2.11, CUDA 13), twice, with `utils/flash_attention.py`.
 #
-# 来源：T. Dao 等，《FlashAttention：具备 IO 感知的快速且省内存的精确注意力》（2022，arXiv 2205.14135；每个查询保存运行最大值和运行和、反向传播中重新计算分块，即算法 1 和 4；A100 的显存数字，GPT-2 与 Path-X 的结果）；T. Dao，《FlashAttention-2：更好的并行与分工带来更快的注意力》（2023，arXiv 2307.08691；前向计算中查询块在外层的循环顺序、只保存 log-sum-exp，以及在反向计算的循环之前只算一次的 $D = \operatorname{rowsum}(dO \circ O)$）；J. Shah 等，《FlashAttention-3》（2024，arXiv 2407.08608）；M. Milakov 与 N. Gimelshein，《softmax 归一化因子的在线计算》（2018，arXiv 1805.02867）；W. Kwon 等，《用分页注意力高效管理大语言模型服务的内存》（SOSP 2023，arXiv 2309.06180）；DeepSeek 的 FlashMLA 仓库说明文件（github.com/deepseek-ai/FlashMLA）；斯坦福 CS336 作业 2（在 CPU 上评分的 PyTorch 版 FlashAttention）；PyTorch 的 `F.scaled_dot_product_attention` 文档；GPU 上的数字：为本课程在一块 NVIDIA H200 上测得（torch 2.11、CUDA 13，课程 2026-11-25 的 `utils`）。
+# 来源：T. Dao 等，《FlashAttention：具备 IO 感知的快速且省内存的精确注意力》（2022，arXiv 2205.14135；每个查询保存运行最大值和运行和、反向传播中重新计算分块，即算法 1 和 4；A100 的显存数字，GPT-2 与 Path-X 的结果）；T. Dao，《FlashAttention-2：更好的并行与分工带来更快的注意力》（2023，arXiv 2307.08691；前向计算中查询块在外层的循环顺序、只保存 log-sum-exp，以及在反向计算的循环之前只算一次的 $D = \operatorname{rowsum}(dO \circ O)$）；J. Shah 等，《FlashAttention-3》（2024，arXiv 2407.08608）；M. Milakov 与 N. Gimelshein，《softmax 归一化因子的在线计算》（2018，arXiv 1805.02867）；W. Kwon 等，《用分页注意力高效管理大语言模型服务的内存》（SOSP 2023，arXiv 2309.06180）；DeepSeek 的 FlashMLA 仓库说明文件（github.com/deepseek-ai/FlashMLA）；斯坦福 CS336 作业 2（在 CPU 上评分的 PyTorch 版 FlashAttention）；PyTorch 的 `F.scaled_dot_product_attention` 文档；GPU 上的数字：为本课程在 NVIDIA H200 上用 `utils/flash_attention.py` 测得两次（torch 2.11、CUDA 13）。
