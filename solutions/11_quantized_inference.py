@@ -10,21 +10,21 @@
 # # 11 · Quantized inference · 量化推理
 #
 # When a language model writes, it produces one token at a time, and for each token it runs the
-# whole network once. At batch size 1 almost nothing is reused between the weights: every weight
-# is fetched from memory, used for one multiply-add, and dropped. So the speed of decoding is set
+# whole network once. At batch size 1 no weight is reused: every weight is fetched from memory,
+# used for one multiply-add with the one token's vector, and dropped. So the speed of decoding is set
 # less by how fast the processor multiplies than by how many **bytes** of weights it must read per
 # token. Store the weights in fewer bytes and decoding gets faster, and the model takes less memory.
 #
-# 语言模型写作时一次只产生一个词元，每产生一个词元就要把整个网络运行一遍。在批大小为 1 时，权重之间几乎没有复用：每个权重从内存中取出，只做一次乘加，然后就被丢掉。所以解码的速度与其说取决于处理器乘得多快，不如说取决于每个词元必须读取多少 **字节** 的权重。用更少的字节存储权重，解码就更快，模型占用的内存也更少。
+# 语言模型写作时一次只产生一个词元，每产生一个词元就要把整个网络运行一遍。在批大小为 1 时，没有任何权重被复用：每个权重从内存中取出，只与这一个词元的向量做一次乘加，然后就被丢掉。所以解码的速度与其说取决于处理器乘得多快，不如说取决于每个词元必须读取多少 **字节** 的权重。用更少的字节存储权重，解码就更快，模型占用的内存也更少。
 #
 # In this notebook you measure where decode time goes on your machine, build symmetric int8
 # quantization and see what one outlier weight does to it, meet the FP8 e4m3 number format, write
 # DeepSeek-V3's block-wise FP8 scaling (128 x 128 weight blocks with `weight_scale_inv`, 1 x 128
-# activation tiles), write an int8 weight-only linear layer and measure it next to W8A8 (int8
+# activation tiles), write an int8 weight-only linear layer and measure it next to W8A8 (8-bit
 # activations too, the path that is fast on a CPU), turn a whole GPT into int8, store the KV cache in
 # int8, and see on a trained model which quantization costs accuracy and why scales are per block.
 #
-# 在本笔记本中，你将在自己的机器上测量解码时间花在哪里，实现对称 int8 量化并看看一个离群权重会对它造成什么影响，认识 FP8 e4m3 数字格式，编写 DeepSeek-V3 的分块 FP8 缩放（128 x 128 的权重块配 `weight_scale_inv`，1 x 128 的激活分块），编写一个 int8 仅权重线性层，并把它与 W8A8（激活也是 int8，在 CPU 上快的那条路径）放在一起测量，把整个 GPT 变成 int8，用 int8 存储 KV 缓存，并在一个训练过的模型上看看哪种量化会损失精度，以及为什么 scale 要按块取。
+# 在本笔记本中，你将在自己的机器上测量解码时间花在哪里，实现对称 int8 量化并看看一个离群权重会对它造成什么影响，认识 FP8 e4m3 数字格式，编写 DeepSeek-V3 的分块 FP8 缩放（128 x 128 的权重块配 `weight_scale_inv`，1 x 128 的激活分块），编写一个 int8 仅权重线性层，并把它与 W8A8（激活也量化为 8 位，在 CPU 上快的那条路径）放在一起测量，把整个 GPT 变成 int8，用 int8 存储 KV 缓存，并在一个训练过的模型上看看哪种量化会损失精度，以及为什么 scale 要按块取。
 
 # %%
 import copy
@@ -111,7 +111,7 @@ print(f"bound: {bound:.0f} tokens/s; measured float32 decode: {measured:.0f} tok
 # take the max **along** `dim` and keep that dimension with size 1, so that `q * scale` broadcasts.
 # For a weight of shape `(out, in)`, `dim=-1` gives one scale per output channel (per row).
 #
-# 我们不使用 -128，让网格关于 0 对称。四舍五入到最近的整数让每个元素的误差不超过 $s/2$；向零截断会把误差加倍，并让每个值都偏向 0。scale 可以是整个张量一个数，也可以每个切片一个：给定 `dim` 时，**沿着** `dim` 取最大值，并保留这个大小为 1 的维度，让 `q * scale` 能够广播。对形状为 `(out, in)` 的权重，`dim=-1` 给每个输出通道（每一行）一个 scale。
+# 我们不使用 -128，让网格关于 0 对称。取整到最近的整数让每个元素的误差不超过 $s/2$；向零截断会把误差加倍，并让每个值都偏向 0。scale 可以是整个张量一个数，也可以每个切片一个：给定 `dim` 时，**沿着** `dim` 取最大值，并保留这个大小为 1 的维度，让 `q * scale` 能够广播。对形状为 `(out, in)` 的权重，`dim=-1` 给每个输出通道（每一行）一个 scale。
 
 # %% [markdown]
 # ### Exercise 1 · `absmax_quantize` · 练习 1
@@ -125,7 +125,7 @@ print(f"bound: {bound:.0f} tokens/s; measured float32 decode: {measured:.0f} tok
 # floor changes no scale of a slice whose amax is at least 1e-4; the hidden test accepts any guard
 # that gives a finite scale and q = 0.
 #
-# 返回 `(q, scale)`：`q` 的 dtype 为 `torch.int8`，形状与 `x` 相同；`scale`（float32）等于 `max|x| / 127`，要么是一个数（`dim=None`），要么是 `x.abs().amax(dim=dim, keepdim=True) / 127`。用 float32 计算（先 `x.float()`，bfloat16 输入也一样），用 `torch.round` 取整，并在 `.to(torch.int8)` 之前截断到 [-127, 127]。全零的切片 amax = 0，`x / scale` 会是 0 / 0 = NaN，而 int8 存不下 NaN：先把 amax 截断到一个小的下限，`amax.clamp(min=1e-4)`（DeepSeek 的 `act_quant` 正是这样做的），让这个切片得到 q = 0。对 amax 不小于 1e-4 的切片，这个下限不会改变 scale；隐藏测试接受任何能给出有限 scale 和 q = 0 的保护方式。
+# 返回 `(q, scale)`：`q` 的 dtype 为 `torch.int8`，形状与 `x` 相同；`scale`（float32）等于 `max|x| / 127`，要么是一个数（`dim=None`），要么是 `x.abs().amax(dim=dim, keepdim=True) / 127`。用 float32 计算（先 `x.float()`，bfloat16 输入也一样），用 `torch.round` 取整，并在 `.to(torch.int8)` 之前把它限制（clamp）到 [-127, 127]。全零的切片 amax = 0，`x / scale` 会是 0 / 0 = NaN，而 int8 存不下 NaN：先用一个小的下限限制 amax，`amax.clamp(min=1e-4)`（DeepSeek 的 `act_quant` 正是这样做的），让这个切片得到 q = 0。对 amax 不小于 1e-4 的切片，这个下限不会改变 scale；隐藏测试接受任何能给出有限 scale 和 q = 0 的保护方式。
 
 # %% nbgrader={"grade": false, "grade_id": "absmax_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def absmax_quantize(x, dim=None):
@@ -172,7 +172,7 @@ nb11.check_absmax_quantize(absmax_quantize)
 # calibration data) meets values beyond it. The cell computes both divisions, and the 0 / 0 of an
 # all-zero slice.
 #
-# 为什么要截断，又为什么用 float32？如果 scale 是用 float32 从张量自己的 amax 算出来的，最大的 `|x| / scale` 在 float32 的最后一位之内就是 127，取整后是 127：截断从不起作用。它在另外两种情况下才要紧。在 bfloat16 运算中（8 位有效数字），除法可能得到 127.5，取整为 128，而 `.to(torch.int8)` 会把 128 回绕成 -128：最大的值变了号。而被复用于其他数据的 scale（静态量化用校准数据事先定下激活的 scale）会遇到超出它的值。下面的单元格计算这两种除法，以及全零切片的 0 / 0。
+# 为什么要限制到 [-127, 127]，又为什么用 float32？如果 scale 是用 float32 从张量自己的 amax 算出来的，最大的 `|x| / scale` 在 float32 的最后一位之内就是 127，取整后是 127：这个限制从不起作用。它在另外两种情况下才要紧。在 bfloat16 运算中（8 位有效数字），除法可能得到 127.5，取整为 128，而 `.to(torch.int8)` 会把 128 回绕成 -128：最大的值变了号。而被复用于其他数据的 scale（静态量化用校准数据事先定下激活的 scale）会遇到超出它的值。下面的单元格计算这两种除法，以及全零切片的 0 / 0。
 
 # %%
 peak = torch.tensor([2.6875, -1.0], dtype=torch.bfloat16)
@@ -226,19 +226,27 @@ nb11.check_dequantize(dequantize)
 # set **one** of its 65,536 entries to 50 times the largest of the others. With one scale for the whole tensor, that
 # entry sets the scale for everyone: the step between int8 levels grows 50-fold and most weights
 # round to a handful of levels, many to 0. With one scale per output channel only the outlier's row
-# pays.
+# pays. The error is measured on the other 65,535 weights, relative to their own norm: the outlier
+# alone holds a large share of the tensor's norm (the cell prints it), and dividing by the whole
+# norm would make the damage to the others look smaller than it is.
 #
-# 训练好的权重大多很小，只有少数很大；激活的情况更糟：Dettmers 等人（2022，*LLM.int8()*）发现，在约 67 亿参数及以上的 Transformer 的隐藏状态中，有少数特征维度远大于其余维度。取一个由小数值组成的 256 x 256 权重，把它 65,536 个元素中的 **一个** 设为其余元素中最大值的 50 倍。如果整个张量只用一个 scale，这个元素就替所有元素决定了 scale：int8 各级之间的步长增大 50 倍，大多数权重被舍入到寥寥几个级别上，很多变成 0。如果每个输出通道一个 scale，只有离群值所在的那一行受损。
+# 训练好的权重大多很小，只有少数很大；激活的情况更糟：Dettmers 等人（2022，*LLM.int8()*）发现，在约 67 亿参数及以上的 Transformer 的隐藏状态中，有少数特征维度远大于其余维度。取一个由小数值组成的 256 x 256 权重，把它 65,536 个元素中的 **一个** 设为其余元素中最大值的 50 倍。如果整个张量只用一个 scale，这个元素就替所有元素决定了 scale：int8 各级之间的步长增大 50 倍，大多数权重被舍入到寥寥几个级别上，很多变成 0。如果每个输出通道一个 scale，只有离群值所在的那一行受损。误差在其余 65,535 个权重上测量，并相对于它们自己的范数：离群值一个就占了整个张量范数的很大一部分（单元格会打印出来），除以整个张量的范数会让其他权重受到的损害看起来比实际小。
 
 # %%
 w = torch.randn(256, 256, generator=torch.Generator().manual_seed(2)) * 0.02
 w_outlier = w.clone()
 w_outlier[3, 7] = 50 * w.abs().max()
+others = torch.ones_like(w, dtype=torch.bool)
+others[3, 7] = False  # every weight but the outlier's place
 
 
 def relative_error(w, dim):
+    """The rounding error of the other 65,535 weights, relative to their own norm."""
     q, s = absmax_quantize(w, dim=dim)
-    return float((dequantize(q, s) - w).norm() / w.norm())
+    return float((dequantize(q, s) - w)[others].norm() / w[others].norm())
+
+
+print(f"share of the squared norm in the outlier alone: {w_outlier[3, 7] ** 2 / w_outlier.pow(2).sum():.0%}")
 
 
 rows = {}
@@ -250,16 +258,17 @@ for name, weight in [("no outlier", w), ("one outlier", w_outlier)]:
 fig, ax = plt.subplots(figsize=(6, 2.6))
 for i, (name, errs) in enumerate(rows.items()):
     ax.bar([i - 0.2, i + 0.2], errs, width=0.4, color=["tab:red", "tab:blue"], label=["per tensor", "per output channel"] if i == 0 else None)
-ax.set_xticks([0, 1], list(rows)); ax.set_ylabel("relative error ||w_hat - w|| / ||w||"); ax.set_yscale("log"); ax.legend()
+ax.set_xticks([0, 1], list(rows)); ax.set_ylabel("relative error, the other weights"); ax.set_yscale("log"); ax.legend()
 plt.show()
 
 # %% [markdown]
 # The printed table shows it: without an outlier both scalings are good; with one outlier the
 # per-tensor error jumps by more than an order of magnitude and most weights collapse to 0, while
-# per output channel the error stays small: only the other weights of the outlier's own row pay. Per-channel scales cost one float per row, nothing next to the
-# row itself. That is why int8 weight-only layers use them.
+# per output channel it stays far lower: only the other 255 weights of the outlier's own row pay,
+# and the other 255 rows keep their error. Per-channel scales cost one float per row, nothing next
+# to the row itself. That is why int8 weight-only layers use them.
 #
-# 打印出的表格说明了一切：没有离群值时两种缩放都很好；有一个离群值时，按张量缩放的误差跃升了一个数量级以上，大多数权重坍缩为 0，而按输出通道缩放的误差仍然很小：只有离群值所在那一行的其他权重受损。每个通道的 scale 只需每行一个浮点数，与行本身相比微不足道。这就是 int8 仅权重量化层采用它们的原因。
+# 打印出的表格说明了一切：没有离群值时两种缩放都很好；有一个离群值时，按张量缩放的误差跃升了一个数量级以上，大多数权重坍缩为 0，而按输出通道缩放的误差仍然低得多：只有离群值所在那一行的其他 255 个权重受损，其余 255 行保持原来的误差。每个通道的 scale 只需每行一个浮点数，与行本身相比微不足道。这就是 int8 仅权重量化层采用它们的原因。
 
 # %% [markdown]
 # ## FP8 e4m3: a floating-point byte · FP8 e4m3：一个字节的浮点数
@@ -293,19 +302,27 @@ axes[0].set_title(f"the {len(positive)} positive e4m3 values: 8 per power of two
 int8_levels = torch.arange(1, 128) / 127 * 448
 axes[1].plot(positive[1:], positive.diff() / positive[1:], ".", label="FP8 e4m3")
 axes[1].plot(int8_levels[1:], int8_levels.diff() / int8_levels[1:], ".", label="int8 scaled to 448")
-axes[1].set_xscale("log"); axes[1].set_yscale("log"); axes[1].set_xlabel("value"); axes[1].set_ylabel("gap to next / value")
+axes[1].set_xscale("log"); axes[1].set_yscale("log"); axes[1].set_xlabel("value"); axes[1].set_ylabel("gap to the previous value / value")
 axes[1].set_title("relative spacing"); axes[1].legend()
 plt.tight_layout(); plt.show()
+int8_step = 448 / 127
+coarser = float(positive[:-1][positive.diff() > int8_step].min())  # FP8's step to the next value exceeds int8's
+print(f"int8 scaled to 448 steps by {int8_step:.2f} everywhere; FP8's step is coarser from {coarser:.0f} up "
+      f"(1/{448 / coarser:.0f} of the largest value)")
 
 # %% [markdown]
 # Left: the grid is dense near 0 and sparse near 448, evenly on a log axis. Right: FP8's relative
 # spacing stays between $2^{-4}$ and $2^{-3}$ over its whole normal range, while int8's grows without
-# bound toward 0: small values keep more precision in FP8. But FP8 still needs a scale: the cell
+# bound toward 0: small values keep more precision in FP8. Near the top it is the other way round:
+# the last line printed where FP8's step becomes coarser than int8's even step. For data without
+# outliers, where most of the values, and most of the rounding error, lie within that factor of the
+# largest, int8 with its absmax scale rounds more finely than FP8 does: Exercise 5's table shows it
+# at an outlier factor of 1. But FP8 still needs a scale: the cell
 # below converts a few small values. 0.001 lies below the smallest subnormal, $2^{-9}$ = 0.00195,
 # and rounds up to it (it is above half of it), almost doubling; $2^{-10}$ and anything below it become 0;
 # and values above 448 do not fit at all (the cell shows what PyTorch's conversion made of 500). So FP8 also divides by a scale first, $s = \max|x| / 448$.
 #
-# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。但 FP8 仍然需要 scale：下面的单元格转换了几个很小的值。0.001 低于最小的次正规数 $2^{-9}$ = 0.00195，并向上舍入到它（因为它大于它的一半），几乎变成了两倍；$2^{-10}$ 以及比它更小的值都变成 0；而大于 448 的值根本放不下（单元格显示了 PyTorch 的转换把 500 变成了什么）。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
+# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。在最大值附近情况正好相反：最后一行打印出 FP8 的步长从哪里开始比 int8 的均匀步长更粗。对没有离群值的数据，大部分数值以及大部分舍入误差都落在最大值的这个倍数之内，用 absmax scale 的 int8 比 FP8 舍入得更细：练习 5 的表格在离群倍数为 1 时显示的正是这一点。但 FP8 仍然需要 scale：下面的单元格转换了几个很小的值。0.001 低于最小的次正规数 $2^{-9}$ = 0.00195，并向上舍入到它（因为它大于它的一半），几乎变成了两倍；$2^{-10}$ 以及比它更小的值都变成 0；而大于 448 的值根本放不下（单元格显示了 PyTorch 的转换把 500 变成了什么）。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
 
 # %%
 small = torch.tensor([0.001, 0.0009, 2 ** -10, 0.002, 0.1, 500.0])
@@ -349,7 +366,7 @@ print(f"smallest subnormal 2^-9 = {2 ** -9:.6g}; largest finite value {torch.fin
 # `reshape(nb, block_size, kb, block_size)`, then `amax(dim=(1, 3))`; spread the scales back to
 # `(N, K)` with `repeat_interleave` and slice.
 #
-# 对形状为 `(N, K)` 的 `w`，返回 `(w_fp8, scale)`：`scale` 的形状为 `(ceil(N / block_size), ceil(K / block_size))`，每个元素是其块内 `|w|` 的最大值除以 448；`w_fp8 = (w / 所在块的 scale).to(torch.float8_e4m3fn)`，形状为 `(N, K)`。要覆盖不整齐的边缘。用 float32 计算（`w.float()`：DeepSeek-V3 以 float32 存储 `weight_scale_inv`），并像练习 1 那样保护全零的块：相除之前把每个块的 amax 截断到至少 1e-4，让一个全零的块（权重中被剪枝的一片）变成零，而不是 NaN（FP8 有 NaN）。一种做法：用 0 把 `|w|` 填充到整块，`reshape(nb, block_size, kb, block_size)`，再 `amax(dim=(1, 3))`；用 `repeat_interleave` 把 scale 铺回 `(N, K)` 并切片。
+# 对形状为 `(N, K)` 的 `w`，返回 `(w_fp8, scale)`：`scale` 的形状为 `(ceil(N / block_size), ceil(K / block_size))`，每个元素是其块内 `|w|` 的最大值除以 448；`w_fp8 = (w / 所在块的 scale).to(torch.float8_e4m3fn)`，形状为 `(N, K)`。要覆盖不整齐的边缘。用 float32 计算（`w.float()`：DeepSeek-V3 以 float32 存储 `weight_scale_inv`），并像练习 1 那样保护全零的块：相除之前把每个块的 amax 限制为至少 1e-4，让一个全零的块（权重中被剪枝的一片）变成零，而不是 NaN（FP8 有 NaN）。一种做法：用 0 把 `|w|` 填充到整块，`reshape(nb, block_size, kb, block_size)`，再 `amax(dim=(1, 3))`；用 `repeat_interleave` 把 scale 铺回 `(N, K)` 并切片。
 
 # %% nbgrader={"grade": false, "grade_id": "fp8_block_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fp8_block_quantize(w, block_size=128):
@@ -381,7 +398,7 @@ expect_close(scale, torch.tensor([[1, 1, 1], [1, 1, 8.96]]) / 448, "Each block's
 expect(float(w_fp8[2, 4].float()) == -448.0, "The largest |w| of a block should become ±448 in FP8.", "块内最大的 |w| 在 FP8 中应变为 ±448。")
 zero_fp8, _ = fp8_block_quantize(torch.zeros(2, 2), block_size=2)
 expect(not zero_fp8.float().isnan().any(), "An all-zero block should become zeros, not NaN: clamp its amax to a small floor (1e-4) before dividing.",
-       "全零的块应变成零而不是 NaN：相除之前把它的 amax 截断到一个小的下限（1e-4）。")
+       "全零的块应变成零而不是 NaN：相除之前用一个小的下限（1e-4）限制它的 amax。")
 print("✓ fp8_block_quantize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp8_block_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -437,7 +454,7 @@ nb11.check_fp8_block_dequantize(fp8_block_dequantize)
 # tile's amax to at least 1e-4 (DeepSeek's `act_quant` does): a padding token is all zeros, and
 # must come out as zeros, not NaN. Hint: `x.unflatten(-1, (-1, block_size))`.
 #
-# 对形状为 `(..., K)` 的激活 `x`（K 是 `block_size` 的整数倍），返回 `(x_fp8, scale)`：每个词元每 `block_size` 个通道一个 scale，形状为 `(..., K // block_size)`，等于该分块内 `|x|` 的最大值除以 448；`x_fp8` 的形状与 `x` 相同。用 float32 计算，并把每个分块的 amax 截断到至少 1e-4（DeepSeek 的 `act_quant` 就是这样做的）：填充词元全是零，必须变成零，而不是 NaN。提示：`x.unflatten(-1, (-1, block_size))`。
+# 对形状为 `(..., K)` 的激活 `x`（K 是 `block_size` 的整数倍），返回 `(x_fp8, scale)`：每个词元每 `block_size` 个通道一个 scale，形状为 `(..., K // block_size)`，等于该分块内 `|x|` 的最大值除以 448；`x_fp8` 的形状与 `x` 相同。用 float32 计算，并把每个分块的 amax 限制为至少 1e-4（DeepSeek 的 `act_quant` 就是这样做的）：填充词元全是零，必须变成零，而不是 NaN。提示：`x.unflatten(-1, (-1, block_size))`。
 
 # %% nbgrader={"grade": false, "grade_id": "fp8_activation_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fp8_activation_quantize(x, block_size=128):
@@ -463,7 +480,7 @@ expect_close(scale, torch.tensor([[[0.01, 0.5 / 448], [0.1, 2 / 448]]]),
              "每个词元每 2 个通道应有一个 scale：该分块的 max |x| / 448。")
 padding_fp8, _ = fp8_activation_quantize(torch.zeros(1, 4), block_size=2)
 expect(not padding_fp8.float().isnan().any(), "A padding token (all zeros) should become zeros, not NaN: clamp each tile's amax to a small floor (1e-4).",
-       "填充词元（全是零）应变成零而不是 NaN：把每个分块的 amax 截断到一个小的下限（1e-4）。")
+       "填充词元（全是零）应变成零而不是 NaN：用一个小的下限（1e-4）限制每个分块的 amax。")
 print("✓ fp8_activation_quantize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp8_activation_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
@@ -475,12 +492,13 @@ nb11.check_fp8_activation_quantize(fp8_activation_quantize)
 
 # %% [markdown]
 # Now the experiment that justifies the tiles. Take activations of 64 tokens of width 1024 and make
-# channel 5 louder than the others by a growing factor (LLM.int8() reports such outlier channels,
-# up to about 100 times the rest and more). Quantize with one scale for the whole tensor, in int8
+# channel 5 larger than the others by a growing factor. LLM.int8() reports such outlier feature
+# dimensions in the hidden states of large transformers; the sweep goes on to a million times, far
+# past what such models show, to find where each format breaks. Quantize with one scale for the whole tensor, in int8
 # and in FP8, and with DeepSeek-V3's 1 x 128 FP8 tiles, and measure the error on the **other**
 # 1023 channels: what the outlier costs everyone else.
 #
-# 现在做一个说明分块合理性的实验。取 64 个词元、宽度 1024 的激活，让第 5 个通道比其余通道响亮若干倍，倍数逐渐增大（LLM.int8() 报告过这样的离群通道，可达其余通道的约 100 倍甚至更多）。分别用整个张量一个 scale 的 int8 和 FP8，以及 DeepSeek-V3 的 1 x 128 FP8 分块进行量化，测量 **其余** 1023 个通道上的误差：离群值让其他所有值付出的代价。
+# 现在做一个说明分块合理性的实验。取 64 个词元、宽度 1024 的激活，让通道 5 比其余通道大若干倍，倍数逐渐增大。LLM.int8() 报告过大型 Transformer 的隐藏状态中这样的离群特征维度；这里的扫描一直到一百万倍，远超这些模型中出现的程度，为的是找出每种格式在哪里失效。分别用整个张量一个 scale 的 int8 和 FP8，以及 DeepSeek-V3 的 1 x 128 FP8 分块进行量化，测量 **其余** 1023 个通道上的误差：离群值让其他所有值付出的代价。
 
 # %%
 base = torch.randn(64, 1024, generator=torch.Generator().manual_seed(3))
@@ -516,7 +534,7 @@ for name, errs in errors.items():
 fig, ax = plt.subplots(figsize=(6.5, 3))
 for name, errs in errors.items():
     ax.plot(factors, errs, "o-", label=name)
-ax.set_xscale("log"); ax.set_yscale("log"); ax.set_xlabel("channel 5 is this many times louder")
+ax.set_xscale("log"); ax.set_yscale("log"); ax.set_xlabel("channel 5 is this many times larger")
 ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 
 # %% [markdown]
@@ -527,7 +545,7 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # 0 to 127) pays; the other 7 tiles of each token keep FP8's ordinary error, so the total error
 # of the quiet channels stays far lower. Weights are handled the same way with 128 x 128 blocks.
 #
-# 读一读打印出的表格。整体一个 scale 的 int8 被 100 倍的离群值毁掉了：步长随离群值增大，直到安静的通道被舍入为 0（误差为 1）。整体一个 scale 的 FP8 坚持得久得多，因为它的网格是对数的：安静的值只是沿指数范围往下滑，直到落入次正规数，然后变成 0。使用分块时，只有包含第 5 个通道的那个分块（通道 0 到 127）付出代价；每个词元的其余 7 个分块保持 FP8 通常的误差，所以安静通道的总误差要低得多。权重也用同样的方式处理，只是分块为 128 x 128。
+# 读一读打印出的表格。整体一个 scale 的 int8 被 100 倍的离群值毁掉了：步长随离群值增大，直到安静的通道被舍入为 0（误差为 1）。整体一个 scale 的 FP8 坚持得久得多，因为它的网格是对数的：安静的值只是沿指数范围往下滑，直到落入次正规数，然后变成 0。使用分块时，只有包含通道 5 的那个分块（通道 0 到 127）付出代价；每个词元的其余 7 个分块保持 FP8 通常的误差，所以安静通道的总误差要低得多。权重也用同样的方式处理，只是分块为 128 x 128。
 
 # %% [markdown]
 # ## Weight-only int8 and W8A8 · 仅权重 int8 与 W8A8
@@ -539,28 +557,32 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # kernel, the ATen operator `torch._weight_int8pack_mm(x, w_int8, scales)` (the leading underscore
 # marks it as internal: it has no documentation page, but a stable, descriptive name). `x` is
 # `(M, K)`, `w_int8` is `(N, K)` int8, `scales` is `(N,)` in the dtype of `x`, and it returns
-# `x @ (w_int8 * scales[:, None]).T` without ever building that float weight. Two practical facts, measured on this course's machine: it is fast with **bfloat16**
-# activations (in float32 it runs a slower path), and it needs `K % 8 == 0` (other sizes crash the
-# kernel, so every test here uses multiples of 8).
+# `x @ (w_int8 * scales[:, None]).T` without ever building that float weight. Two practical facts,
+# measured on this course's machines: it is fast with **bfloat16** activations (in float32 it runs a
+# slower path), and it is only safe when `K` is a multiple of 16. Other sizes crash the kernel or,
+# worse, return wrong numbers without any error: on a processor with AVX-512, K = 24 and K = 40 gave
+# wrong results while 16, 32 and 48 were right. Every layer in this notebook and in its tests has K
+# a multiple of 16, and `utils.quantize`'s layer falls back to an exact, slower path for other sizes.
 #
-# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以它 **更慢**。PyTorch 有一个 int8 仅权重的矩阵乘法内核，即 ATen 算子 `torch._weight_int8pack_mm(x, w_int8, scales)`（开头的下划线表示它是内部算子：没有文档页面，但名字稳定且含义清楚）。`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；它要求 `K % 8 == 0`（其他尺寸会让内核崩溃，所以这里的每个测试都用 8 的倍数）。
+# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以它 **更慢**。PyTorch 有一个 int8 仅权重的矩阵乘法内核，即 ATen 算子 `torch._weight_int8pack_mm(x, w_int8, scales)`（开头的下划线表示它是内部算子：没有文档页面，但名字稳定且含义清楚）。`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；只有 `K` 是 16 的倍数时它才可靠。其他尺寸会让内核崩溃，或者更糟，不报任何错误却返回错误的数：在一台有 AVX-512 的处理器上，K = 24 和 K = 40 给出了错误的结果，而 16、32 和 48 是对的。本笔记本及其测试中每一层的 K 都是 16 的倍数；`utils.quantize` 的层在其他尺寸下退回到一条精确但较慢的路径。
 #
 # What that kernel saves is bytes, not arithmetic: it widens every int8 weight to float and
 # multiplies in float, one multiply-add per weight as float32 does, plus the conversion. This is
 # **weight-only** quantization (int8 weights, 16-bit activations). On a GPU, or wherever memory is
 # far slower than the arithmetic, fewer bytes is what counts; on one CPU core the conversions and
-# float multiply-adds can take as long as streaming the float32 weights, and then the int8 layer
-# is no faster. How much it gains depends on how fast the processor's vector units convert, as the
-# measurement below shows. **W8A8** quantizes the activations too, with one scale per token computed
-# at every call, and multiplies int8 by int8, adding the products in int32; the float result is the
-# int32 sum times the activation scale times the weight scale. x86 processors have instructions
-# for exactly this: AVX2's `vpmaddubsw` multiplies 32 pairs of bytes at once (adding neighbouring
-# products into 16 bits), AVX-512 VNNI's `vpdpbusd` multiplies 64 pairs and adds them straight into
-# 32-bit sums. PyTorch's x86 int8 backend, fbgemm, runs such a matmul; `utils.w8a8.W8A8Linear`
+# the float multiply-adds take time of their own, and the measurement below shows how much of the
+# saving they leave. **W8A8** quantizes the activations too, to 8 bits with a scale computed at
+# every call, multiplies them by the int8 weights and adds the products in int32; the float result
+# is the int32 sum times the activation scale times the weight scale. (fbgemm's dynamic path, used
+# below, makes the activations unsigned bytes, 0 to 255 around a zero point, with one scale and zero
+# point per call for all its tokens: one token at batch 1.) x86 processors have instructions for
+# exactly this: AVX2's `vpmaddubsw` multiplies 32 pairs of an unsigned and a signed byte at once
+# (adding neighbouring products into 16 bits), AVX-512 VNNI's `vpdpbusd` multiplies 64 pairs and
+# adds them straight into 32-bit sums. PyTorch's x86 int8 backend, fbgemm, runs such a matmul; `utils.w8a8.W8A8Linear`
 # wraps it (`torch.ops.quantized.linear_prepack` once, `torch.ops.quantized.linear_dynamic` at
 # every call, int8 weights with one scale per output channel, as yours).
 #
-# 这个内核省下的是字节，而不是运算：它把每个 int8 权重扩展成浮点数再做浮点乘法，每个权重一次乘加，和 float32 一样，外加一次转换。这就是 **仅权重** 量化（int8 权重，16 位激活）。在 GPU 上，或者在内存远比运算慢的地方，字节少才是关键；而在单个 CPU 核上，这些转换和浮点乘加所花的时间可能与流式读取 float32 权重一样长，那时 int8 层就不会更快。它能快多少取决于处理器的向量单元转换得有多快，下面的测量会说明。**W8A8** 把激活也量化（每个词元一个 scale，每次调用时计算），用 int8 乘 int8，把乘积累加到 int32 中；浮点结果就是 int32 的和乘以激活的 scale 再乘以权重的 scale。x86 处理器正好有做这件事的指令：AVX2 的 `vpmaddubsw` 一次把 32 对字节相乘（把相邻的乘积加成 16 位），AVX-512 VNNI 的 `vpdpbusd` 一次把 64 对字节相乘并直接加到 32 位的和中。PyTorch 的 x86 int8 后端 fbgemm 就运行这样的矩阵乘法；`utils.w8a8.W8A8Linear` 封装了它（一次 `torch.ops.quantized.linear_prepack`，每次调用 `torch.ops.quantized.linear_dynamic`，int8 权重每个输出通道一个 scale，和你的一样）。
+# 这个内核省下的是字节，而不是运算：它把每个 int8 权重扩展成浮点数再做浮点乘法，每个权重一次乘加，和 float32 一样，外加一次转换。这就是 **仅权重** 量化（int8 权重，16 位激活）。在 GPU 上，或者在内存远比运算慢的地方，字节少才是关键；而在单个 CPU 核上，这些转换和浮点乘加本身也要花时间，下面的测量会显示它们留下了多少收益。**W8A8** 把激活也量化为 8 位（scale 在每次调用时计算），再与 int8 权重相乘，把乘积累加到 int32 中；浮点结果就是 int32 的和乘以激活的 scale 再乘以权重的 scale。（下面用到的 fbgemm 动态路径把激活变成无符号字节，以一个零点为中心取 0 到 255，每次调用对其中所有词元只用一个 scale 和一个零点：批大小为 1 时就是一个词元。）x86 处理器正好有做这件事的指令：AVX2 的 `vpmaddubsw` 一次把 32 对无符号字节与有符号字节相乘（把相邻的乘积加成 16 位），AVX-512 VNNI 的 `vpdpbusd` 一次把 64 对字节相乘并直接加到 32 位的和中。PyTorch 的 x86 int8 后端 fbgemm 就运行这样的矩阵乘法；`utils.w8a8.W8A8Linear` 封装了它（一次 `torch.ops.quantized.linear_prepack`，每次调用 `torch.ops.quantized.linear_dynamic`，int8 权重每个输出通道一个 scale，和你的一样）。
 
 # %% [markdown]
 # ### Exercise 6 · `Int8WeightOnlyLinear` · 练习 6
@@ -664,22 +686,32 @@ with torch.inference_mode():
             start = time.perf_counter(); fn(x1); best[name] = min(best[name], time.perf_counter() - start)
 print(f"vector instructions PyTorch uses here: {torch.backends.cpu.get_cpu_capability()}; "
       f"AVX-512 VNNI: {'yes' if torch.cpu._is_vnni_supported() else 'no'}")
+weight_bytes = {"float32 nn.Linear": 4096 * 4096 * 4,
+                "dequantize, then F.linear": 4096 * 4096 * (1 + 4 + 4 + 4 + 4),  # .float(), * scale, F.linear reads
+                "Int8WeightOnlyLinear (yours)": 4096 * 4096, "W8A8Linear (fbgemm)": 4096 * 4096}  # weight bytes per call
 for name, t in best.items():
-    print(f"{name:29} {1e6 * t:8.0f} us   {t / best['float32 nn.Linear']:.2f}x the float32 time")
+    print(f"{name:29} {1e6 * t:8.0f} us   {t / best['float32 nn.Linear']:.2f}x the float32 time   "
+          f"{weight_bytes[name] / t / 1e9:5.1f} GB/s of weight bytes")
+print(f"copy bandwidth measured at the top: {bandwidth / 1e9:.1f} GB/s (read + write)")
 
 # %% [markdown]
 # Compare the printed ratios of the machine that ran this. The dequantize-first forward is far
-# behind: it moves more bytes than float32. An int8 layer reads a quarter of float32's bytes, so
-# a quarter of the time (0.25x) is what memory alone would allow. W8A8 comes closest: its
-# multiplications are byte by byte. Your weight-only layer stays further from it: the widening to
-# float and the float multiply-adds are the work that remains per weight, and how fast they run
-# depends on the processor's vector units (the first line of the output): with AVX-512 the layer
-# keeps a good part of the 4x, while on a processor with AVX2 alone the same kernel can end up about as
-# fast as float32. The hidden test looks
+# behind: it moves more bytes than float32 (the int8 weight read, then two float32 copies written
+# and read: `.float()` and `* scale`). The last column divides the weight bytes each layer moves
+# by its time. An int8 layer reads a quarter of float32's bytes, but 0.25x would be the memory's
+# limit only if the float32 layer itself ran at that limit: compare its rate with the copy
+# bandwidth printed under the table. So 0.25x, a quarter of the bytes at float32's rate, is a
+# reference for the int8 layers, not a floor that none can pass. W8A8 comes closest to it: fbgemm multiplies
+# 8-bit activations by int8 weights, many pairs per instruction, adding them in int32. Your
+# weight-only layer reads the same bytes as W8A8 at a lower rate: the widening to float and the
+# float multiply-adds are the work that remains per weight, and they, not the memory, set its
+# speed. How much of the 4x it keeps therefore depends on how fast a core converts and multiplies
+# compared with how fast it streams memory, which differs from one processor to another (the
+# first line of the output says which vector instructions this one offers). The hidden test looks
 # inside one forward for a float tensor as large as the weight (the sign of dequantizing first),
 # then times your layer against float32 at 4096 x 4096 as described in the exercise.
 #
-# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 远远落后：它搬运的字节比 float32 还多。int8 层读取的字节是 float32 的四分之一，所以只看内存的话，时间可以降到四分之一（0.25x）。W8A8 最接近这一点：它的乘法是字节乘字节。你的仅权重层离它更远：扩展成浮点数以及浮点乘加，是每个权重剩下的工作，而它们跑得多快取决于处理器的向量单元（输出的第一行）：有 AVX-512 时，这个层能保住 4 倍中的很大一部分；而在只有 AVX2 的处理器上，同一个内核可能最终与 float32 差不多快。隐藏测试先检查一次 forward 中是否出现了与权重一样大的浮点张量（先反量化的迹象），再按练习中说的方式在 4096 x 4096 的尺寸上把你的层与 float32 比较计时。
+# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 远远落后：它搬运的字节比 float32 还多（读取 int8 权重，再写出并读回两份 float32 副本：`.float()` 和 `* scale`）。最后一列是每个层搬运的权重字节数除以它的时间。int8 层读取的字节是 float32 的四分之一，但只有当 float32 层本身跑在内存的极限上时，0.25x 才是内存的极限：请把它的速率与表格下方打印的拷贝带宽比较。所以 0.25x，即以 float32 的速率读四分之一的字节，只是 int8 层的一个参照，而不是谁都不能越过的下限。W8A8 最接近它：fbgemm 用 8 位激活乘 int8 权重，每条指令处理很多对，并在 int32 中累加。你的仅权重层读取的字节与 W8A8 相同，速率却更低：扩展成浮点数以及浮点乘加，是每个权重剩下的工作，决定它速度的是这些运算，而不是内存。所以它能保住 4 倍中的多少，取决于一个核做转换和乘法的速度与它流式读取内存的速度之比，而这因处理器而异（输出的第一行说明这个处理器提供哪些向量指令）。隐藏测试先检查一次 forward 中是否出现了与权重一样大的浮点张量（先反量化的迹象），再按练习中说的方式在 4096 x 4096 的尺寸上把你的层与 float32 比较计时。
 
 # %% [markdown]
 # ### Exercise 7 · `quantize_model_` · 练习 7
@@ -900,25 +932,28 @@ plt.tight_layout(); plt.show()
 #
 # - Decoding at batch 1 reads every weight once per token: bytes per token over memory bandwidth
 #   bounds the speed, so fewer bytes per weight means more tokens per second.
-# - Absmax int8: scale = max|x| / 127, round, clamp to [-127, 127], in float32; an all-zero slice
+# - Absmax int8: scale = max|x| / 127, round to the nearest integer, clamp to [-127, 127], in float32; an all-zero slice
 #   needs a floor on amax (1e-4, as DeepSeek's act_quant) or it becomes 0 / 0. One outlier ruins a
 #   per-tensor scale; one scale per output channel contains it.
 # - FP8 e4m3: 8 values per power of two, largest 448; it still needs a scale, amax / 448.
 # - DeepSeek-V3 scales FP8 weights per 128 x 128 block (`weight_scale_inv`, multiplied to
 #   dequantize) and activations per token per 128 channels, so outliers stay in their tile.
 # - Int8 weight-only layers read a quarter of the bytes only if the kernel reads int8 directly
-#   (`torch._weight_int8pack_mm`); dequantizing first is slower than float32. They still multiply
-#   in float, so on a CPU their speed depends on the vector units; W8A8 (int8 activations too,
-#   int8 x int8 into int32: AVX2 `vpmaddubsw`, AVX-512 VNNI) is the path that approaches the
-#   bytes' bound.
+#   (`torch._weight_int8pack_mm`); dequantizing the whole weight at every call, in a decode step
+#   bound by memory, is slower than float32. (Kernels that dequantize one tile at a time inside the
+#   matrix multiply avoid that, and where a large batch makes the arithmetic dominate, dequantizing
+#   first costs little: DeepSeek-V3's `inference/model.py` defaults to `gemm_impl = "bf16"`,
+#   `weight_dequant` then a bf16 matrix multiply.) They still multiply in float, so on a CPU core
+#   that arithmetic sets their speed; W8A8 (8-bit activations times int8 weights, summed in int32:
+#   AVX2 `vpmaddubsw`, AVX-512 VNNI) is the path that approaches the bytes' bound.
 # - An int8 KV cache that dequantizes itself at every step saves memory, not bandwidth.
 # - On a trained model, per-channel int8 cost little; coarser grids (4 bits, one scale for a whole
 #   tensor) cost more, which is why scales are kept per block.
 #
 # - 批大小为 1 的解码对每个词元把每个权重读一遍：每个词元的字节数除以内存带宽限定了速度，所以每个权重的字节越少，每秒的词元越多。
-# - Absmax int8：scale = max|x| / 127，四舍五入，截断到 [-127, 127]，用 float32 计算；全零的切片需要给 amax 设一个下限（1e-4，与 DeepSeek 的 act_quant 相同），否则会变成 0 / 0。一个离群值就能毁掉按张量的 scale；每个输出通道一个 scale 能把它限制住。
+# - Absmax int8：scale = max|x| / 127，取整到最近的整数，限制到 [-127, 127]，用 float32 计算；全零的切片需要给 amax 设一个下限（1e-4，与 DeepSeek 的 act_quant 相同），否则会变成 0 / 0。一个离群值就能毁掉按张量的 scale；每个输出通道一个 scale 能把它限制住。
 # - FP8 e4m3：每个 2 的幂之间 8 个值，最大 448；它仍然需要 scale，即 amax / 448。
 # - DeepSeek-V3 对 FP8 权重按 128 x 128 的块缩放（`weight_scale_inv`，反量化时相乘），对激活按每个词元每 128 个通道缩放，让离群值留在自己的分块内。
-# - int8 仅权重层只有在内核直接读取 int8 时才只读四分之一的字节（`torch._weight_int8pack_mm`）；先反量化比 float32 还慢。它们仍用浮点做乘法，所以在 CPU 上速度取决于向量单元；W8A8（激活也是 int8，int8 乘 int8 累加到 int32：AVX2 的 `vpmaddubsw`、AVX-512 VNNI）才是接近字节上限的路径。
+# - int8 仅权重层只有在内核直接读取 int8 时才只读四分之一的字节（`torch._weight_int8pack_mm`）；在受内存限制的解码步中每次调用都把整个权重反量化，比 float32 还慢。（在矩阵乘法内部一次只反量化一个分块的内核可以避免这一点；而在大批量、算术占主导的地方，先反量化的代价很小：DeepSeek-V3 的 `inference/model.py` 默认 `gemm_impl = "bf16"`，先 `weight_dequant` 再做 bf16 矩阵乘法。）它们仍用浮点做乘法，所以在 CPU 核上决定速度的是这些运算；W8A8（8 位激活乘 int8 权重，累加到 int32：AVX2 的 `vpmaddubsw`、AVX-512 VNNI）才是接近字节上限的路径。
 # - 每一步都把自己整体反量化的 int8 KV 缓存省的是内存，而不是带宽。
 # - 在训练过的模型上，按通道的 int8 代价很小；更粗的网格（4 比特、整个张量一个 scale）代价更大，这就是 scale 按块保留的原因。

@@ -13,10 +13,10 @@
 # latent attention with its small cache (09), a mixture of experts with a shared expert and a bias
 # that balances the load (10). In this notebook you assemble them into a language model in the
 # layout of DeepSeek-V3's inference code, train it, look inside the trained model, and then add
-# the fourth idea of DeepSeek-V3 the course has not yet taught: **multi-token prediction** (MTP), which
+# the last of DeepSeek-V3's ideas in this course: **multi-token prediction** (MTP), which
 # trains the model to see two tokens ahead and then lets it decode faster.
 #
-# DeepSeek-V3 架构的每个部件现在都已摆在桌上：旋转位置编码（08），带小缓存的多头潜在注意力（09），带共享专家和负载均衡偏置的混合专家（10）。在本笔记本中，你将按照 DeepSeek-V3 推理代码的布局把它们组装成一个语言模型，训练它，观察训练好的模型内部，然后加上 DeepSeek-V3 中课程尚未讲到的第四个想法：**多词元预测**（MTP）。它训练模型看到后面两个词元，并让模型解码得更快。
+# DeepSeek-V3 架构的每个部件现在都已摆在桌上：旋转位置编码（08），带小缓存的多头潜在注意力（09），带共享专家和负载均衡偏置的混合专家（10）。在本笔记本中，你将按照 DeepSeek-V3 推理代码的布局把它们组装成一个语言模型，训练它，观察训练好的模型内部，然后加上本课程讲到的 DeepSeek-V3 的最后一个想法：**多词元预测**（MTP）。它训练模型看到后面两个词元，并让模型解码得更快。
 #
 # The model is tiny (the table near the end counts its parameters), so that it trains on a CPU;
 # the checkpoint below records how long its run took. The task is copying: a random segment of tokens, a separator, then the segment again and again.
@@ -367,15 +367,17 @@ else:
 # `python -m utils.train_mini`, trains the same model with one MTP module (the second half of this
 # notebook) for 500 steps. Its checkpoint is in the repository, with the losses of every step, the
 # seed, the command that made it and how long the run took (`train_seconds`, on one thread of the
-# machine that trained it):
+# machine that trained it). Its MTP loss, here and in the plot, is the depth-1 cross-entropy itself,
+# unweighted; the training loss added 0.3 times it:
 #
-# 损失降到了 ln 64 以下，但二十步远远不够学会复制。完整的训练 `python -m utils.train_mini` 用一个 MTP 模块（本笔记本的后半部分）把同一个模型训练 500 步。它的检查点保存在仓库中，连同每一步的损失、种子、生成它的命令，以及那次训练用了多长时间（`train_seconds`，在训练它的机器上用一个线程）：
+# 损失降到了 ln 64 以下，但二十步远远不够学会复制。完整的训练 `python -m utils.train_mini` 用一个 MTP 模块（本笔记本的后半部分）把同一个模型训练 500 步。它的检查点保存在仓库中，连同每一步的损失、种子、生成它的命令，以及那次训练用了多长时间（`train_seconds`，在训练它的机器上用一个线程）。这里和图中的 MTP 损失是深度 1 的交叉熵本身，没有加权；训练损失加上的是它的 0.3 倍：
 
 # %%
 ckpt = torch.load(CHECKPOINT, weights_only=True)  # checkpoints/mini_deepseek.pt
 print(f"command: {ckpt['command']}   seed: {ckpt['seed']}   steps: {ckpt['steps']}   batch: {ckpt['batch_size']}   "
       f"training took {ckpt['train_seconds']:.0f} s ({ckpt['train_seconds'] / 60:.1f} min)")
-print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in ckpt["final"].items()))
+label = {"mtp_loss": "mtp_loss (unweighted)"}
+print("held-out: " + ", ".join(f"{label.get(k, k)} {v:.3f}" for k, v in ckpt["final"].items()))
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.plot(ckpt["history"]["next_token"], lw=1, label="next-token loss")
 ax.plot(ckpt["history"]["mtp"], lw=1, alpha=0.8, label="MTP depth-1 loss (token i + 2)")
@@ -421,17 +423,20 @@ print(f"the MTP loss's steepest fall starts {steep['next_token'] - steep['mtp']}
 # So every position already holds a pair (this token, the next one), which is exactly what an
 # induction head looks up: a single attention layer, the module's block, can match token `i + 1`
 # against the earlier positions that hold it as "this token" and copy their "next one", token
-# `i + 2`. The main model has to build the pair itself, a previous-token head in layer 0 that an
-# induction head in layer 1 then reads, and this two-layer circuit takes longer to form. It is
+# `i + 2`. The main model has to build the pair itself: layer 0 must carry each position's
+# previous token into it, for an induction head in layer 1 to read, and this two-layer circuit
+# takes longer to form. It is
 # also why every draft is accepted in the runs at the end of this notebook: once both have learned
 # to copy, the module's lookup gives the token the main model produces one step later.
 #
-# 为什么看起来更难的任务——预测下下个词元——反而先学会？因为 MTP 模块手里已经有一半答案。在位置 `i`，它的输入中有词元 `i + 1` 的嵌入，而主模型的隐藏状态 `h_i` 在残差流中仍带着词元 `i`。于是每个位置都已经有一对（本词元，下一个词元），这正是归纳头要查找的东西：只需一层注意力，也就是模块中的那个块，就能拿词元 `i + 1` 去匹配先前把它当作"本词元"的位置，并复制它们的"下一个词元"，即词元 `i + 2`。主模型则要自己构造这一对：第 0 层的前一词元头，再由第 1 层的归纳头读取，这个两层的回路需要更长时间才能形成。这也是本笔记本末尾的运行中每个草稿都被接受的原因：一旦模型学会了复制，模块查到的词元就是主模型下一步将会生成的词元。
+# 为什么看起来更难的任务——预测下下个词元——反而先学会？因为 MTP 模块手里已经有一半答案。在位置 `i`，它的输入中有词元 `i + 1` 的嵌入，而主模型的隐藏状态 `h_i` 在残差流中仍带着词元 `i`。于是每个位置都已经有一对（本词元，下一个词元），这正是归纳头要查找的东西：只需一层注意力，也就是模块中的那个块，就能拿词元 `i + 1` 去匹配先前把它当作"本词元"的位置，并复制它们的"下一个词元"，即词元 `i + 2`。主模型则要自己构造这一对：第 0 层必须把每个位置的前一个词元带到该位置，再由第 1 层的归纳头读取，这个两层的回路需要更长时间才能形成。这也是本笔记本末尾的运行中每个草稿都被接受的原因：一旦模型学会了复制，模块查到的词元就是主模型下一步将会生成的词元。
 #
 # Your `MiniDeepSeek` has the same parameter names as the course's, DeepSeek-V3's names, so the
-# trained weights load straight into your class:
+# trained weights load straight into your class. The cell scores its predictions on the copied
+# tokens and on the random ones (the first segment and the first `SEP`), and splits the random
+# ones into that `SEP` and the segment's own tokens:
 #
-# 你的 `MiniDeepSeek` 与课程的实现参数名相同，也就是 DeepSeek-V3 的参数名，所以训练好的权重可以直接加载到你的类中：
+# 你的 `MiniDeepSeek` 与课程的实现参数名相同，也就是 DeepSeek-V3 的参数名，所以训练好的权重可以直接加载到你的类中。下面的单元格对它在复制的词元和随机词元（第一段和第一个 `SEP`）上的预测打分，并把随机词元再分成这个 `SEP` 和该段自己的词元：
 
 # %%
 trained = MiniDeepSeek(MiniDeepSeekConfig(**ckpt["config"]))
@@ -441,8 +446,21 @@ test = make_batch(64, 48, torch.Generator().manual_seed(7))
 with torch.no_grad():
     pred = trained(test)[:, :-1].argmax(-1)
 mask = copy_mask(test)[:, 1:]
-print(f"your class, trained weights: {(pred == test[:, 1:])[mask].float().mean():.1%} of the copied tokens predicted, "
-      f"{(pred == test[:, 1:])[~mask].float().mean():.1%} of the random ones")
+right = pred == test[:, 1:]
+first_sep = ~mask & (test[:, 1:] == SEP)  # the random part ends with the first SEP
+print(f"your class, trained weights: {right[mask].float().mean():.1%} of the copied tokens predicted, "
+      f"{right[~mask].float().mean():.1%} of the random ones")
+print(f"of the random ones: the first SEP {right[first_sep].float().mean():.1%}, the segment's tokens "
+      f"{right[~mask & ~first_sep].float().mean():.1%} (a blind guess among the 62 tokens a segment draws from: {1 / 62:.1%})")
+
+# %% [markdown]
+# The random part is predicted above chance only thanks to its last target, the first `SEP`. A
+# segment has 4 to 16 tokens, so once 4 are in, `SEP` is the likeliest next token; the model
+# predicts it at those positions and is right once per sequence, where the segment ends (the
+# printed share for the first `SEP`). The segment's own tokens it gets right less often than a
+# blind guess would: where it predicts `SEP`, it cannot be right about a segment token.
+#
+# 随机部分的预测之所以高于随机猜测，全靠它的最后一个目标，即第一个 `SEP`。一段有 4 到 16 个词元，所以一旦读入 4 个，`SEP` 就是最可能的下一个词元；模型在这些位置预测它，于是每个序列在段结束的地方都会对一次（见打印出的第一个 `SEP` 的比例）。而该段自己的词元它猜中的比例反而低于盲猜：在它预测 `SEP` 的位置，它不可能猜对段中的词元。
 
 # %% [markdown]
 # ## An induction head · 归纳头
@@ -496,9 +514,11 @@ plt.show()
 # After the first `SEP` the picture is a set of stripes parallel to the diagonal, one segment
 # length plus one apart: each query looks at the position right after every earlier copy of
 # itself, which holds exactly the token it must output next. The induction heads are in layer 1,
-# as the two-layer circuit needs.
+# as the two-layer circuit needs. Layer 0 has no clean previous-token head: each of its heads puts
+# only a fraction of its weight on `t - 1` (the previous-token scores printed for layer 0), so the
+# previous token reaches each position spread over the four heads, mixed with other positions.
 #
-# 第一个 `SEP` 之后，图中是一组与对角线平行的条纹，彼此相隔"段长加一"：每个查询都看向自己每一次先前出现之后的那个位置，而那里恰好是它接下来必须输出的词元。归纳头位于第 1 层，正如这个两层的回路所要求的。
+# 第一个 `SEP` 之后，图中是一组与对角线平行的条纹，彼此相隔"段长加一"：每个查询都看向自己每一次先前出现之后的那个位置，而那里恰好是它接下来必须输出的词元。归纳头位于第 1 层，正如这个两层的回路所要求的。第 0 层没有一个干净的前一词元头：它的每个头只把一部分权重放在 `t - 1` 上（见为第 0 层打印的前一词元分数），所以前一个词元是分散在四个头上、并混着其他位置的信息到达每个位置的。
 #
 # ## Generation with the cache · 使用缓存生成
 #
@@ -591,12 +611,13 @@ print(f"{n_new} new tokens: {n_new / uncached:.0f} tokens/s without the cache, {
 # ## Expert load · 专家负载
 #
 # Which experts did the trained MoE layer use on held-out data? A hook on the gate counts the
-# tokens sent to each expert. Without balancing, a router tends to collapse onto a few experts;
-# the bias of auxiliary-loss-free balancing, moved after every training step, kept the load
-# spread. The bars are the share of the token-to-expert assignments of each routed expert; the
+# tokens sent to each expert. Without balancing, a router tends to collapse onto a few experts
+# (notebook 10 measured it); this model was trained with the bias of auxiliary-loss-free balancing,
+# moved after every training step, and no run without it, so the bars show the load it ended with,
+# not a comparison. The bars are the share of the token-to-expert assignments of each routed expert; the
 # line is a perfectly even load.
 #
-# 训练好的 MoE 层在留出数据上用了哪些专家？在门控上挂一个钩子，统计送往每个专家的词元数。没有均衡时，路由器往往会坍缩到少数几个专家上；无辅助损失均衡的偏置在每个训练步之后调整，使负载保持分散。柱形是每个路由专家在"词元到专家"分配中所占的份额；横线是完全均匀的负载。
+# 训练好的 MoE 层在留出数据上用了哪些专家？在门控上挂一个钩子，统计送往每个专家的词元数。没有均衡时，路由器往往会坍缩到少数几个专家上（笔记本 10 测量过）；这个模型训练时用了无辅助损失均衡的偏置，在每个训练步之后调整，没有不带偏置的对照训练，所以柱形显示的是它最终的负载，而不是一个对比。柱形是每个路由专家在"词元到专家"分配中所占的份额；横线是完全均匀的负载。
 
 # %%
 def count_into(counter):
@@ -627,9 +648,11 @@ print(f"most loaded expert {share.max():.1%}, least {share.min():.1%} (even: {1 
 # The same architecture at two scales. DeepSeek-V3's numbers are those of its published config
 # (`inference/configs/config_671B.json`) and technical report; the mini model's are counted from
 # the model in memory. "Cached per token" is what MLA's absorbed path keeps: the latent and the
-# rope key, in every layer.
+# rope key, in every layer. The last line counts, from the same config, the weights a V3 draft of
+# multi-token prediction (below) multiplies by: its projection, one MoE block's active weights and
+# the output head.
 #
-# 同一种架构的两种规模。DeepSeek-V3 的数字来自其公开的配置（`inference/configs/config_671B.json`）和技术报告；迷你模型的数字是从内存中的模型数出来的。"每个词元的缓存"是 MLA 吸收路径所保存的内容：每一层的潜在向量和 rope 键。
+# 同一种架构的两种规模。DeepSeek-V3 的数字来自其公开的配置（`inference/configs/config_671B.json`）和技术报告；迷你模型的数字是从内存中的模型数出来的。"每个词元的缓存"是 MLA 吸收路径所保存的内容：每一层的潜在向量和 rope 键。最后一行用同一份配置数出 V3 的一次多词元预测起草（见下文）要乘的权重：它的投影、一个 MoE 块激活的权重和输出头。
 
 # %%
 from utils.mini_deepseek import parameter_counts
@@ -637,7 +660,8 @@ from utils.mini_deepseek import parameter_counts
 c = MiniDeepSeekConfig(**ckpt["config"])
 counts_mini = parameter_counts(trained)
 v3 = dict(vocab_size=129280, dim=7168, n_layers=61, n_dense_layers=3, n_heads=128, kv_lora_rank=512, qk_rope_head_dim=64,
-          n_routed_experts=256, n_activated_experts=8, n_shared_experts=1, moe_inter_dim=2048)
+          n_routed_experts=256, n_activated_experts=8, n_shared_experts=1, moe_inter_dim=2048,
+          q_lora_rank=1536, qk_nope_head_dim=128, v_head_dim=128)
 rows = [("vocabulary", c.vocab_size, v3["vocab_size"]), ("width (dim)", c.dim, v3["dim"]),
         ("layers (dense first)", f"{c.n_layers} ({c.n_dense_layers})", f"{v3['n_layers']} ({v3['n_dense_layers']})"),
         ("attention heads", c.n_heads, v3["n_heads"]), ("KV latent (kv_lora_rank)", c.kv_lora_rank, v3["kv_lora_rank"]),
@@ -651,18 +675,29 @@ rows = [("vocabulary", c.vocab_size, v3["vocab_size"]), ("width (dim)", c.dim, v
 print(f"{'':26}{'mini':>14}{'DeepSeek-V3':>18}")
 for name, mini, big in rows:
     print(f"{name:26}{mini!s:>14}{big!s:>18}")
+# What a V3 draft multiplies by (MTP, below): eh_proj, one MoE block's active weights, the output head.
+d, H, qk = v3["dim"], v3["n_heads"], v3["qk_nope_head_dim"] + v3["qk_rope_head_dim"]
+mla = (d * v3["q_lora_rank"] + v3["q_lora_rank"] * H * qk + d * (v3["kv_lora_rank"] + v3["qk_rope_head_dim"])
+       + v3["kv_lora_rank"] * H * (v3["qk_nope_head_dim"] + v3["v_head_dim"]) + H * v3["v_head_dim"] * d)
+moe = (v3["n_activated_experts"] + v3["n_shared_experts"]) * 3 * d * v3["moe_inter_dim"] + v3["n_routed_experts"] * d  # + gate
+draft = {"eh_proj": 2 * d * d, "one MoE block, active": mla + moe, "output head": v3["vocab_size"] * d}
+print("a V3 draft: " + ", ".join(f"{k} {n / 1e9:.2f}B" for k, n in draft.items())
+      + f"; {sum(draft.values()) / 1e9:.2f}B in all, {sum(draft.values()) / 37e9:.1%} of the 37B a main-model step activates")
 
 # %% [markdown]
 # # Multi-token prediction · 多词元预测
 #
 # A next-token model gets one training signal per position. **Multi-token prediction** asks each
-# position for more: the token after next, and further. Gloeckle et al. (2024) showed that extra
-# output heads make the training signal denser and push the model to plan ahead, and that the
-# extra predictions can serve as drafts at inference. DeepSeek-V3 (technical report, section 2.2)
+# position for more: the token after next, and further. Gloeckle et al. (2024) trained with extra
+# output heads and report better sample efficiency, above all on code, better induction and
+# algorithmic skills, and up to 3 times faster inference when the extra heads draft tokens
+# (self-speculative decoding). DeepSeek-V3's report gives its own reasons: the extra objective
+# densifies the training signal and may let the model pre-plan its representations for future
+# tokens. DeepSeek-V3 (technical report, section 2.2)
 # made the prediction **sequential**: depth `k` does not guess token `i + k + 1` from position `i`
 # alone, it is also told the token `i + k`, so every depth keeps the causal chain of a language model.
 #
-# 下一个词元模型在每个位置只得到一个训练信号。**多词元预测** 要求每个位置预测更多：下下个词元，乃至更远。Gloeckle 等人（2024）表明，额外的输出头让训练信号更密集，促使模型提前规划，并且这些额外的预测在推理时可以充当草稿。DeepSeek-V3（技术报告第 2.2 节）把预测做成了 **顺序** 的：深度 `k` 并不只凭位置 `i` 去猜词元 `i + k + 1`，它还被告知了词元 `i + k`，所以每个深度都保持了语言模型的因果链。
+# 下一个词元模型在每个位置只得到一个训练信号。**多词元预测** 要求每个位置预测更多：下下个词元，乃至更远。Gloeckle 等人（2024）用额外的输出头训练，报告了更高的样本效率（尤其在代码上）、更好的归纳与算法能力，以及让额外的头起草词元（自推测解码）时最高 3 倍的推理加速。DeepSeek-V3 的报告给出了自己的理由：额外的目标让训练信号更密集，并可能让模型为预测未来的词元预先规划它的表示。DeepSeek-V3（技术报告第 2.2 节）把预测做成了 **顺序** 的：深度 `k` 并不只凭位置 `i` 去猜词元 `i + k + 1`，它还被告知了词元 `i + k`，所以每个深度都保持了语言模型的因果链。
 #
 # Module `k` takes the hidden state of depth `k - 1` at position `i` (depth 0 is the main model)
 # and the embedding of token `i + k`, normalises each (`hnorm`, `enorm`), concatenates them,
@@ -750,16 +785,21 @@ nb12.check_MTPModule(MTPModule)
 #
 # 训练时，每个位置同时经过所有深度。`h` 一开始是主模型在最终归一化之前的残差流，即 `hidden_states(model, tokens)`（来自 `utils.mini_deepseek`：嵌入，然后经过每个块）。深度 `k` 的位置 `i` 读取词元 `i + k` 的嵌入，即深度 `k - 1` 在该位置被要求预测的词元：`tokens[:, k:]`。深度 `k` 比深度 `k - 1` 少一个位置，因为它的最后一个位置需要序列末尾之后的词元，所以用 `h[:, :-1]`。如果改读 `tokens[:, k - 1:]`，深度 `k` 得到的是它已经有的词元；如果读 `tokens[:, k + 1:]`，就等于把答案交给了它。每个深度的 logits 都经过共享的归一化和输出头。
 #
-# Here the course and the released DeepSeek-V3 differ in one detail. V3's layer 61 stores an
-# output norm of its own, `model.layers.61.shared_head.norm.weight`, next to `enorm`, `hnorm` and
-# `eh_proj`; only the embedding and the head matrix (`shared_head.head`) are shared with the main
-# model (`README_WEIGHTS.md`), and engines that load the weights (vLLM's `deepseek_mtp.py`) apply
-# `shared_head.norm`, not the main model's `model.norm`, before the head. This course sends every
-# depth through the main model's final `norm`, trained by both losses: one norm fewer, so the
-# checkpoint's MTP module has no output norm, and V3's layer 61 would need one more RMSNorm in
-# `MTPModule`, applied in place of `model.norm`.
+# Here the course and the released DeepSeek-V3 differ in two details. The first is the output
+# norm. V3's layer 61 stores one of its own, `model.layers.61.shared_head.norm.weight`, next to
+# `enorm`, `hnorm` and `eh_proj`; only the embedding and the head matrix (`shared_head.head`) are
+# shared with the main model (`README_WEIGHTS.md`), and engines that load the weights (vLLM's
+# `deepseek_mtp.py`) apply `shared_head.norm`, not the main model's `model.norm`, before the head.
+# This course sends every depth through the main model's final `norm`, trained by both losses: one
+# norm fewer, so the checkpoint's MTP module has no output norm. The second is `h^0`. vLLM hands
+# layer 61 the main model's output after its final norm (`DeepseekV2Model.forward` in
+# `deepseek_v2.py` ends with `self.norm(hidden_states, residual)`), while this course's `h^0` is the
+# residual stream before that norm. `hnorm` rescales each vector to an RMS of 1, which undoes the
+# final norm's division but not its learned per-channel weight, so the two inputs differ by that
+# weight. To take V3's layer 61, `MTPModule` would need one more RMSNorm, applied in place of
+# `model.norm`, and `mtp_forward` would start from `model.norm(hidden_states(model, tokens))`.
 #
-# 在这一点上，本课程与发布的 DeepSeek-V3 有一处不同。V3 的第 61 层在 `enorm`、`hnorm` 和 `eh_proj` 之外，还保存了自己的输出归一化 `model.layers.61.shared_head.norm.weight`；只有嵌入和输出头矩阵（`shared_head.head`）与主模型共享（`README_WEIGHTS.md`），而加载这些权重的推理引擎（vLLM 的 `deepseek_mtp.py`）在输出头之前用的是 `shared_head.norm`，不是主模型的 `model.norm`。本课程让每个深度都经过主模型的最终 `norm`，它同时被两个损失训练：少了一个归一化，所以检查点中的 MTP 模块没有输出归一化；要装入 V3 的第 61 层，`MTPModule` 需要多一个 RMSNorm，并用它代替 `model.norm`。
+# 在这里，本课程与发布的 DeepSeek-V3 有两处不同。第一处是输出归一化。V3 的第 61 层在 `enorm`、`hnorm` 和 `eh_proj` 之外，还保存了自己的输出归一化 `model.layers.61.shared_head.norm.weight`；只有嵌入和输出头矩阵（`shared_head.head`）与主模型共享（`README_WEIGHTS.md`），而加载这些权重的推理引擎（vLLM 的 `deepseek_mtp.py`）在输出头之前用的是 `shared_head.norm`，不是主模型的 `model.norm`。本课程让每个深度都经过主模型的最终 `norm`，它同时被两个损失训练：少了一个归一化，所以检查点中的 MTP 模块没有输出归一化。第二处是 `h^0`。vLLM 交给第 61 层的是主模型经过最终归一化之后的输出（`deepseek_v2.py` 中 `DeepseekV2Model.forward` 以 `self.norm(hidden_states, residual)` 结束），而本课程的 `h^0` 是这个归一化之前的残差流。`hnorm` 把每个向量缩放到均方根为 1，这抵消了最终归一化的除法，却抵消不了它可学习的逐通道权重，所以两种输入相差的正是这个权重。要装入 V3 的第 61 层，`MTPModule` 需要多一个 RMSNorm，并用它代替 `model.norm`，而 `mtp_forward` 要从 `model.norm(hidden_states(model, tokens))` 开始。
 
 # %% [markdown]
 # ### Exercise 6 · `mtp_forward` · 练习 6
@@ -903,7 +943,7 @@ print(f"losses on this batch: next-token {next_token_loss(main_logits, test):.3f
 #
 # **Use depth 1 as a draft** (self-speculative decoding). After the main model produced token
 # `t_{p+1}`, the MTP module, which already has the main model's hidden state at `p`, drafts `t_{p+2}`
-# for the cost of one block. The next forward pass of the main model reads **two** tokens, `t_{p+1}` and the
+# for the cost of its projection, one block and the output head. The next forward pass of the main model reads **two** tokens, `t_{p+1}` and the
 # draft. Its prediction at the first position is the token it would have produced anyway: if it
 # equals the draft, the draft is kept, and the prediction at the second position is one more token
 # for free. Two tokens for one pass of the main model. If not, the draft is dropped and the main
@@ -911,7 +951,7 @@ print(f"losses on this batch: next-token {next_token_loss(main_logits, test):.3f
 # text is **identical** to plain greedy decoding; only the number of passes changes. DeepSeek
 # reports that 85-90% of its drafts are accepted, for 1.8 times the tokens per second.
 #
-# **把深度 1 用作草稿**（自推测解码）。主模型生成词元 `t_{p+1}` 之后，MTP 模块已经拥有主模型在位置 `p` 的隐藏状态，只需一个块的计算量就能起草 `t_{p+2}`。主模型的下一次前向计算读入 **两个** 词元：`t_{p+1}` 和草稿。它在第一个位置上的预测正是它本来就会生成的词元：如果与草稿相同，就保留草稿，而第二个位置上的预测又白白多得一个词元。主模型一次前向计算得到两个词元。如果不同，就丢弃草稿，使用主模型自己的词元。无论哪种情况，保留下来的每个词元都是主模型的贪心选择，所以文本与普通贪心解码 **完全相同**；改变的只是前向计算的次数。DeepSeek 报告其草稿有 85-90% 被接受，每秒词元数达到 1.8 倍。
+# **把深度 1 用作草稿**（自推测解码）。主模型生成词元 `t_{p+1}` 之后，MTP 模块已经拥有主模型在位置 `p` 的隐藏状态，只需它的投影、一个块和输出头的计算量就能起草 `t_{p+2}`。主模型的下一次前向计算读入 **两个** 词元：`t_{p+1}` 和草稿。它在第一个位置上的预测正是它本来就会生成的词元：如果与草稿相同，就保留草稿，而第二个位置上的预测又白白多得一个词元。主模型一次前向计算得到两个词元。如果不同，就丢弃草稿，使用主模型自己的词元。无论哪种情况，保留下来的每个词元都是主模型的贪心选择，所以文本与普通贪心解码 **完全相同**；改变的只是前向计算的次数。DeepSeek 报告其草稿有 85-90% 被接受，每秒词元数达到 1.8 倍。
 #
 # `utils.mtp.speculative_generate` implements it with both caches (the main model's and the module's block). Measured
 # here on the trained checkpoint, side by side in one run:
@@ -970,8 +1010,10 @@ def print_cost_model(name, model, draft, acceptance, measured):
 shallow_costs = print_cost_model("2 layers", trained, mtp_trained[0], r["acceptance"], r["speedup"])
 
 # %% [markdown]
-# **A deeper model.** The draft stays one block however deep the main model is, so depth makes it
-# cheap. In DeepSeek-V3 it is one block next to 61 layers. `python -m utils.train_mini --n-layers 8`
+# **A deeper model.** The draft stays one block (with its projection and the output head) however
+# deep the main model is, so depth makes it cheap. In DeepSeek-V3 it is one block next to 61 layers,
+# but the output head is large (129,280 x 7,168 weights): the size table above counts what a draft
+# uses there against the 37B parameters a main-model step activates. `python -m utils.train_mini --n-layers 8`
 # trained the same model 8 layers deep with its MTP module, on the same task and seed
 # (`checkpoints/mini_deepseek_8layers.pt`). It loads into your classes too. The last line puts its
 # greedy decode against the limit of notebook 11: the bytes a step reads (the weights one token
@@ -979,7 +1021,7 @@ shallow_costs = print_cost_model("2 layers", trained, mtp_trained[0], r["accepta
 # this size the fraction is small: a step waits on the fixed cost of each of its many small
 # operations, not on memory.
 #
-# **更深的模型。** 无论主模型多深，草稿始终只有一个块，所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中。最后一行把它的贪心解码与笔记本 11 的上限相比：一步读取的字节数（一个词元用到的权重和潜在缓存）乘以每秒词元数，再除以这台机器测得的带宽。在这个规模下这个比例很小：一步等待的是它众多小操作各自的固定开销，而不是内存。
+# **更深的模型。** 无论主模型多深，草稿始终只有一个块（加上它的投影和输出头），所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块，但输出头很大（129,280 x 7,168 个权重）：上面的规模表数出了一次起草在那里用到的参数，并与主模型一步激活的 37B 参数相比。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中。最后一行把它的贪心解码与笔记本 11 的上限相比：一步读取的字节数（一个词元用到的权重和潜在缓存）乘以每秒词元数，再除以这台机器测得的带宽。在这个规模下这个比例很小：一步等待的是它众多小操作各自的固定开销，而不是内存。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1043,20 +1085,29 @@ for row in sweep:
 # are what this machine measured. The points stay close to the line, a little below it where the
 # loop's own bookkeeping (joining tokens, comparing the draft) counts, and the line is flat near
 # c2 = 1 because, at this size, a pass on two tokens costs little more than a pass on one. On a GPU serving
-# a large model that holds for a different reason: a step reads every weight once whether it checks
-# one token or two (notebook 11). DeepSeek-V3 reports 85-90% acceptance and 1.8x the tokens per
-# second; the acceptance rate and the identical output do not depend on the machine.
+# a large dense model that holds for a different reason: a step reads every weight once whether it
+# checks one token or two (notebook 11). In a mixture of experts the second token may be routed to
+# other experts, so a two-token pass can read up to twice the routed experts' weights (16 experts
+# per layer instead of 8 in V3). DeepSeek-V3 reports 85-90% acceptance and 1.8x the tokens per
+# second; the acceptance rate and the identical output do not depend on the machine, up to
+# floating-point ties: a pass on two tokens adds in another order than a pass on one, and can flip
+# a near-tie between two candidate tokens.
 #
-# 2 层模型处在盈亏平衡点附近，推测解码在那里得不到任何好处：它的草稿几乎要花掉一次贪心步的代价。8 层模型的草稿只占一步的一小部分，同样的草稿、同样的接受率，就把每次前向计算两个词元变成了真正的加速。打印出的倍数是这台机器测得的。测量点紧挨着曲线，在循环自身的簿记（拼接词元、比较草稿）起作用的地方略低于曲线；而 c2 接近 1，是因为在这个规模下，对两个词元的一次前向计算只比对一个词元的稍贵一点。在 GPU 上服务大模型时，这一点出于另一个原因同样成立：无论检查一个词元还是两个，一步都只把每个权重读一遍（笔记本 11）。DeepSeek-V3 报告的接受率为 85-90%，每秒词元数为 1.8 倍；接受率和输出完全相同这两点与机器无关。
+# 2 层模型处在盈亏平衡点附近，推测解码在那里得不到任何好处：它的草稿几乎要花掉一次贪心步的代价。8 层模型的草稿只占一步的一小部分，同样的草稿、同样的接受率，就把每次前向计算两个词元变成了真正的加速。打印出的倍数是这台机器测得的。测量点紧挨着曲线，在循环自身的簿记（拼接词元、比较草稿）起作用的地方略低于曲线；而 c2 接近 1，是因为在这个规模下，对两个词元的一次前向计算只比对一个词元的稍贵一点。在 GPU 上服务大型稠密模型时，这一点出于另一个原因同样成立：无论检查一个词元还是两个，一步都只把每个权重读一遍（笔记本 11）。在混合专家模型中，第二个词元可能被路由到别的专家，所以对两个词元的一次前向计算最多可能读取两倍的路由专家权重（V3 中每层 16 个专家而不是 8 个）。DeepSeek-V3 报告的接受率为 85-90%，每秒词元数为 1.8 倍；除了浮点数打平的情形，接受率和输出完全相同这两点与机器无关：对两个词元的前向计算与对一个词元的前向计算求和顺序不同，可能让两个候选词元之间几乎打平的比较翻转。
 #
 # ## What you built · 你构建了什么
 #
-# A DeepSeek-V3 in miniature, from your own parts: RMSNorm, pre-norm blocks, MLA with decoupled
-# RoPE and a compressed cache, a mixture of experts with a shared expert and bias balancing, and
-# multi-token prediction with its two uses. The weights load into DeepSeek-V3's parameter names;
-# what separates this model from the real one is scale (the table above) and FP8 (notebook 11).
+# A DeepSeek-V3 in miniature: your RMSNorm, pre-norm blocks, model, next-token loss and
+# multi-token prediction with its two uses, around the course's MLA with decoupled RoPE and a
+# compressed cache (`utils.mla`) and its mixture of experts with a shared expert and bias balancing
+# (`utils.moe`), the versions of notebooks 09 and 10. The weights load into DeepSeek-V3's parameter
+# names. What separates this model from the real one is mainly scale (the table above) and FP8
+# (notebook 11), and a few details the course leaves out: queries without V3's compression
+# (`q_lora_rank = 0`, one `wq` where V3 has `wq_a`, `q_norm` and `wq_b`), no YaRN (notebook 09),
+# `route_scale` 1.0 where V3 has 2.5, no sequence-wise balance loss next to the bias, and the two
+# MTP details of "The chain over a sequence".
 #
-# 一个迷你版的 DeepSeek-V3，由你自己的部件构成：RMSNorm、前归一化块、带解耦 RoPE 和压缩缓存的 MLA、带共享专家和偏置均衡的混合专家，以及多词元预测及其两种用法。这些权重可以按 DeepSeek-V3 的参数名加载；这个模型与真正的模型之间的差别只在规模（上面的表格）和 FP8（笔记本 11）。
+# 一个迷你版的 DeepSeek-V3：你的 RMSNorm、前归一化块、模型、下一个词元损失以及多词元预测及其两种用法，围绕着课程的带解耦 RoPE 和压缩缓存的 MLA（`utils.mla`）和带共享专家与偏置均衡的混合专家（`utils.moe`），即笔记本 09 和 10 的版本。这些权重可以按 DeepSeek-V3 的参数名加载。这个模型与真正的模型之间的差别主要在规模（上面的表格）和 FP8（笔记本 11），还有课程省略的几个细节：查询没有 V3 的压缩（`q_lora_rank = 0`，一个 `wq`，而 V3 有 `wq_a`、`q_norm` 和 `wq_b`）、没有 YaRN（笔记本 09）、`route_scale` 为 1.0 而 V3 为 2.5、偏置之外没有按序列的均衡损失，以及"整个序列上的链"中 MTP 的两处细节。
 #
 # Sources: DeepSeek-AI, *DeepSeek-V3 Technical Report* (2024), sections 2.1 (architecture) and 2.2
 # (multi-token prediction, lam 0.3 then 0.1), 5.4.3 (acceptance 85-90%, 1.8x tokens per second), and its
@@ -1065,6 +1116,8 @@ for row in sweep:
 # Mean Square Layer Normalization* (2019); C. Olsson et al., *In-context Learning and Induction
 # Heads* (2022); the eh_proj layout and layer 61's own `shared_head.norm`: the released DeepSeek-V3
 # weights on Hugging Face (`model.safetensors.index.json`), `README_WEIGHTS.md` of the DeepSeek-V3
-# repository (what layer 61 shares) and vLLM's `vllm/model_executor/models/deepseek_mtp.py`.
+# repository (what layer 61 shares) and vLLM's `vllm/model_executor/models/deepseek_mtp.py`; what
+# layer 61 is fed: vLLM's `vllm/model_executor/models/deepseek_v2.py` (`DeepseekV2Model.forward`);
+# V3's sizes and `route_scale`: `inference/configs/config_671B.json`.
 #
-# 来源：DeepSeek-AI，《DeepSeek-V3 技术报告》（2024）第 2.1 节（架构）和第 2.2 节（多词元预测，lam 先 0.3 后 0.1）、第 5.4.3 节（接受率 85-90%，每秒词元数 1.8 倍），及其推理代码 `inference/model.py`（参数名、`Block`、`Gate`）；F. Gloeckle 等，《Better & Faster Large Language Models via Multi-token Prediction》（2024）；B. Zhang 和 R. Sennrich，《Root Mean Square Layer Normalization》（2019）；C. Olsson 等，《In-context Learning and Induction Heads》（2022）；eh_proj 的布局和第 61 层自己的 `shared_head.norm`：Hugging Face 上发布的 DeepSeek-V3 权重（`model.safetensors.index.json`）、DeepSeek-V3 仓库的 `README_WEIGHTS.md`（第 61 层共享哪些参数），以及 vLLM 的 `vllm/model_executor/models/deepseek_mtp.py`。
+# 来源：DeepSeek-AI，《DeepSeek-V3 技术报告》（2024）第 2.1 节（架构）和第 2.2 节（多词元预测，lam 先 0.3 后 0.1）、第 5.4.3 节（接受率 85-90%，每秒词元数 1.8 倍），及其推理代码 `inference/model.py`（参数名、`Block`、`Gate`）；F. Gloeckle 等，《Better & Faster Large Language Models via Multi-token Prediction》（2024）；B. Zhang 和 R. Sennrich，《Root Mean Square Layer Normalization》（2019）；C. Olsson 等，《In-context Learning and Induction Heads》（2022）；eh_proj 的布局和第 61 层自己的 `shared_head.norm`：Hugging Face 上发布的 DeepSeek-V3 权重（`model.safetensors.index.json`）、DeepSeek-V3 仓库的 `README_WEIGHTS.md`（第 61 层共享哪些参数），以及 vLLM 的 `vllm/model_executor/models/deepseek_mtp.py`；第 61 层的输入：vLLM 的 `vllm/model_executor/models/deepseek_v2.py`（`DeepseekV2Model.forward`）；V3 的尺寸和 `route_scale`：`inference/configs/config_671B.json`。

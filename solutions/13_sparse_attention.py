@@ -22,6 +22,7 @@
 # %%
 import math
 import os
+import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -317,11 +318,13 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 # interleaved, like MLA's. On 2025-11-17 DeepSeek added a note to the repository: the indexer's RoPE
 # input "requires a non-interleaved layout, whereas RoPE in the MLA module expects an interleaved
 # layout", and the fix passes `interleaved=False` for the indexer. Serving engines that had copied
-# the released code fixed it afterwards (vLLM PR #28968, SGLang #13530, vllm-ascend PR #4641 and
-# again PR #7341 after a regression, mlx-lm PR #512). Nothing crashes with the wrong layout: the
+# the released code followed: vLLM fixed it on 2025-11-18 (PR #28968), vllm-ascend in PR #4641 and
+# again in PR #7341 after a regression; for SGLang it was reported as issue #13530; in mlx-lm, whose
+# port of V3.2 was still a work-in-progress pull request (#512), a reviewer corrected the layout
+# before anything was released. Nothing crashes with the wrong layout: the
 # indexer simply selects other keys. This notebook uses the corrected layout.
 #
-# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库中加了一条说明：索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"，修复方法是对索引器传入 `interleaved=False`。照抄了发布代码的推理引擎随后纷纷修复（vLLM PR #28968、SGLang #13530、vllm-ascend PR #4641 以及回归后的 PR #7341、mlx-lm PR #512）。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
+# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库中加了一条说明：索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"，修复方法是对索引器传入 `interleaved=False`。照抄了发布代码的推理引擎随后跟进：vLLM 在 2025-11-18 修复了它（PR #28968），vllm-ascend 在 PR #4641 中修复，回归后又在 PR #7341 中再次修复；SGLang 中它以 issue #13530 的形式被报告；mlx-lm 对 V3.2 的移植当时还是一个进行中的拉取请求（#512），一位审阅者在任何发布之前就更正了这个布局。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
 
 # %% [markdown]
 # ### Exercise 4 · `LightningIndexer` · 练习 4
@@ -433,9 +436,10 @@ print(f"last query: {shared} of 8 selected keys shared; queries 8..63 whose sele
 # format: int8's levels are evenly spaced, FP8's are floating-point, fine near 0 and coarse near the
 # top. The cell checks the dot product, measures how flat the block becomes, and prints the error of
 # $q \cdot k$ after a round trip of both vectors through each format (one scale per block of 128),
-# with and without the rotation, for 1000 random pairs with one outlier feature each.
+# with and without the rotation, for 1000 random pairs with one outlier feature each, of 30 and then
+# of 3000.
 #
-# 在量化到 FP8 之前，V3.2 的索引器把查询头和键都乘以一个按 $d^{-1/2}$ 缩放的 Hadamard 矩阵（`rotate_activation`）。这个矩阵 $R$ 是正交归一的（$R R^\top = I$），所以 $(Rq) \cdot (Rk) = q \cdot k$：分数不变，本笔记本因此省略了这个旋转。它是为随后的量化准备的（笔记本 11）：一个离群特征决定了它所在的 128 个值的整个块的缩放因子，而旋转把离群值分摊到所有特征上，使这个块变得平坦。平坦的块是否量化得更好取决于格式：int8 的量化级是等间距的，FP8 的是浮点的，在 0 附近细、在最大值附近粗。下面的单元格检查点积，测量块变得多平坦，并打印两个向量都经过每种格式往返一次（每 128 个值一个缩放因子）之后 $q \cdot k$ 的误差，分别在有旋转和无旋转时，对 1000 对各带一个离群特征的随机向量进行测量。
+# 在量化到 FP8 之前，V3.2 的索引器把查询头和键都乘以一个按 $d^{-1/2}$ 缩放的 Hadamard 矩阵（`rotate_activation`）。这个矩阵 $R$ 是正交归一的（$R R^\top = I$），所以 $(Rq) \cdot (Rk) = q \cdot k$：分数不变，本笔记本因此省略了这个旋转。它是为随后的量化准备的（笔记本 11）：一个离群特征决定了它所在的 128 个值的整个块的缩放因子，而旋转把离群值分摊到所有特征上，使这个块变得平坦。平坦的块是否量化得更好取决于格式：int8 的量化级是等间距的，FP8 的是浮点的，在 0 附近细、在最大值附近粗。下面的单元格检查点积，测量块变得多平坦，并打印两个向量都经过每种格式往返一次（每 128 个值一个缩放因子）之后 $q \cdot k$ 的误差，分别在有旋转和无旋转时，对 1000 对各带一个离群特征（先是 30，再是 3000）的随机向量进行测量。
 
 # %%
 def hadamard(d):
@@ -453,29 +457,39 @@ def round_trip(t, fmt):  # one absmax scale per row of 128 values
 
 
 R = hadamard(128)
-g = torch.Generator().manual_seed(0)
-Q, K = torch.randn(1000, 128, generator=g), torch.randn(1000, 128, generator=g)
-Q[:, 7], K[:, 5] = 30.0, 30.0  # one outlier feature in each
-exact = (Q * K).sum(-1)
-print(f"(RQ) . (RK) equals Q . K: {torch.allclose(((Q @ R) * (K @ R)).sum(-1), exact, atol=1e-3)}; "
-      f"R R^T = I: {torch.allclose(R @ R.T, torch.eye(128), atol=1e-6)}")
-print(f"largest / median |value| of a key: {(K.abs().amax(-1) / K.abs().median(-1).values).mean():.1f} plain, "
-      f"{((K @ R).abs().amax(-1) / (K @ R).abs().median(-1).values).mean():.1f} rotated")
-errors = {}
-for fmt in ("int8", "fp8"):
-    for rotated in (False, True):
-        q, k = (Q @ R, K @ R) if rotated else (Q, K)
-        errors[fmt, rotated] = ((round_trip(q, fmt) * round_trip(k, fmt)).sum(-1) - exact).abs().mean().item()
-    print(f"{fmt}: mean |error of q . k| {errors[fmt, False]:.3f} plain, {errors[fmt, True]:.3f} rotated")
-print("On these vectors the rotation lowered the error for:",
-      [fmt for fmt in ("int8", "fp8") if errors[fmt, True] < errors[fmt, False]] or "neither format")
+for outlier in (30.0, 3000.0):
+    g = torch.Generator().manual_seed(0)
+    Q, K = torch.randn(1000, 128, generator=g), torch.randn(1000, 128, generator=g)
+    Q[:, 7], K[:, 5] = outlier, outlier  # one outlier feature in each
+    exact = (Q * K).sum(-1)
+    if outlier == 30.0:
+        print(f"(RQ) . (RK) equals Q . K: {torch.allclose(((Q @ R) * (K @ R)).sum(-1), exact, atol=1e-3)}; "
+              f"R R^T = I: {torch.allclose(R @ R.T, torch.eye(128), atol=1e-6)}")
+        print(f"largest / median |value| of a key: {(K.abs().amax(-1) / K.abs().median(-1).values).mean():.1f} plain, "
+              f"{((K @ R).abs().amax(-1) / (K @ R).abs().median(-1).values).mean():.1f} rotated")
+    errors = {}
+    for fmt in ("int8", "fp8"):
+        for rotated in (False, True):
+            q, k = (Q @ R, K @ R) if rotated else (Q, K)
+            errors[fmt, rotated] = ((round_trip(q, fmt) * round_trip(k, fmt)).sum(-1) - exact).abs().mean().item()
+        print(f"outlier {outlier:g}, {fmt}: mean |error of q . k| {errors[fmt, False]:.3g} plain, {errors[fmt, True]:.3g} rotated")
+    print(f"outlier {outlier:g}: the rotation lowered the error for",
+          [fmt for fmt in ("int8", "fp8") if errors[fmt, True] < errors[fmt, False]] or "neither format")
 
 # %% [markdown]
-# One outlier per vector is the simplest case, not what trained activations look like, and FP8's
-# floating-point levels already absorb much of it; what does not depend on the data is the first
-# line: the rotation costs nothing in the scores.
+# Read the error lines. For int8 the rotation helps: its even step is set by the largest value of
+# the block, and the rotation makes that value small. For FP8 it does the opposite, for both
+# outliers: FP8 rounds each value relative to its own size, so in the plain block only the outlier
+# carried a large error, and after the rotation every one of the 128 values holds a share of the
+# outlier and its error, which then reaches every product of $q \cdot k$. The rotation does bring
+# back values that FP8 would lose (a block spanning more than E4M3's normal range, $2^{-6}$ to 448,
+# a factor of about $2^{15}$, sends its smallest values to the coarse subnormals or to 0), but with
+# one outlier their errors are small next to the outlier's. One outlier in Gaussian noise is the
+# simplest case, not what trained activations look like, and DeepSeek's code does not say what
+# the rotation buys its FP8 keys; what holds for any data is the first line: the rotation costs
+# nothing in the scores.
 #
-# 每个向量一个离群值只是最简单的情形，并不是训练后激活值的样子，而且 FP8 的浮点量化级本身已经吸收了其中很大一部分；与数据无关的是第一行：旋转在分数上没有任何代价。
+# 读一读误差那几行。对 int8，旋转有帮助：它的均匀步长由块中最大的值决定，而旋转让这个值变小。对 FP8，两种离群值下旋转都适得其反：FP8 按每个值自身的大小做舍入，所以在原始的块中只有离群值带着大的误差；旋转之后，128 个值中的每一个都分到了离群值的一份以及它的误差，这个误差随后进入 $q \cdot k$ 的每一个乘积。旋转确实能挽回 FP8 会丢掉的值（一个块的数值跨度超过 E4M3 的正规数范围 $2^{-6}$ 到 448，即约 $2^{15}$ 倍时，最小的值会落入粗糙的次正规数或变成 0），但只有一个离群值时，这些值的误差与离群值的误差相比很小。高斯噪声中的一个离群值只是最简单的情形，并不是训练后激活值的样子，而 DeepSeek 的代码也没有说明旋转给它的 FP8 键带来了什么；对任何数据都成立的是第一行：旋转在分数上没有任何代价。
 
 # %% [markdown]
 # ### Exercise 5 · `topk_key_mask` · 练习 5
@@ -620,13 +634,21 @@ with torch.no_grad():
 # One decode step with V3.2's per-head sizes (MLA: 128 heads over a 512 + 64 latent; indexer: 64
 # heads of 128; `index_topk` 2048; one layer, model width 1024 to keep the projections small),
 # `utils.bench_sparse.decode_step_benchmark`: dense absorbed MLA (09's forward on the same module)
-# against the sparse step (indexer over every cached index key, then MLA over the 2048 selected
-# latents), one thread, the median of alternating rounds, the caches filled with random values of a
+# against the sparse step of `utils.dsa.SparseMLA` (the indexer over every cached index key, then
+# MLA over the 2048 selected latents, which it gathers first), one thread, the median of alternating rounds, the caches filled with random values of a
 # prefill's statistics. The dense step reads every cached latent; the sparse step reads every index
 # key (128 numbers per position) but only 2048 latents. `python -m utils.bench_sparse` runs the same
 # measurement from the command line. The sentences under the plot say what this machine measured.
 #
-# 一个解码步骤，使用 V3.2 的每头尺寸（MLA：128 个头，潜在向量 512 + 64；索引器：64 个宽 128 的头；`index_topk` 2048；一层，模型宽度 1024 以使投影较小），`utils.bench_sparse.decode_step_benchmark`：稠密的吸收 MLA（在同一模块上调用 09 的 forward）与稀疏步骤（索引器读取每个缓存的索引键，然后 MLA 只读取被选中的 2048 个潜在向量）比较，单线程，交替轮次取中位数，缓存填入具有预填充统计特性的随机值。稠密步骤读取每个缓存的潜在向量；稀疏步骤读取每个索引键（每个位置 128 个数），但只读取 2048 个潜在向量。`python -m utils.bench_sparse` 在命令行运行同样的测量。图下方的句子说明本机测得的结果。
+# 一个解码步骤，使用 V3.2 的每头尺寸（MLA：128 个头，潜在向量 512 + 64；索引器：64 个宽 128 的头；`index_topk` 2048；一层，模型宽度 1024 以使投影较小），`utils.bench_sparse.decode_step_benchmark`：稠密的吸收 MLA（在同一模块上调用 09 的 forward）与 `utils.dsa.SparseMLA` 的稀疏步骤（索引器读取每个缓存的索引键，然后 MLA 只读取被选中的 2048 个潜在向量，它先把这些向量收集出来）比较，单线程，交替轮次取中位数，缓存填入具有预填充统计特性的随机值。稠密步骤读取每个缓存的潜在向量；稀疏步骤读取每个索引键（每个位置 128 个数），但只读取 2048 个潜在向量。`python -m utils.bench_sparse` 在命令行运行同样的测量。图下方的句子说明本机测得的结果。
+#
+# Your Exercise 6 class is not what is timed, and it would not be faster than dense: like V3.2's
+# released `model.py`, it scores every cached latent and then adds the mask, so it does all of the
+# dense step's work plus the indexer's. Selecting keys saves time only when the selected latents
+# are gathered first, or read by a kernel made for it (FlashMLA's sparse kernels, released with
+# V3.2); a cell below measures that difference on MLA's attention alone.
+#
+# 这里计时的不是你在练习 6 中写的类，它也不会比稠密步骤快：它和 V3.2 发布的 `model.py` 一样，先为每个缓存的潜在向量打分，再加上掩码，所以它做了稠密步骤的全部工作，外加索引器的工作。只有先把选中的潜在向量收集出来，或者用专门的内核读取它们（随 V3.2 发布的 FlashMLA 稀疏内核），选键才能省时间；下面的一个单元格只在 MLA 的注意力部分测量这个差别。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -656,6 +678,113 @@ print(f"On this machine, at {last['context']} cached positions the sparse step t
 # heads, and the 2048 latents it gathers cost the same at every context.
 #
 # 只要文本总共不超过 2048 个位置（缓存的位置加上新词元），稀疏步骤就选中每个键：它就是稠密步骤再加上索引器，只是增加了工作量。超过之后，稠密步骤随每个位置 576 个数、128 个头增长，稀疏步骤随索引器 64 个头、每个位置 128 个数增长，而它收集的 2048 个潜在向量在任何上下文长度下代价都相同。
+
+# %% [markdown]
+# ### Masking or gathering · 掩码还是收集
+#
+# MLA's absorbed attention for one query (128 heads over 512 + 64 numbers per position) over 16,384
+# cached positions, three ways, on one thread: over every latent (dense); over every latent with the
+# index mask added, what Exercise 6 and V3.2's released `model.py` do; and over the 2048 selected
+# latents gathered first, what `utils.dsa.SparseMLA` does. The selection here is random (an
+# indexer's would cost the same); the cell checks that masking and gathering give the same output
+# and prints the median time of each.
+#
+# 对一个查询做 MLA 的吸收注意力（128 个头，每个位置 512 + 64 个数），缓存 16,384 个位置，在单线程上用三种方式计算：对每个潜在向量（稠密）；对每个潜在向量并加上索引掩码，即练习 6 和 V3.2 发布的 `model.py` 的做法；以及先收集出被选中的 2048 个潜在向量再计算，即 `utils.dsa.SparseMLA` 的做法。这里的选择是随机的（索引器的选择代价相同）；单元格检查掩码和收集给出相同的输出，并打印每种方式的中位时间。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.mla import one_thread
+
+S, top = (256, 32) if GRADING else (16384, 2048)  # cached positions, selected positions
+g = torch.Generator().manual_seed(2)
+q_latent, q_pe = torch.randn(1, 1, 128, 512, generator=g), torch.randn(1, 1, 128, 64, generator=g)  # (B, T, H, .)
+c, pe = torch.randn(1, S, 512, generator=g), torch.randn(1, S, 64, generator=g)  # cached latents and rope keys
+picked = torch.randperm(S, generator=g)[:top]  # what an indexer would have selected
+blocked = torch.ones(1, 1, S, dtype=torch.bool)
+blocked[..., picked] = False
+
+
+def attend(c, pe, blocked=None):
+    """MLA's absorbed attention of the query over the latents it is given: (B, T, H, 512)."""
+    scores = (torch.einsum("bthc,bsc->bths", q_latent, c) + torch.einsum("bthr,bsr->bths", q_pe, pe)) / 24
+    if blocked is not None:
+        scores = scores.masked_fill(blocked.unsqueeze(2), float("-inf"))
+    return torch.einsum("bths,bsc->bthc", torch.softmax(scores, dim=-1), c)
+
+
+ways = {"dense, every latent": lambda: attend(c, pe),
+        "masked, every latent scored (Exercise 6, model.py)": lambda: attend(c, pe, blocked),
+        f"gathered, the {top} selected (utils.dsa)": lambda: attend(c[:, picked], pe[:, picked])}
+times = {name: [] for name in ways}
+with torch.no_grad(), one_thread():
+    for _ in range(5):
+        for name, way in ways.items():
+            t0 = time.perf_counter(); out = way(); times[name].append(time.perf_counter() - t0)
+    same = torch.allclose(attend(c, pe, blocked), attend(c[:, picked], pe[:, picked]), atol=1e-5)
+print(f"{S} cached positions, one query; masked and gathered give the same output: {same}")
+for name, t in times.items():
+    print(f"{name:52} {1e3 * sorted(t)[2]:8.2f} ms")
+
+# %% [markdown]
+# Masking computes every score before it throws most of them away, so it costs at least the dense
+# time; gathering computes 2048 of them. That is why the timed sparse step above gathers, and why
+# DeepSeek released kernels that read only the selected latents (FlashMLA's sparse kernels) next to
+# the masking reference in `model.py`.
+#
+# 掩码先算出每一个分数，再把其中大部分丢掉，所以它的代价至少是稠密的时间；收集只计算其中 2048 个。这就是上面计时的稀疏步骤要先收集的原因，也是 DeepSeek 在做掩码的参考实现 `model.py` 之外，还发布了只读取被选中潜在向量的内核（FlashMLA 的稀疏内核）的原因。
+#
+# ### On a GPU, at batch 1 · 在 GPU 上，批大小为 1
+#
+# The same two steps, the course's `utils.dsa.SparseMLA` with its gather against 09's dense absorbed
+# MLA, were also measured on a GPU at DeepSeek-V3's full sizes (width 7168, 128 heads, latent
+# 512 + 64; indexer 64 heads of 128, top-2048), batch 1. Your machine cannot repeat that
+# measurement here, so the cell prints its figures from a table, labelled with the machine that
+# produced them: one NVIDIA H200, torch 2.11 with CUDA 13, each time the median of 5 decode steps
+# timed with CUDA events after a warm-up. The bytes read come from `utils.bench_sparse.bytes_read`,
+# as in the CPU table, and the time to read the dense step's bytes uses the H200's memory bandwidth
+# as NVIDIA's datasheet states it, 4.8 TB/s.
+#
+# 同样的两个步骤，即课程带收集的 `utils.dsa.SparseMLA` 与 09 的稠密吸收 MLA，也在一块 GPU 上以 DeepSeek-V3 的完整尺寸（宽度 7168，128 个头，潜在向量 512 + 64；索引器 64 个宽 128 的头，top-2048）、批大小 1 测量过。你的机器无法在这里重复这个测量，所以单元格从一张表中打印这些数字，并标明得出它们的机器：一块 NVIDIA H200，torch 2.11 加 CUDA 13，每个时间都是预热之后用 CUDA 事件计时的 5 个解码步骤的中位数。读取的字节数与 CPU 的表一样来自 `utils.bench_sparse.bytes_read`，读取稠密步骤这些字节所需的时间则用 NVIDIA 数据手册给出的 H200 显存带宽 4.8 TB/s 计算。
+
+# %%
+from utils.bench_sparse import bytes_read, v32_layer
+
+# Measured on one NVIDIA H200 (torch 2.11, CUDA 13): utils.dsa.SparseMLA moved to the GPU, V3's sizes, batch 1,
+# the median of 5 decode steps timed with CUDA events after a warm-up. {context: (dense ms, sparse ms)}
+H200_MS = {8192: (1.80, 3.18), 32768: (1.83, 3.31), 65536: (2.06, 3.45)}
+H200_BYTES_PER_S = 4.8e12  # memory bandwidth, NVIDIA's H200 datasheet
+print("one decode step, measured on one NVIDIA H200, batch 1, DeepSeek-V3's sizes")
+print(f"{'context':>8} {'dense ms':>9} {'sparse ms':>10} {'speedup':>8} {'dense MiB read':>15} {'sparse MiB read':>16} "
+      f"{'dense read at 4.8 TB/s':>23}")
+for context, (dense_ms, sparse_ms) in H200_MS.items():
+    read = bytes_read(v32_layer(7168, context + 1), context)
+    print(f"{context:>8} {dense_ms:>9.2f} {sparse_ms:>10.2f} {dense_ms / sparse_ms:>7.2f}x {read['dense'] / 2**20:>15.1f} "
+          f"{read['sparse'] / 2**20:>16.1f} {read['dense'] / H200_BYTES_PER_S * 1e3:>20.3f} ms")
+
+# %% [markdown]
+# On that GPU the sparse step was slower than the dense one at every context measured (the speedup
+# column stays below 1), although it reads 2 to 4 times fewer bytes: at 4.8 TB/s even the dense
+# step's reads take a few hundredths of a millisecond of a step of about 2 ms. At batch 1 a step of
+# one layer waits on its dozens of small kernels, launched one after another (the projections, the
+# indexer's products, the top-k, the gather, the softmax), and on the indexer's own work, not on
+# reading the cache, and the sparse step has more kernels to launch. On one CPU thread it was the
+# other way round: there the arithmetic over every cached latent and 128 heads is slow enough to
+# dominate, and selecting 2048 paid from the crossover printed under the CPU plot. Sparse attention
+# pays where the work over the cache dominates a step:
+#
+# 在那块 GPU 上，稀疏步骤在测量的每个上下文长度下都比稠密步骤慢（加速比一列始终低于 1），尽管它读取的字节少 2 到 4 倍：以 4.8 TB/s 计，即使是稠密步骤的读取，也只占约 2 毫秒的一步中的几百分之一毫秒。批大小为 1 时，一层的一步等待的是它依次启动的几十个小内核（各个投影、索引器的乘积、top-k、收集、softmax）以及索引器本身的工作，而不是读取缓存；稀疏步骤要启动的内核还更多。在单个 CPU 线程上情况正好相反：那里对每个缓存的潜在向量、128 个头做的运算慢到足以占主导，所以从 CPU 图下方打印的交叉点开始，只选 2048 个就划算了。稀疏注意力在对缓存的工作主导一步的地方划算：
+#
+# - long contexts: the dense work grows with every cached token, while the sparse MLA part stays at
+#   2048 positions and only the indexer's small keys keep growing;
+# - large batches: a server decodes many sequences in one step, each reading its own cache, while
+#   the launches are paid once per step;
+# - fused kernels: kernels that read only the selected latents in a few launches (FlashMLA's sparse
+#   decoding kernel, released with V3.2), not the separate PyTorch operations of `utils.dsa` or the
+#   masking of `model.py`.
+#
+# - 长上下文：稠密的工作随每个缓存的词元增长，而稀疏 MLA 的部分始终是 2048 个位置，只有索引器的小键在继续增长；
+# - 大批量：服务器在一步中解码许多序列，每个序列读取自己的缓存，而内核启动每一步只付一次；
+# - 融合内核：用少数几次启动只读取被选中潜在向量的内核（随 V3.2 发布的 FlashMLA 稀疏解码内核），而不是 `utils.dsa` 中一个个单独的 PyTorch 运算，也不是 `model.py` 的掩码做法。
 
 # %% [markdown]
 # ## 5. KV bytes per token of the designs in this course · 本课程各设计每个词元的 KV 字节数
@@ -714,18 +843,25 @@ for name, bytes_at in designs.items():
 #
 # A sliding window bounds both the cache and the work per step, at the price of forgetting; sinks
 # let a head attend to nothing, which windows need; DeepSeek Sparse Attention keeps every key in
-# memory but reads only 2048 latents per query, chosen by a cheap indexer whose RoPE layout must
-# match the one it was trained with. Parity with DeepSeek-V3.2-Exp's code holds for
-# `max_seq_len <= 4096`: the released config runs YaRN beyond that, which this course leaves out.
+# memory but lets each query attend to only 2048 latents, chosen by a cheap indexer whose RoPE
+# layout must match the one it was trained with. It saves time only where the selected latents are
+# gathered (or read by a sparse kernel) rather than masked, and where the work over the cache
+# dominates a step: on one CPU thread beyond the crossover measured in section 4, on a GPU at
+# batch 1 not in the course's PyTorch (the H200 figures). As shipped, DeepSeek-V3.2-Exp's code runs YaRN at every
+# length: its `max_seq_len` (16384 by default) exceeds `original_seq_len` (4096), so YaRN's
+# frequencies and MLA's larger softmax scale apply even to a 10-token text. This course leaves YaRN
+# out, so parity with that code holds when it is built with `max_seq_len <= 4096`.
 #
-# 滑动窗口以遗忘为代价，同时限制了缓存和每一步的计算量；sink 让一个头可以什么都不关注，这正是窗口所需要的；DeepSeek 稀疏注意力把每个键都保留在内存中，但每个查询只读取 2048 个潜在向量，由一个廉价的索引器挑选，而索引器的 RoPE 布局必须与它训练时的一致。与 DeepSeek-V3.2-Exp 代码的一致性在 `max_seq_len <= 4096` 时成立：发布的配置在此之外使用 YaRN，本课程没有涉及。
+# 滑动窗口以遗忘为代价，同时限制了缓存和每一步的计算量；sink 让一个头可以什么都不关注，这正是窗口所需要的；DeepSeek 稀疏注意力把每个键都保留在内存中，但每个查询只关注 2048 个潜在向量，由一个廉价的索引器挑选，而索引器的 RoPE 布局必须与它训练时的一致。只有把选中的潜在向量收集出来（或由稀疏内核读取）而不是加掩码，并且对缓存的工作在一步中占主导时，它才省时间：在单个 CPU 线程上超过第 4 节测得的交叉点之后；在 GPU 上批大小为 1 时，课程的 PyTorch 实现并不省（见 H200 的数字）。按发布时的设置，DeepSeek-V3.2-Exp 的代码在任何长度上都运行 YaRN：它的 `max_seq_len`（默认 16384）大于 `original_seq_len`（4096），所以即使是 10 个词元的文本，YaRN 的频率和 MLA 更大的 softmax 缩放也都会生效。本课程省略了 YaRN，所以只有当那份代码以 `max_seq_len <= 4096` 构建时，两者才一致。
 #
 # Sources: DeepSeek-AI, DeepSeek-V3.2-Exp inference code (`inference/model.py`: `Indexer`, `MLA`,
-# `rotate_activation`; `config_671B_v3.2.json`) and its README note of 2025-11-17 on the indexer's
-# RoPE layout; vLLM PR #28968, SGLang #13530, vllm-ascend PRs #4641 and #7341, mlx-lm PR #512;
+# `rotate_activation`, `ModelArgs`; `config_671B_v3.2.json`) and its README note of 2025-11-17 on the indexer's
+# RoPE layout; vLLM PR #28968, SGLang issue #13530, vllm-ascend PRs #4641 and #7341, mlx-lm PR #512 (a
+# review comment of 2025-12-01); DeepSeek's FlashMLA README (its sparse kernels for V3.2);
 # OpenAI, gpt-oss (`gpt_oss/torch/model.py`: sinks, sliding window); DeepSeek-V4's Hugging Face
 # `configuration_deepseek_v4.py`; G. Xiao et al., *Efficient Streaming Language Models with Attention
 # Sinks* (2023); A. Q. Jiang et al., *Mistral 7B* (2023); S. Raschka, LLMs-from-scratch `ch04/06_swa`,
-# issue #1008 and PR #1013.
+# issue #1008 and PR #1013; the GPU figures: measured for this course on one NVIDIA H200 (torch 2.11,
+# CUDA 13, the course's `utils` of 2026-11-25), and NVIDIA's H200 datasheet (4.8 TB/s).
 #
-# 来源：`DeepSeek-AI` 的 `DeepSeek-V3.2-Exp` 推理代码（`inference/model.py` 中的 `Indexer`、`MLA`、`rotate_activation`；`config_671B_v3.2.json`）及其 2025 年 11 月 17 日关于索引器旋转位置编码布局的说明；推理引擎的修复：`vLLM PR #28968`、`SGLang #13530`、`vllm-ascend PR #4641` 与 `#7341`、`mlx-lm PR #512`；`OpenAI` 的 `gpt-oss`（`gpt_oss/torch/model.py`：sink 与滑动窗口）；`DeepSeek-V4` 在 `Hugging Face` 上的 `configuration_deepseek_v4.py`；`G. Xiao` 等人关于注意力 sink 与流式语言模型的论文（`Efficient Streaming Language Models with Attention Sinks`，2023）；`A. Q. Jiang` 等人的 `Mistral 7B`（2023）；`S. Raschka` 的 `LLMs-from-scratch` 中的 `ch04/06_swa`、`issue #1008` 与 `PR #1013`。
+# 来源：`DeepSeek-AI` 的 `DeepSeek-V3.2-Exp` 推理代码（`inference/model.py` 中的 `Indexer`、`MLA`、`rotate_activation`；`config_671B_v3.2.json`）及其 2025 年 11 月 17 日关于索引器旋转位置编码布局的说明；推理引擎的修复与报告：`vLLM PR #28968`、`SGLang issue #13530`、`vllm-ascend PR #4641` 与 `#7341`、`mlx-lm PR #512`（2025-12-01 的一条审阅意见）；DeepSeek 的 FlashMLA 说明文件（它为 V3.2 提供的稀疏内核）；`OpenAI` 的 `gpt-oss`（`gpt_oss/torch/model.py`：sink 与滑动窗口）；`DeepSeek-V4` 在 `Hugging Face` 上的 `configuration_deepseek_v4.py`；`G. Xiao` 等人关于注意力 sink 与流式语言模型的论文（`Efficient Streaming Language Models with Attention Sinks`，2023）；`A. Q. Jiang` 等人的 `Mistral 7B`（2023）；`S. Raschka` 的 `LLMs-from-scratch` 中的 `ch04/06_swa`、`issue #1008` 与 `PR #1013`；GPU 上的数字：为本课程在一块 NVIDIA H200 上测得（torch 2.11、CUDA 13，课程 2026-11-25 的 `utils`），以及 NVIDIA 的 H200 数据手册（4.8 TB/s）。

@@ -13,11 +13,12 @@
 # softmax, and only then multiplies by the values. Notebook 06 measured that matrix growing with
 # $T^2$. FlashAttention (Dao et al., 2022) computes the very same result without ever holding it: it
 # walks over the keys one tile at a time, keeps for each query a running maximum and a running sum
-# that it rescales whenever the maximum grows, and saves a single number per query, the
-# log-sum-exp, for the backward pass. It is exact, not an approximation, and it is the algorithm
+# that it rescales whenever the maximum grows, saves those two numbers per query, and in the
+# backward pass recomputes each tile instead of storing the probabilities. FlashAttention-2 (Dao,
+# 2023) saves a single number per query instead, their log-sum-exp. It is exact, not an approximation, and it is the algorithm
 # behind the fused attention kernels that training and serving systems use today.
 #
-# 到目前为止，本课程里的每一种注意力都会先构造完整的 $(T_q, T_k)$ 分数矩阵，再对它做 softmax，最后才乘以值向量。笔记本 06 测量过这个矩阵随 $T^2$ 增长。FlashAttention（Dao 等，2022）在从不保存这个矩阵的情况下算出完全相同的结果：它一次处理一块键，为每个查询保存一个运行最大值和一个运行和，每当最大值变大时就重新缩放它们；为了反向传播，它每个查询只保存一个数，即 log-sum-exp。它是精确的，不是近似，今天训练和推理系统所用的融合注意力内核背后正是这个算法。
+# 到目前为止，本课程里的每一种注意力都会先构造完整的 $(T_q, T_k)$ 分数矩阵，再对它做 softmax，最后才乘以值向量。笔记本 06 测量过这个矩阵随 $T^2$ 增长。FlashAttention（Dao 等，2022）在从不保存这个矩阵的情况下算出完全相同的结果：它一次处理一块键，为每个查询保存一个运行最大值和一个运行和，每当最大值变大时就重新缩放它们；它为每个查询保存这两个数，在反向传播中重新计算每个分块，而不是存下概率。FlashAttention-2（Dao，2023）改为每个查询只保存一个数，即它们的 log-sum-exp。它是精确的，不是近似，今天训练和推理系统所用的融合注意力内核背后正是这个算法。
 #
 # You will write it in four steps: the online softmax on one row, the tiled forward pass, the
 # backward pass that recomputes each tile from the log-sum-exp (FlashAttention-2's), and an
@@ -268,7 +269,8 @@ def flash_attention_forward(q, k, v, causal: bool = False, block_q: int = 64, bl
     ### BEGIN SOLUTION
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale, offset = 1.0 / math.sqrt(q.shape[-1]), T_k - T_q
-    outs, lses = [], []
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])  # (B, H, T_q, d_v), written block by block
+    lse = q.new_empty(q.shape[:-1])  # (B, H, T_q)
     for i0 in range(0, T_q, block_q):
         i1 = min(i0 + block_q, T_q)
         q_i = q[..., i0:i1, :]  # (B, H, bq, d)
@@ -288,9 +290,9 @@ def flash_attention_forward(q, k, v, causal: bool = False, block_q: int = 64, bl
             l = alpha * l + p.sum(dim=-1)
             acc = alpha[..., None] * acc + p @ v[..., j0:j1, :]
             m = m_new
-        outs.append(acc / l[..., None])
-        lses.append(m + torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+        out[..., i0:i1, :] = acc / l[..., None]
+        lse[..., i0:i1] = m + torch.log(l)
+    return out, lse
     ### END SOLUTION
 
 
@@ -346,11 +348,13 @@ print(f"float32 rounding unit (eps): {torch.finfo(torch.float32).eps:.1e}")
 # ## The backward pass from the log-sum-exp · 由 log-sum-exp 计算反向传播
 #
 # Autograd would save the $(T_q, T_k)$ probabilities for the backward pass, which is exactly what
-# the forward avoided. FlashAttention saves `lse` instead and recomputes each tile's probabilities
-# as $P = e^{S - \mathrm{lse}}$, already normalised. With $dO$ the gradient of the output, the rules
+# the forward avoided. FlashAttention recomputes each tile's probabilities instead. In
+# FlashAttention-2's form, which this notebook follows, it saves `lse` and recomputes them as
+# $P = e^{S - \mathrm{lse}}$, already normalised (the first version saved $m$ and $\ell$ and
+# divided by $\ell$). With $dO$ the gradient of the output, the rules
 # for one tile are those of notebook 03's softmax Jacobian, $dS = P \circ (dP - D)$:
 #
-# 自动求导会为反向传播保存 $(T_q, T_k)$ 的概率，而这正是前向计算所避免的。FlashAttention 改为保存 `lse`，并把每个分块的概率重新算成 $P = e^{S - \mathrm{lse}}$，它已经归一化了。设 $dO$ 是输出的梯度，一个分块的规则来自笔记本 03 的 softmax 雅可比矩阵，即 $dS = P \circ (dP - D)$：
+# 自动求导会为反向传播保存 $(T_q, T_k)$ 的概率，而这正是前向计算所避免的。FlashAttention 改为重新计算每个分块的概率。本笔记本采用 FlashAttention-2 的形式：保存 `lse`，并把概率重新算成 $P = e^{S - \mathrm{lse}}$，它已经归一化了（第一版保存的是 $m$ 和 $\ell$，再除以 $\ell$）。设 $dO$ 是输出的梯度，一个分块的规则来自笔记本 03 的 softmax 雅可比矩阵，即 $dS = P \circ (dP - D)$：
 #
 # $$dV_j \mathrel{+}= P^\top dO_i, \quad dP = dO_i V_j^\top, \quad dS = P \circ (dP - D_i), \quad dQ_i \mathrel{+}= \frac{dS\, K_j}{\sqrt d}, \quad dK_j \mathrel{+}= \frac{dS^\top Q_i}{\sqrt d} .$$
 #
@@ -375,13 +379,14 @@ print("rowsum(dO * O):", (dO * O).sum(-1))
 # Return `(dq, dk, dv)`, the gradients of the forward's `out` for the incoming gradient `grad_out`,
 # given `q, k, v`, the forward's `out` and `lse`. Compute `D = (grad_out * out).sum(-1)` once, start
 # `dq, dk, dv` at zero (`torch.zeros_like`, so they keep the inputs' dtype), and loop over tiles
-# (FlashAttention-2 puts the key blocks outside and the query blocks inside; either order is right),
+# (FlashAttention's backward, in both versions, puts the key blocks outside and the query blocks
+# inside; either order is right),
 # recomputing `P = exp(s - lse[..., i0:i1, None])` with the same mask and the same skipped tiles as
 # the forward. The grader watches this function as it watches the forward: nothing larger than a tile
 # of every head unless it is no larger than an input or output, and with `causal=True` less
 # arithmetic than without the mask. Do not call autograd: this is the backward pass.
 #
-# 给定 `q, k, v` 以及前向计算的 `out` 和 `lse`，对传入的梯度 `grad_out` 返回前向 `out` 的梯度 `(dq, dk, dv)`。先算一次 `D = (grad_out * out).sum(-1)`，把 `dq, dk, dv` 初始化为零（用 `torch.zeros_like`，使它们保持输入的 dtype），然后遍历各个分块（FlashAttention-2 把键块放在外层循环、查询块放在内层；两种顺序都对），用与前向相同的掩码和相同的跳过规则重新计算 `P = exp(s - lse[..., i0:i1, None])`。评分程序像观察前向计算一样观察这个函数：除非不比某个输入或输出大，任何张量都不能大于每个头的一个分块；并且 `causal=True` 时的运算要比不加掩码时少。不要调用自动求导：这本身就是反向传播。
+# 给定 `q, k, v` 以及前向计算的 `out` 和 `lse`，对传入的梯度 `grad_out` 返回前向 `out` 的梯度 `(dq, dk, dv)`。先算一次 `D = (grad_out * out).sum(-1)`，把 `dq, dk, dv` 初始化为零（用 `torch.zeros_like`，使它们保持输入的 dtype），然后遍历各个分块（FlashAttention 两个版本的反向计算都把键块放在外层循环、查询块放在内层；两种顺序都对），用与前向相同的掩码和相同的跳过规则重新计算 `P = exp(s - lse[..., i0:i1, None])`。评分程序像观察前向计算一样观察这个函数：除非不比某个输入或输出大，任何张量都不能大于每个头的一个分块；并且 `causal=True` 时的运算要比不加掩码时少。不要调用自动求导：这本身就是反向传播。
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_backward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_backward(q, k, v, out, lse, grad_out, causal: bool = False, block_q: int = 64, block_k: int = 64):
@@ -530,18 +535,20 @@ print("saved for backward:", [tuple(t.shape) for t in out.grad_fn.saved_tensors]
 # the same run, with their outputs checked equal. Memory is measured, not computed: on Linux,
 # `utils.bench_flash.peak_extra_memory` resets the process's high-water mark of resident memory
 # (`/proc/self/clear_refs`), runs the call and reads the new mark (`VmHWM`). That counts every page
-# the call touches, the buffers inside PyTorch's C++ kernels included; torch keeps no allocation
-# statistics for the CPU. The same measurement runs from a terminal with `python -m utils.bench_flash`.
+# the call touches, the buffers inside PyTorch's C++ kernels included. torch has no always-on
+# allocation counters for the CPU like `torch.cuda.memory_stats` (its profiler can record CPU
+# allocations, at the cost of tracing every one). The same measurement runs from a terminal with `python -m utils.bench_flash`.
 #
-# 下面的单元格在这台 CPU 上测量一个 $d = 64$ 的头、$T$ 从 1024 到 16384 个词元时，笔记本 03 的注意力（朴素）、你的 `flash_attention_forward`（块大小 256，分块）和 `F.scaled_dot_product_attention`（SDPA）的峰值额外内存与时间：在同一次运行中依次测量，并检查它们的输出相等。内存是测出来的，不是算出来的：在 Linux 上，`utils.bench_flash.peak_extra_memory` 会重置进程常驻内存的高水位（`/proc/self/clear_refs`），运行调用，再读取新的高水位（`VmHWM`）。这会计入调用触及的每一页内存，包括 PyTorch C++ 内核内部的缓冲区；torch 不为 CPU 记录分配统计。同样的测量也可以在终端里用 `python -m utils.bench_flash` 运行。
+# 下面的单元格在这台 CPU 上测量一个 $d = 64$ 的头、$T$ 从 1024 到 16384 个词元时，笔记本 03 的注意力（朴素）、你的 `flash_attention_forward`（块大小 256，分块）和 `F.scaled_dot_product_attention`（SDPA）的峰值额外内存与时间：在同一次运行中依次测量，并检查它们的输出相等。内存是测出来的，不是算出来的：在 Linux 上，`utils.bench_flash.peak_extra_memory` 会重置进程常驻内存的高水位（`/proc/self/clear_refs`），运行调用，再读取新的高水位（`VmHWM`）。这会计入调用触及的每一页内存，包括 PyTorch C++ 内核内部的缓冲区。torch 没有像 `torch.cuda.memory_stats` 那样为 CPU 常开的分配计数（它的性能分析器可以记录 CPU 上的分配，代价是跟踪每一次分配）。同样的测量也可以在终端里用 `python -m utils.bench_flash` 运行。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 tokens = [512, 1024, 2048] if GRADING else [1024, 2048, 4096, 8192, 16384]
 rows = measure(tokens, d=64, tiled=flash_attention_forward, block=256)
 print(format_rows(rows))
-print(f"one 256 x 256 float32 tile: {256 * 256 * 4 / 2**10:.0f} KiB")
 last = rows[-1]
+print(f"one 256 x 256 float32 tile: {256 * 256 * 4 / 2**10:.0f} KiB; the output at T = {last['T']}: "
+      f"{last['T'] * 64 * 4 / 2**20:.1f} MiB")
 ratio = last["naive MiB"] / last["tiled MiB"]
 print(f"at T = {last['T']}: naive attention needed {ratio:.0f}x the peak extra memory of your tiled forward "
       f"(goal at T = 16384: at least 50x)")
@@ -557,12 +564,52 @@ left.legend(); right.legend(); plt.tight_layout(); plt.show()
 
 # %% [markdown]
 # Read the table the cell printed. Naive attention's memory grows about 4x each time $T$ doubles:
-# two $(T, T)$ matrices live at once. The tiled forward's grows far more slowly: a few tiles of
-# $256 \times 256$ (256 KiB each in float32) plus the output, which is linear in $T$. The last line
-# prints the ratio at the largest $T$. PyTorch's SDPA on the CPU is a flash-style kernel of its
-# own, so its memory stays low too.
+# two $(T, T)$ matrices live at once. The tiled forward's grows far more slowly, with $T$ rather
+# than $T^2$: it holds the output (the cell prints its size at the largest $T$), a few tiles of
+# $256 \times 256$ (256 KiB each in float32) and the accumulators of one block of queries. If you
+# collected the output blocks in a list and concatenated them at the end, your peak holds the
+# output twice. The last line prints the ratio at the largest $T$. PyTorch's SDPA on the CPU is a
+# flash-style kernel of its own, so its memory stays low too.
 #
-# 请阅读单元格打印的表格。$T$ 每翻一倍，朴素注意力的内存大约增长 4 倍：同时存在两个 $(T, T)$ 矩阵。分块前向计算的内存增长得慢得多：只有几个 $256 \times 256$ 的分块（float32 下每个 256 KiB）加上输出，而输出与 $T$ 成线性关系。最后一行打印出最大 $T$ 时的比值。PyTorch 在 CPU 上的 SDPA 本身就是一个 FlashAttention 式的内核，所以它的内存也很低。
+# 请阅读单元格打印的表格。$T$ 每翻一倍，朴素注意力的内存大约增长 4 倍：同时存在两个 $(T, T)$ 矩阵。分块前向计算的内存增长得慢得多，随 $T$ 而不是 $T^2$ 增长：它持有输出（单元格打印了最大 $T$ 时输出的大小）、几个 $256 \times 256$ 的分块（float32 下每个 256 KiB）以及一块查询的累加器。如果你把输出的各块收集在一个列表里、最后再拼接，峰值就会持有两份输出。最后一行打印出最大 $T$ 时的比值。PyTorch 在 CPU 上的 SDPA 本身就是一个 FlashAttention 式的内核，所以它的内存也很低。
+#
+# ### What the backward's recomputation costs · 反向计算中重新计算的代价
+#
+# Saving `lse` instead of the probabilities trades arithmetic for memory. For each tile it keeps,
+# your backward does five matrix products (the scores again, $P^\top dO$, $dO\,V^\top$, $dS\,K$ and
+# $dS^\top Q$) where the forward did two, so a forward and a backward pass through `FlashAttention`
+# do seven products per tile, where naive attention with autograd, which stores $P$, does six. What
+# the extra product buys is memory: the cell measures, for one causal head of 2048 tokens, the peak
+# extra memory and the time of a forward and a backward pass through naive attention
+# (`utils.flash_attention.naive_attention`, whose autograd graph keeps the $(T, T)$ probabilities)
+# and through your `FlashAttention`.
+#
+# 保存 `lse` 而不是概率，是用运算换内存。对每个保留的分块，你的反向计算要做五次矩阵乘法（再算一次分数、$P^\top dO$、$dO\,V^\top$、$dS\,K$ 和 $dS^\top Q$），而前向计算只做两次，所以经过 `FlashAttention` 的一次前向加一次反向，每个分块做七次乘法；而自动求导下的朴素注意力保存了 $P$，只做六次。多出的这一次乘法换来的是内存：下面的单元格对一个 2048 个词元的因果头，测量经过朴素注意力（`utils.flash_attention.naive_attention`，它的自动求导图保存 $(T, T)$ 的概率）和经过你的 `FlashAttention` 的一次前向加一次反向的峰值额外内存与时间。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from utils.bench_flash import peak_memory_and_time
+from utils.flash_attention import naive_attention
+
+T_b = 512 if GRADING else 2048
+g = torch.Generator().manual_seed(9)
+q, k, v = (torch.randn(1, 1, T_b, 64, generator=g, requires_grad=True) for _ in range(3))
+grad_out = torch.randn(1, 1, T_b, 64, generator=g)
+passes = {"naive attention, autograd (keeps P)": lambda: naive_attention(q, k, v, causal=True)[0].backward(grad_out),
+          "your FlashAttention (keeps lse)": lambda: FlashAttention.apply(q, k, v, True).backward(grad_out)}
+for name, forward_backward in passes.items():
+    forward_backward()  # warm-up
+    q.grad = k.grad = v.grad = None
+    extra, seconds, _ = peak_memory_and_time(forward_backward)
+    q.grad = k.grad = v.grad = None
+    print(f"{name:36} forward + backward, T = {T_b}, causal: peak extra memory {extra / 2**20:6.1f} MiB, {seconds:.3f} s")
+
+# %% [markdown]
+# Read the two lines: the backward that recomputes needs a small fraction of the memory of the one
+# that keeps $P$, and that is what lets FlashAttention train on long sequences; the extra product
+# per tile is its price.
+#
+# 读一读这两行：重新计算的反向传播所需的内存只是保存 $P$ 的那种的一小部分，这正是 FlashAttention 能在长序列上训练的原因；每个分块多出的一次乘法是它的代价。
 #
 # Time depends on more than arithmetic. Your tiled forward does the same arithmetic as the naive one,
 # organised differently. Naive attention runs a few large operations, but writes two $(T, T)$ matrices
@@ -574,9 +621,10 @@ left.legend(); right.legend(); plt.tight_layout(); plt.show()
 # while it computes the scores, the exponentials, the running sums and the product with $V$, with no
 # intermediate larger than a tile, and that spreads the tiles over the cores. Compare its column with
 # the other two: that is what fusing is worth on this machine. Yours is a teaching kernel: it has the
-# memory of FlashAttention; the speed is what a fused kernel adds.
+# memory of FlashAttention; the speed is what a fused kernel adds, and on a GPU that is far more
+# than on this CPU (below).
 #
-# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：请阅读上面朴素与分块两列的时间。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的。
+# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：请阅读上面朴素与分块两列的时间。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的，而在 GPU 上这部分远比在这台 CPU 上大（见下文）。
 #
 # On a GPU the point is speed as much as memory. An A100 has 40-80 GB of high-bandwidth memory (HBM)
 # at 1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of its 108 streaming multiprocessors at about
@@ -587,6 +635,82 @@ left.legend(); right.legend(); plt.tight_layout(); plt.show()
 # first better-than-chance results on Path-X (16K tokens).
 #
 # 在 GPU 上，重点既是内存也是速度。一块 A100 有 40-80 GB 的高带宽显存（HBM），带宽为 1.5-2.0 TB/s；它的 108 个流式多处理器每个都有 192 KB 的片上 SRAM，带宽约 19 TB/s（FlashAttention 论文中的数字）。使用完整矩阵的注意力要把 $S$ 和 $P$ 写入 HBM 再读回来：它的时间花在搬运数据上，而不是算术上。FlashAttention 把 $Q$、$K$、$V$ 的一个分块载入 SRAM，在那里完成这个分块的全部工作，只写出输出：HBM 访问更少，论文由此在 1K 词元的 GPT-2 上得到 3 倍加速，并在 Path-X（16K 词元）上第一次得到优于随机猜测的结果。
+#
+# ### Your loop on a GPU · 你的循环在 GPU 上
+#
+# The course's reference of your forward, `utils.flash_attention.flash_attention_forward` (the same
+# loop, blocks of 256), was also run on a GPU against `F.scaled_dot_product_attention`, for one
+# batch item with 8 heads of 64 and 16,384 tokens, not causal, on two H200 machines. Your machine
+# cannot repeat that here, so the cell prints the figures from a table, labelled with the machines
+# that produced them: an NVIDIA H200, torch 2.11 with CUDA 13, each time the median of several runs
+# timed with CUDA events after a warm-up; the errors are the largest difference from float64 at
+# 1024 tokens (run 2 compares with float64 computed from the same bfloat16 inputs).
+#
+# 课程中与你的前向计算对应的参考实现 `utils.flash_attention.flash_attention_forward`（同样的循环，块大小 256）也在一块 GPU 上与 `F.scaled_dot_product_attention` 比较过：一个样本、8 个宽 64 的头、16,384 个词元、非因果，在两台 H200 机器上。你的机器无法在这里重复这个测量，所以单元格从一张表中打印这些数字，并标明得出它们的机器：一块 NVIDIA H200，torch 2.11 加 CUDA 13，每个时间都是预热之后用 CUDA 事件计时的若干次运行的中位数；误差是 1024 个词元时与 float64 的最大差值（第 2 次运行与由同样的 bfloat16 输入算出的 float64 结果比较）。
+
+# %%
+# Measured on an NVIDIA H200 (torch 2.11, CUDA 13), two machines, 2026-11-26: run 1 for the course's reference
+# figures, run 2 again for this text. utils.flash_attention.flash_attention_forward (blocks of 256) against
+# F.scaled_dot_product_attention, B=1, H=8, d=64, T=16384, not causal; medians of CUDA-event timings after a warm-up.
+H200_MS = {"run 1": {"bfloat16": (1009.5, 1.21), "float32": (728.9, 16.0)},  # (tiled forward, SDPA) in ms
+           "run 2": {"bfloat16": (539.9, 1.14), "float32": (569.7, 15.95)}}
+H200_PEAK_MIB = {"naive": 8208, "tiled": 21}  # the forward in bfloat16, run 1 (run 2: 8209 and 21)
+H200_ERROR = {"run 1": {"tiled": 1.4e-2, "naive": 1.4e-2, "SDPA": 8.3e-3},  # bfloat16, T = 1024, against float64
+              "run 2": {"tiled": 4.9e-3, "naive": 4.3e-3, "SDPA": 1.1e-3, "tiled in float32, rounded at the end": 9.7e-4}}
+tiles = (16384 // 256) ** 2
+print("measured on an NVIDIA H200: B=1, H=8, d=64, T=16384, not causal")
+for run, by_dtype in H200_MS.items():
+    for dtype, (tiled, sdpa) in by_dtype.items():
+        print(f"{run}, {dtype:9} tiled forward {tiled:7.1f} ms ({1e3 * tiled / tiles:.0f} us per 256 x 256 tile), "
+              f"SDPA {sdpa:5.2f} ms: {tiled / sdpa:.0f}x SDPA's time")
+print(f"peak memory in bfloat16: naive attention {H200_PEAK_MIB['naive']} MiB, tiled forward {H200_PEAK_MIB['tiled']} MiB "
+      f"({H200_PEAK_MIB['naive'] / H200_PEAK_MIB['tiled']:.0f}x less)")
+for run, errors in H200_ERROR.items():
+    print(f"{run}, largest |error| in bfloat16 at T = 1024: " + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()))
+
+# %% [markdown]
+# On that GPU the tiled forward has the memory of FlashAttention, hundreds of times less than naive
+# attention, and takes hundreds of times SDPA's time. Its time is its loop: 4096 tiles, each a
+# handful of PyTorch operations, each a separate GPU kernel launched from Python (the printed time
+# per tile). That is why the two runs differ far more for the tiled forward than for SDPA: a loop
+# of launches is timed as much by the machine that issues them as by the GPU. And unlike SDPA, much
+# faster in bfloat16 than in float32, the tiled forward gains little or nothing from bfloat16: the
+# arithmetic is not what it waits on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
+# tiles alone give FlashAttention's memory; its speed comes from the fusion.
+#
+# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时是 SDPA 的几百倍。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。这就是为什么两次运行中分块前向计算的时间相差远比 SDPA 大：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。而且 SDPA 在 bfloat16 下比 float32 快得多，分块前向计算却从 bfloat16 中得不到什么好处：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
+#
+# The tiled forward also rounds more than SDPA in bfloat16 (the printed errors: the tiled forward's
+# is about naive attention's, SDPA's smaller; in run 2 the tiled forward computed in float32 and
+# rounded at the end comes as close as SDPA). A forward that creates its running maximum, sum and accumulator
+# with `q.new_full` and `q.new_zeros`, as the course's does, keeps them in the dtype of its inputs,
+# so in bfloat16 every rescaling and every addition to the accumulator rounds to 8 significant bits; FlashAttention's kernels
+# keep them in float32 and round only the output. The cell measures the same on this CPU at 1024
+# tokens: your forward in bfloat16; your forward on the same inputs converted to float32, its
+# output rounded to bfloat16 at the end, which is what float32 accumulation gives; and SDPA in
+# bfloat16.
+#
+# 分块前向计算在 bfloat16 下的舍入误差也比 SDPA 大（见打印出的误差：分块前向计算的误差与朴素注意力的相当，SDPA 的更小；在第 2 次运行中，用 float32 计算、最后再舍入的分块前向计算与 SDPA 一样接近）。像课程的实现那样用 `q.new_full` 和 `q.new_zeros` 创建运行最大值、运行和与累加器的前向计算，让它们保持输入的 dtype，所以在 bfloat16 下，每次重新缩放、每次往累加器里加，都会舍入到 8 位有效数字；FlashAttention 的内核把它们保存在 float32 中，只对输出做舍入。下面的单元格在这台 CPU 上、1024 个词元时测量同样的事情：bfloat16 下的你的前向计算；把同样的输入转成 float32 运行你的前向计算，最后再把输出舍入到 bfloat16，这就是 float32 累加的效果；以及 bfloat16 下的 SDPA。
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+g = torch.Generator().manual_seed(8)
+T_e = 256 if GRADING else 1024
+bf16 = [torch.randn(1, 2, T_e, 64, generator=g).to(torch.bfloat16) for _ in range(3)]
+exact = F.scaled_dot_product_attention(*(t.double() for t in bf16))  # the same rounded inputs, in float64
+outs = {"your forward, bfloat16 throughout": flash_attention_forward(*bf16)[0],
+        "your forward in float32, rounded at the end": flash_attention_forward(*(t.float() for t in bf16))[0].to(torch.bfloat16),
+        "SDPA, bfloat16": F.scaled_dot_product_attention(*bf16)}
+for name, out in outs.items():
+    print(f"{name:44} T = {T_e}: largest |error| against float64 {(out.double() - exact).abs().max():.1e}")
+
+# %% [markdown]
+# Compare the first line with the other two on the machine that ran this: accumulating in float32
+# brings your forward's error down to about SDPA's, and what is left is the rounding of the output
+# itself to bfloat16. Kernels for real use do exactly that: bfloat16 inputs and outputs, float32
+# inside.
+#
+# 在运行本笔记本的机器上，把第一行与另外两行比较：用 float32 累加把你的前向计算的误差降到大约与 SDPA 相同，剩下的是输出本身舍入到 bfloat16 的误差。实际使用的内核正是这样做的：bfloat16 的输入和输出，内部用 float32。
 
 # %% [markdown]
 # ## What came after · 后来的发展
@@ -632,13 +756,16 @@ left.legend(); right.legend(); plt.tight_layout(); plt.show()
 # 本笔记本的参考实现位于 `utils/flash_attention.py`，测量代码位于 `utils/bench_flash.py`。课程中的模型仍然调用 `F.scaled_dot_product_attention` 或它们自己的注意力：在 CPU 上，融合内核比任何 Python 循环都快，而现在你知道它内部在做什么了。
 #
 # Sources: T. Dao, D. Y. Fu, S. Ermon, A. Rudra, C. Ré, *FlashAttention: Fast and Memory-Efficient
-# Exact Attention with IO-Awareness* (2022, arXiv 2205.14135; the A100 memory figures, the GPT-2
-# and Path-X results); T. Dao, *FlashAttention-2* (2023, arXiv 2307.08691; the loop order and
-# $D = \operatorname{rowsum}(dO \circ O)$); J. Shah et al., *FlashAttention-3* (2024, arXiv
+# Exact Attention with IO-Awareness* (2022, arXiv 2205.14135; the running maximum and sum saved per
+# query and the tiles recomputed in the backward, Algorithms 1 and 4; the A100 memory figures, the
+# GPT-2 and Path-X results); T. Dao, *FlashAttention-2* (2023, arXiv 2307.08691; the forward's
+# loop order with the query blocks outside, only the log-sum-exp saved, and
+# $D = \operatorname{rowsum}(dO \circ O)$ computed once before the backward's loops); J. Shah et al., *FlashAttention-3* (2024, arXiv
 # 2407.08608); M. Milakov, N. Gimelshein, *Online normalizer calculation for softmax* (2018, arXiv
 # 1805.02867); W. Kwon et al., *Efficient Memory Management for Large Language Model Serving with
 # PagedAttention* (SOSP 2023, arXiv 2309.06180); DeepSeek's FlashMLA repository README
 # (github.com/deepseek-ai/FlashMLA); Stanford CS336, assignment 2 (a PyTorch FlashAttention graded on
-# CPU); PyTorch's `F.scaled_dot_product_attention` documentation.
+# CPU); PyTorch's `F.scaled_dot_product_attention` documentation; the GPU figures: measured for this
+# course on an NVIDIA H200 (torch 2.11, CUDA 13), twice, with `utils/flash_attention.py`.
 #
-# 来源：T. Dao 等，《FlashAttention：具备 IO 感知的快速且省内存的精确注意力》（2022，arXiv 2205.14135；A100 的显存数字，GPT-2 与 Path-X 的结果）；T. Dao，《FlashAttention-2：更好的并行与分工带来更快的注意力》（2023，arXiv 2307.08691；循环顺序与 $D = \operatorname{rowsum}(dO \circ O)$）；J. Shah 等，《FlashAttention-3》（2024，arXiv 2407.08608）；M. Milakov 与 N. Gimelshein，《softmax 归一化因子的在线计算》（2018，arXiv 1805.02867）；W. Kwon 等，《用分页注意力高效管理大语言模型服务的内存》（SOSP 2023，arXiv 2309.06180）；DeepSeek 的 FlashMLA 仓库说明文件（github.com/deepseek-ai/FlashMLA）；斯坦福 CS336 作业 2（在 CPU 上评分的 PyTorch 版 FlashAttention）；PyTorch 的 `F.scaled_dot_product_attention` 文档。
+# 来源：T. Dao 等，《FlashAttention：具备 IO 感知的快速且省内存的精确注意力》（2022，arXiv 2205.14135；每个查询保存运行最大值和运行和、反向传播中重新计算分块，即算法 1 和 4；A100 的显存数字，GPT-2 与 Path-X 的结果）；T. Dao，《FlashAttention-2：更好的并行与分工带来更快的注意力》（2023，arXiv 2307.08691；前向计算中查询块在外层的循环顺序、只保存 log-sum-exp，以及在反向计算的循环之前只算一次的 $D = \operatorname{rowsum}(dO \circ O)$）；J. Shah 等，《FlashAttention-3》（2024，arXiv 2407.08608）；M. Milakov 与 N. Gimelshein，《softmax 归一化因子的在线计算》（2018，arXiv 1805.02867）；W. Kwon 等，《用分页注意力高效管理大语言模型服务的内存》（SOSP 2023，arXiv 2309.06180）；DeepSeek 的 FlashMLA 仓库说明文件（github.com/deepseek-ai/FlashMLA）；斯坦福 CS336 作业 2（在 CPU 上评分的 PyTorch 版 FlashAttention）；PyTorch 的 `F.scaled_dot_product_attention` 文档；GPU 上的数字：为本课程在 NVIDIA H200 上用 `utils/flash_attention.py` 测得两次（torch 2.11、CUDA 13）。

@@ -29,7 +29,8 @@ FULL = GPTConfig()  # notebook 07's model: 12 layers, width 768, 12 heads, vocab
 SMALL = GPTConfig(vocab_size=8192, context_length=128, emb_dim=512, n_heads=8, n_layers=4)
 WEIGHT_ONLY_REASON = ("weight-only int8 reads a quarter of float32's bytes but widens every weight to float and "
                       "multiplies in float, so on a CPU core it is bound by that arithmetic, not by memory; W8A8 "
-                      "multiplies int8 by int8 into int32, many products per instruction (AVX2 vpmaddubsw, AVX-512 VNNI).")
+                      "multiplies 8-bit activations by int8 weights into int32, many products per instruction "
+                      "(AVX2 vpmaddubsw, AVX-512 VNNI).")
 
 
 def bytes_read_per_token(model) -> int:

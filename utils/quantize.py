@@ -102,8 +102,9 @@ def fp8_e4m3_grid() -> torch.Tensor:
 class Int8WeightOnlyLinear(nn.Module):
     """y = x W^T + b with W stored as int8 (out, in) and one float scale per output channel.
 
-    The forward runs `torch._weight_int8pack_mm` on bfloat16 activations (that kernel needs
-    in_features % 8 == 0; other sizes fall back to (x @ q^T) * scale, which is exact but slow).
+    The forward runs `torch._weight_int8pack_mm` on bfloat16 activations when in_features is a
+    multiple of 16 (on AVX-512 that kernel steps K by 16: other sizes crash it or give wrong numbers
+    without an error); other sizes fall back to (x @ q^T) * scale, which is exact but slow.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
@@ -126,7 +127,7 @@ class Int8WeightOnlyLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.in_features)                                    # (M, in)
-        if self.in_features % 8 == 0:
+        if self.in_features % 16 == 0:  # AVX-512 steps K by 16: K = 24 or 40 gives wrong numbers, no error
             y = torch._weight_int8pack_mm(x2.to(torch.bfloat16).contiguous(), self.weight,
                                           self.scale.to(torch.bfloat16)).to(x.dtype)
         else:
