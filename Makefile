@@ -11,10 +11,11 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
+.PHONY: help env triton lab test test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
+	@echo "make triton              add Triton to .venv for notebook 15 (a 286 MB download, 1 GB installed)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, solutions run once (full marks, stored outputs), stubs, release"
 	@echo "make nbval               execute solutions/ under nbval and compare every stored output, figures included"
 	@echo "make test-fast           reference kernels and wrong solutions only, no notebook execution (maintainers)"
@@ -35,6 +36,14 @@ $(STAMP): requirements.txt pyproject.toml
 
 env: $(STAMP)
 
+# Notebook 15's one extra (requirements-triton.txt): only what needs it installs it.
+TRITON := $(VENV)/.triton
+$(TRITON): requirements-triton.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-triton.txt
+	touch $(TRITON)
+
+triton: $(TRITON)
+
 # LAB_DIR and LAB_ARGS let the browser test (autograder/tests/test_browser.py) start this same
 # JupyterLab on a copy of course/ with a free port and a known token.
 LAB_DIR  ?= course
@@ -48,19 +57,19 @@ lab: $(STAMP)
 XDIST ?= -n $(shell nproc 2>/dev/null || echo 2) --dist loadgroup
 # Each solution is executed once, by the full-marks submit test, which also compares its stored
 # outputs (autograder/tests/outputs.py); `make nbval` runs nbval itself, figures included.
-test: $(STAMP)
+test: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest $(XDIST) utils autograder
 
 # --dist loadfile: all cells of a notebook on one worker (loadgroup split a notebook's cells
 # between workers under pytest 9 / xdist 3.8, and a cell then ran without the ones before it).
-nbval: $(STAMP)
+nbval: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest -n $(shell nproc 2>/dev/null || echo 2) --dist loadfile $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" utils autograder
 
-sync: $(STAMP)
+sync: $(STAMP) $(TRITON)
 	$(BIN)/python -m autograder sync $(NB)
 
 release: $(STAMP)
@@ -74,7 +83,7 @@ submit: $(STAMP)
 	@$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
 
 # Exit 1 when a submit misses the goals (10 s, and headless + 3 s); run it on a quiet machine.
-timing: $(STAMP)
+timing: $(STAMP) $(TRITON)
 	$(BIN)/python -m autograder timing $(NB)
 
 # JOBS: notebooks graded at once (default: every core); DB: a shared gradebook, e.g. PostgreSQL.
