@@ -15,11 +15,15 @@ each program in numpy, one after another: exact, and slow.
 """
 import math
 import os
+import sys
 
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+    if "triton" in sys.modules:  # its own @triton.jit helpers (tl.max, tl.sum...) were built for a GPU
+        raise ImportError("triton was imported before TRITON_INTERPRET=1 was set, and this machine has no GPU: "
+                          "restart the kernel and set os.environ['TRITON_INTERPRET'] = '1' before `import triton`")
+    os.environ["TRITON_INTERPRET"] = "1"
 
 try:
     import triton
