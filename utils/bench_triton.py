@@ -40,25 +40,25 @@ def peak_tflops():
     return next((peak for key, peak in PEAK_BF16.items() if key in name), None)
 
 
-def timed(fn, reps: int) -> float:
-    """Median seconds of `reps` calls after one warm-up call; CUDA events on a GPU."""
-    fn()
-    if interpreted():
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+def timed(fn, reps: int, warm_up: bool = True):
+    """(median seconds of `reps` calls, the last call's result), after one warm-up call unless
+    told otherwise; CUDA events on a GPU."""
+    if warm_up:
+        fn()
     times = []
     for _ in range(reps):
+        if interpreted():
+            start = time.perf_counter()
+            result = fn()
+            times.append(time.perf_counter() - start)
+            continue
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        result = fn()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    return statistics.median(times), result
 
 
 def exact_head(q, k, v, causal, chunk=2048):
@@ -106,9 +106,9 @@ def measure(shapes, tokens, causal_modes=(False, True), dtype=torch.bfloat16, re
                 exact = exact_head(q, k, v, causal)
                 with torch.no_grad():
                     for name, fn in contenders.items():
-                        slow = name == "tiled" and (interpreted() or T >= 4096)
-                        row[f"{name} s"] = timed(fn, 1 if slow else reps)
-                        row[f"{name} err"] = (fn()[0, 0].double() - exact).abs().max().item()
+                        slow = name == "tiled" and T >= 4096  # seconds a call: once, no warm-up (nothing to compile)
+                        row[f"{name} s"], out = timed(fn, 1 if slow or interpreted() else reps, warm_up=not slow)
+                        row[f"{name} err"] = (out[0, 0].double() - exact).abs().max().item()
                         row[f"{name} TFLOP/s"] = attention_flops(B, H, T, d, causal) / row[f"{name} s"] / 1e12
                 tiled_last = row.get("tiled s")
                 if tuned is not None:
