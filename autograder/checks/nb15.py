@@ -253,9 +253,10 @@ def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forw
     big = runs["big"][0]
     expect(bool(torch.isfinite(big).all()), "Scores in the hundreds give NaN or inf: subtract the running maximum inside exp.",
            "分数达到几百时出现了 NaN 或 inf：请在 exp 里减去运行最大值。")
-    expect_close(big, sdpa(q.double() * 30, k.double(), v.double(), True),
+    expect_close(big, sdpa(q.double() * 30, k.double(), v.double(), True),  # on a GPU TF32 moves such scores by ~0.1
                  "With scores in the hundreds (blocks of 16 queries and 32 keys) out is wrong: keep the running maximum and rescale.",
-                 "分数达到几百时（16 个查询、32 个键的分块）out 不对：请保持运行最大值并重新缩放。", atol=1e-4, rtol=1e-4)
+                 "分数达到几百时（16 个查询、32 个键的分块）out 不对：请保持运行最大值并重新缩放。",
+                 **(dict(atol=1e-4, rtol=1e-4) if ref.interpreted() else dict(atol=0.1, rtol=0)))
     expect_close(runs["decode"][0], sdpa(q[..., -1:, :].double(), k.double(), v.double(), True),
                  "With one query (a decoding step, T_q = 1) and causal=True, the query is the last position and sees every key.",
                  "只有一个查询（解码的一步，T_q = 1）且 causal=True 时，这个查询是最后一个位置，能看到所有的键。", **f32_tol())

@@ -58,7 +58,7 @@ def test_forward_against_float64_and_sdpa(causal, dtype):
     assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (2, 3, 19)
     right_out, right_lse = exact(q, k, v, causal)
     torch.testing.assert_close(out.cpu().double(), right_out, atol=TOL[dtype], rtol=0)
-    torch.testing.assert_close(lse.cpu().double(), right_lse, atol=1e-5 if dtype == torch.float32 and interpreted() else 2e-3, rtol=0)
+    torch.testing.assert_close(lse.cpu().double(), right_lse, **(tolerance() if dtype == torch.float32 else dict(atol=2e-3, rtol=0)))
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right(19, 37) if causal else None)
     # no further from the exact answer than SDPA in the same dtype, up to one rounding of the output
     # (not in float32 on a GPU, where tl.dot multiplies in TF32 and SDPA does not)
@@ -71,7 +71,8 @@ def test_forward_with_large_scores_and_other_blocks():
     out, lse = triton_flash_attention_forward(q, k, v, True, block_q=32, block_k=16)  # scores in the hundreds
     right_out, right_lse = exact(q, k, v, True)
     assert right_lse.abs().max() > 100
-    torch.testing.assert_close(out.cpu().double(), right_out, atol=TOL[torch.float32], rtol=0)
+    # on a GPU, TF32 rounds scores in the hundreds by about 0.1: exp of that moves the weights
+    torch.testing.assert_close(out.cpu().double(), right_out, atol=TOL[torch.float32] if interpreted() else 0.1, rtol=0)
     torch.testing.assert_close(lse.cpu().double(), right_lse, atol=0, rtol=tolerance()["rtol"])
 
 
