@@ -12,10 +12,11 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env lab test test-cpus test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
+.PHONY: help env triton lab test test-cpus test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
+	@echo "make triton              add Triton to .venv for notebook 15 (a 286 MB download, 1 GB installed)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, solutions run once (full marks, stored outputs), stubs, release"
 	@echo "make test-cpus           the numerically sensitive tests on this machine's other CPU paths (no AVX, AVX2) and thread counts (1, all)"
 	@echo "make nbval               execute solutions/ under nbval and compare every stored output, figures included"
@@ -37,6 +38,14 @@ $(STAMP): requirements.txt pyproject.toml
 
 env: $(STAMP)
 
+# Notebook 15's one extra (requirements-triton.txt): only what needs it installs it.
+TRITON := $(VENV)/.triton
+$(TRITON): requirements-triton.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-triton.txt
+	touch $(TRITON)
+
+triton: $(TRITON)
+
 # LAB_DIR and LAB_ARGS let the browser test (autograder/tests/test_browser.py) start this same
 # JupyterLab on a copy of course/ with a free port and a known token.
 LAB_DIR  ?= course
@@ -50,7 +59,7 @@ lab: $(STAMP)
 XDIST ?= -n $(NPROC) --dist loadgroup
 # Each solution is executed once, by the full-marks submit test, which also compares its stored
 # outputs (autograder/tests/outputs.py); `make nbval` runs nbval itself, figures included.
-test: $(STAMP)
+test: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest $(XDIST) utils autograder
 
 # The numerically sensitive tests (reference kernels, the checkpoint's retraining, every check on
@@ -65,7 +74,7 @@ CPU_TESTS ?= utils autograder/tests/test_wrong_solutions.py \
 CPU_ENV_default := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 CPU_ENV_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 CPU_ENV_native  :=
-test-cpus: $(STAMP)
+test-cpus: $(STAMP) $(TRITON)
 	@set -e; $(foreach cap,$(CPU_PATHS),for threads in 1 $(NPROC); do \
 	    if [ $(cap) = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
 	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
@@ -75,14 +84,14 @@ test-cpus: $(STAMP)
 
 # --dist loadfile: all cells of a notebook on one worker (loadgroup split a notebook's cells
 # between workers under pytest 9 / xdist 3.8, and a cell then ran without the ones before it).
-nbval: $(STAMP)
+nbval: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest -n $(NPROC) --dist loadfile $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" utils autograder
 
-sync: $(STAMP)
+sync: $(STAMP) $(TRITON)
 	$(BIN)/python -m autograder sync $(NB)
 
 release: $(STAMP)
@@ -96,7 +105,7 @@ submit: $(STAMP)
 	@$(BIN)/python -m autograder submit "$(NB)" $(if $(JSON),--json,)
 
 # Exit 1 when a submit misses the goals (10 s, and headless + 3 s); run it on a quiet machine.
-timing: $(STAMP)
+timing: $(STAMP) $(TRITON)
 	$(BIN)/python -m autograder timing $(NB)
 
 # JOBS: notebooks graded at once (default: every core); DB: a shared gradebook, e.g. PostgreSQL.

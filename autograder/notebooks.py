@@ -76,6 +76,19 @@ def grading_cell_sources(nb) -> dict[str, list[str]]:
     return sources
 
 
+def solution_names(nb) -> dict[str, list[str]]:
+    """Exercise name -> the names its solution cell defines at top level (a Triton kernel's cell
+    defines the kernel and its launcher), in the cell's order."""
+    import ast
+    names = {}
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and meta.get("grade_id"):
+            tree = ast.parse(cell.source)
+            names[meta["grade_id"]] = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    return names
+
+
 def identify(path, nb) -> str:
     """Which course notebook a learner's file is: by its name, else by its graded cells."""
     known = course_notebooks()

@@ -211,4 +211,4 @@ def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = Non
 
 
 from autograder.checks.shortcuts import (  # noqa: E402  (they need message and Shortcut above)
-    course_versions, forbid, learner_functions, own_work, unwrap, utils_modules, utils_twins)
+    course_versions, forbid, learner_functions, own_work, triton_kernel, unwrap, utils_modules, utils_twins)

@@ -5,6 +5,7 @@ import contextlib
 import functools
 import importlib
 import pkgutil
+import sys
 import types
 
 from autograder.checks import Shortcut, message
@@ -16,13 +17,17 @@ from autograder.checks import Shortcut, message
 # (subclassing notebook 02's SelfAttentionV2 in 04, 04's CausalSelfAttention in 05, 06's
 # MultiHeadAttention in 07) is no shortcut: what is graded is the code you write on top of it.
 _UTILS_SKIP = {"tests", "benchmark", "check_env"}
+# Modules that need an optional package (requirements-triton.txt): guarded once that package is
+# imported, as it is by any code that could call them; never imported by the other notebooks' checks.
+_UTILS_NEED = {"flash_triton": "triton", "bench_triton": "triton"}
 
 
 def utils_modules() -> list:
     """Every reference module of utils/, imported, so a learner's late import is guarded too."""
     import utils
     return [importlib.import_module(f"utils.{info.name}") for info in pkgutil.iter_modules(utils.__path__)
-            if info.name not in _UTILS_SKIP and not info.name.startswith("_")]
+            if info.name not in _UTILS_SKIP and not info.name.startswith("_")
+            and _UTILS_NEED.get(info.name, "sys") in sys.modules]
 
 
 def utils_twins(name: str) -> list:
@@ -39,9 +44,30 @@ def unwrap(fn):
             fn = fn.__func__
         elif isinstance(fn, types.FunctionType) and callable(getattr(fn, "__wrapped__", None)):
             fn = fn.__wrapped__  # functools.wraps, torch.no_grad() as a decorator
+        elif triton_kernel(fn):
+            fn = fn.fn  # @triton.jit, @triton.autotune: the Python function they compile or interpret
         else:
             break
     return fn
+
+
+def triton_kernel(obj) -> bool:
+    """A Triton kernel (JITFunction, InterpretedFunction, Autotuner, ...): launched as kernel[grid](...)."""
+    return type(obj).__module__.startswith("triton.") and hasattr(obj, "fn") and hasattr(obj, "run")
+
+
+class _Blocked:
+    """What a forbidden target becomes while learner code runs: calling it, or launching it as a
+    Triton kernel (kernel[grid](...)), raises Shortcut with the exercise's sentence."""
+
+    def __init__(self, what: str, en: str, zh: str, original):
+        self.what, self.en, self.zh, self.original = what, en, zh, original
+
+    def __call__(self, *args, **kwargs):
+        raise Shortcut(message(self.en, self.zh, f"your code called {self.what}"))
+
+    def __getitem__(self, grid):
+        raise Shortcut(message(self.en, self.zh, f"your code launched {self.what}"))
 
 
 def _from_utils(obj) -> bool:
@@ -82,16 +108,15 @@ def forbid(targets, learner_fns, en: str, zh: str):
     as sm`), closure cells, default arguments and class attributes, so an alias or a wrapper is
     no way around the rule. The message's evidence names what was called.
     """
+    utils_modules()  # import the course's modules first: one imported while a target is blocked would keep the block
     restore = []  # callables that put one original back
     try:
         blocked_for = []  # (original, blocked)
         for owner, attr in targets:
             original = getattr(owner, attr)
-
-            def blocked(*args, _what=_describe_target(owner, attr), **kwargs):
-                raise Shortcut(message(en, zh, f"your code called {_what}"))
-
-            blocked_for.append((original, blocked))
+            real = original.original if isinstance(original, _Blocked) else original  # blocked already by an outer forbid
+            blocked = _Blocked(_describe_target(owner, attr), en, zh, real)
+            blocked_for.append((real, blocked))
             own = attr in vars(owner)
             setattr(owner, attr, blocked)
             restore.append(lambda o=owner, a=attr, v=original, own=own: setattr(o, a, v) if own else delattr(o, a))

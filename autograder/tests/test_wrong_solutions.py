@@ -10,15 +10,23 @@ import pytest
 from torch import nn
 
 from autograder.checks import Shortcut, utils_twins
-from autograder.notebooks import ROOT, SOLUTIONS, course_notebooks, read_notebook, grading_cell_sources
+from autograder.notebooks import ROOT, SOLUTIONS, course_notebooks, read_notebook, grading_cell_sources, solution_names
 
 ZOO = {stem: importlib.import_module(f"autograder.tests.zoo.nb{stem[:2]}") for stem in course_notebooks()}
 SOURCES = {stem: grading_cell_sources(read_notebook(SOLUTIONS / f"{stem}.ipynb")) for stem in course_notebooks()}
+NAMES = {stem: solution_names(read_notebook(SOLUTIONS / f"{stem}.ipynb")) for stem in course_notebooks()}
 
 
 def run_cell(source, exercise, candidate):
-    """Execute one test cell with `candidate` bound to the exercise's name, as a fresh kernel would."""
-    exec(compile(source, f"<{exercise} test cell>", "exec"), {exercise: candidate})
+    """Execute one test cell with `candidate` bound to the exercise's name, as a fresh kernel would;
+    a dict binds several names (a Triton kernel and its launcher, defined in one solution cell)."""
+    namespace = dict(candidate) if isinstance(candidate, dict) else {exercise: candidate}
+    exec(compile(source, f"<{exercise} test cell>", "exec"), namespace)
+
+
+def cell_names(stem, exercise):
+    """The names the exercise's solution cell defines: the exercise, and a kernel's launcher."""
+    return NAMES[stem].get(exercise) or [exercise]
 
 
 def run_test_cells(stem, exercise, candidate):
@@ -91,7 +99,14 @@ def shortcuts(exercise):
     return found
 
 
-SHORTCUTS = [pytest.param(stem, exercise, candidate, id=f"{stem[:2]}-{exercise}-{label}")
+def with_companions(stem, exercise, candidate):
+    """The other names of the exercise's cell (a kernel's launcher) bound to their utils twins too:
+    the whole reference handed in."""
+    others = [n for n in cell_names(stem, exercise) if n != exercise]
+    return {exercise: candidate, **{n: getattr(*utils_twins(n)[0]) for n in others}} if others else candidate
+
+
+SHORTCUTS = [pytest.param(stem, exercise, with_companions(stem, exercise, candidate), id=f"{stem[:2]}-{exercise}-{label}")
              for stem in ZOO for exercise in SOURCES[stem] for label, candidate in shortcuts(exercise).items()]
 
 
@@ -134,7 +149,7 @@ def test_stubs_fail_every_test_cell():
         for exercise, sources in exercises.items():
             for source in sources:
                 with pytest.raises((NotImplementedError, AssertionError)):
-                    exec(source, {exercise: stub})
+                    exec(source, {name: stub for name in cell_names(stem, exercise)})
 
 
 def test_checks_import_nothing_heavy():

@@ -1,0 +1,388 @@
+"""Hidden checks of notebook 15, FlashAttention as a GPU kernel in Triton.
+
+Each exercise is a kernel and its launcher (or an autograd Function that launches one); the
+checks call the launcher and watch the kernels run (`triton_watch.KernelWatch`): the learner's own
+kernel must be launched, on the contract's grid, and no load or store may leave the tensors of
+its launch (a missing mask is named before memory is touched). Grading runs them in Triton's
+interpreter on the CPU, at small sizes: every program is executed in Python, a few ms per tile.
+
+Ground truth is PyTorch's, in float64: torch.softmax, F.scaled_dot_product_attention with a
+bottom-right causal mask, torch.logsumexp of the scaled scores, autograd through SDPA. Inputs are
+never square (T_q != T_k), lengths are not multiples of the blocks, batch items and heads differ
+and come as split heads give them (non-contiguous); float32 and bf16 (bf16 within its rounding,
+with the running statistics in float32). When a value is wrong it is compared with what each
+usual mistake computes (`triton_variants`), so that the message names the mistake. What values
+cannot show is probed: NaN planted in keys that a causal query tile never needs shows whether the
+key loop skips the tiles above the diagonal.
+"""
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+import utils.flash_attention as fa
+import utils.flash_triton as ref
+from autograder.checks import Shortcut, call, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, triton_kernel, unwrap
+from autograder.checks.flash_variants import autograd_grads, heads_layout, scaled_scores, sdpa
+from autograder.checks.grad_probes import apply_and_backward, calls_in_flight, expect_autograd_function
+from autograder.checks.tile_watch import TileWatch, elements, expect_tiles
+from autograder.checks.triton_variants import forward_mistakes, lse_mistakes, softmax_mistakes
+from autograder.checks.triton_watch import KernelWatch, cause
+
+_SDPA = [(F, "scaled_dot_product_attention")]
+_SOFTMAX = [(torch, "softmax"), (torch.Tensor, "softmax"), (F, "softmax"), (torch, "log_softmax"), (F, "log_softmax")]
+_REFERENCE = [(ref, "triton_softmax"), (ref, "softmax_rows_kernel"), (ref, "triton_flash_attention_forward"),
+              (ref, "flash_forward"), (ref, "flash_forward_kernel"), (fa, "flash_attention_forward"), (fa, "naive_attention"),
+              (fa, "online_softmax")]
+BF16_TOL = 3e-2  # |out - exact| of bf16 outputs of order 1-3: the model answer stays near 1.5e-2
+ACC_TOL = 8e-2  # on the long row below: float32 running statistics stay near 2.5e-2, a bf16 accumulator reaches 0.2
+
+
+def device() -> str:
+    """Where the kernels of this process run: the interpreter's CPU, or the GPU they were compiled for."""
+    return ref.kernel_device()
+
+
+def f32_tol() -> dict:
+    return ref.tolerance()  # exact in the interpreter; TF32 products on a GPU
+
+
+# running the learner's code ------------------------------------------------------------------
+def expect_kernel(kernel, who):
+    """`kernel` must be a @triton.jit kernel; a plain function is called once to show a shortcut."""
+    if triton_kernel(kernel):
+        return
+    with own_work(kernel, who):
+        try:
+            kernel()  # a wrapper of the course's kernel raises Shortcut here
+        except (AssertionError, NotImplementedError):
+            raise
+        except Exception:
+            pass
+    fail(f"{who} must be a Triton kernel: a function decorated with @triton.jit, launched as {who}[grid](...).",
+         f"{who} 必须是一个 Triton 内核：用 @triton.jit 装饰的函数，以 {who}[grid](...) 的方式启动。",
+         f"got {type(kernel).__name__}")
+
+
+def run(fn, *args, name, **kwargs):
+    """call(), with what the interpreter wraps (a kernel's exceptions) unwrapped and named."""
+    def unwrapped():
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            inner = cause(e, (AssertionError, NotImplementedError))
+            if inner is not None:
+                raise inner
+            root = cause(e, (ValueError, TypeError, RuntimeError, IndexError, AttributeError, NameError)) or e
+            if "power of 2" in str(root) or "power of two" in str(root):
+                fail(f"{name} crashed: tl.arange and the block shapes of a kernel must be powers of two; use a tl.constexpr block "
+                     "such as triton.next_power_of_2(N) and mask what lies past the end.",
+                     f"{name} 崩溃了：tl.arange 和内核中分块的形状必须是 2 的幂；请使用 tl.constexpr 分块（例如 triton.next_power_of_2(N)），"
+                     "并用掩码遮住末尾之后的部分。", f"{type(root).__name__}: {root}")
+            raise
+    return call(unwrapped, name=name)
+
+
+def launched(watch, kernel, before, who, programs=None):
+    """The launches since `before` must include `kernel`, on `programs` programs where given."""
+    mine = [l for l in watch.launches[before:] if l.fn is unwrap(kernel)]
+    expect(mine, f"{who}'s launcher never launched {getattr(kernel, '__name__', 'the kernel')}: the exercise is the kernel, launched as kernel[grid](...) by the launcher.",
+           f"{who} 的启动函数从未启动 {getattr(kernel, '__name__', '内核')}：本练习要写的就是内核，由启动函数以 kernel[grid](...) 的方式启动。",
+           f"kernels launched: {[getattr(l.fn, '__name__', '?') for l in watch.launches[before:]] or 'none'}")
+    if programs is not None and mine[0].programs is not None:
+        expect(mine[0].programs == programs[0],
+               f"{who}: launch {programs[1]}.", f"{who}：{programs[2]}。",
+               f"{mine[0].programs} programs, expected {programs[0]}")
+
+
+def on_device(*tensors):
+    return [t.to(device()) for t in tensors]
+
+
+# triton_softmax ------------------------------------------------------------------------------
+def _softmax_input():
+    wide = randn(6, 50, seed=150) * 3  # rows are 50 apart in memory: x below is a view
+    x = wide[:, :37]  # 37 columns: not a power of two
+    x[1] += 500.0  # exp overflows without the row's maximum
+    x[2] -= 1000.0  # and underflows to 0 / 0
+    x[3, ::4] = float("-inf")  # -inf entries get weight 0
+    x[4] = torch.linspace(-2.0, 9.0, 37)  # the maximum in the last column, next to the mask
+    return wide, x
+
+
+def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
+    who = "softmax_rows_kernel"
+    expect_kernel(softmax_rows_kernel, who)
+    expect(callable(triton_softmax), "triton_softmax must be a function: the launcher of softmax_rows_kernel.",
+           "triton_softmax 必须是函数：softmax_rows_kernel 的启动函数。")
+    wide, x = _softmax_input()
+    wide, = on_device(wide)
+    x = wide[:, :37]
+    copy, contiguous, square = wide.clone(), x.contiguous(), randn(3, 64, seed=151).to(device())
+    en = "This exercise asks you to write the softmax yourself, in softmax_rows_kernel, not to call torch's softmax or the course's kernels in utils."
+    zh = "本练习要求你在 softmax_rows_kernel 中自己实现 softmax，而不是调用 torch 的 softmax 或 utils 中课程的内核。"
+    runs, one_per_row = {}, ("one program per row, grid (M,)", "每行一个程序，grid 为 (M,)")
+    with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
+            own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch:
+        for name, arg in (("view", x), ("contiguous", contiguous), ("square", square), ("bf16", contiguous.bfloat16())):
+            before = len(watch.launches)
+            runs[name] = run(triton_softmax, arg, name="triton_softmax")
+            launched(watch, softmax_rows_kernel, before, "triton_softmax", (arg.shape[0], *one_per_row))
+    expect(torch.equal(wide, copy), "triton_softmax changed its input in place: write into a new output tensor.",
+           "triton_softmax 原地修改了输入：请写入一个新的输出张量。")
+    for name, out in runs.items():
+        expect_tensor(out, "triton_softmax's result", "triton_softmax 的结果")
+        shape = {"square": (3, 64)}.get(name, (6, 37))
+        expect(tuple(out.shape) == shape, "triton_softmax must return a tensor of the shape of x.",
+               "triton_softmax 必须返回与 x 形状相同的张量。", f"shape {tuple(out.shape)}, expected {shape}")
+    expected = torch.softmax(x.cpu().double(), -1)
+    for name in ("contiguous", "view"):
+        out = runs[name].cpu()
+        expect(not torch.isnan(out).any() and not torch.isinf(out).any(),
+               "triton_softmax gives NaN or inf on rows near +500 or -1000: subtract each row's maximum before exp (tl.max(x, axis=0)).",
+               "triton_softmax 在接近 +500 或 -1000 的行上得到了 NaN 或 inf：在 exp 之前减去每行的最大值（tl.max(x, axis=0)）。",
+               f"{name} input")
+        expect_known(out, expected, lambda: softmax_mistakes(x.cpu(), wide.cpu()),
+                     f"triton_softmax differs from torch.softmax ({name} x of shape (6, 37)): exp(x - max) / sum over each row, in float32.",
+                     f"triton_softmax 与 torch.softmax 不同（{name}，x 的形状为 (6, 37)）：对每一行计算 exp(x - max) / sum，使用 float32。",
+                     atol=1e-6, rtol=1e-5)
+    expect(bool((runs["contiguous"].cpu()[x.cpu() == float("-inf")] == 0).all()),
+           "Entries equal to -inf must get weight exactly 0.", "等于 -inf 的元素的权重必须恰好为 0。")
+    expect_close(runs["square"].cpu(), torch.softmax(square.cpu().double(), -1),
+                 "triton_softmax is wrong on rows of 64 columns, a power of two (BLOCK_N = N, nothing masked).",
+                 "triton_softmax 在 64 列（2 的幂，BLOCK_N = N，无需掩码）的行上不对。", atol=1e-6, rtol=1e-5)
+    bf16 = runs["bf16"]
+    expect(bf16.dtype == torch.bfloat16, "triton_softmax must return the input's dtype: allocate the output like x, compute in float32 (.to(tl.float32)).",
+           "triton_softmax 必须返回输入的 dtype：按 x 的 dtype 分配输出，用 float32 计算（.to(tl.float32)）。", f"bf16 input gave {bf16.dtype}")
+    expect_close(bf16.cpu(), torch.softmax(contiguous.bfloat16().cpu().double(), -1),
+                 "triton_softmax is wrong on bf16 input: load, convert to float32 (.to(tl.float32)), compute, store in the output's dtype.",
+                 "triton_softmax 在 bf16 输入上不对：载入后转换为 float32（.to(tl.float32)），计算，再以输出的 dtype 存储。", atol=4e-3, rtol=0)
+
+
+# triton_flash_attention_forward --------------------------------------------------------------
+def _expect_pair(result, who, out_shape, dtype):
+    expect(isinstance(result, tuple) and len(result) == 2, f"{who} must return a pair (out, lse).", f"{who} 必须返回一对 (out, lse)。",
+           f"got {type(result).__name__}")
+    out, lse = result
+    expect_tensor(out, "out", "out")
+    expect_tensor(lse, "lse", "lse")
+    expect(tuple(out.shape) == out_shape, "out must have shape (B, H, T_q, d): one output per query.",
+           "out 的形状必须是 (B, H, T_q, d)：每个查询一个输出。", f"shape {tuple(out.shape)}, expected {out_shape}")
+    expect(tuple(lse.shape) == out_shape[:-1], "lse must have shape (B, H, T_q): one log-sum-exp per query.",
+           "lse 的形状必须是 (B, H, T_q)：每个查询一个 log-sum-exp。", f"shape {tuple(lse.shape)}, expected {out_shape[:-1]}")
+    expect(out.dtype == dtype, "out must come back in the inputs' dtype: allocate it like q (torch.empty_like(q)).",
+           "out 必须以输入的 dtype 返回：像 q 一样分配它（torch.empty_like(q)）。", f"{dtype} inputs gave out {out.dtype}")
+    expect(lse.dtype == torch.float32, "lse must be float32 whatever the inputs' dtype (the contract): allocate it with dtype=torch.float32.",
+           "无论输入是什么 dtype，lse 都必须是 float32（约定）：用 dtype=torch.float32 分配它。", f"{dtype} inputs gave lse {lse.dtype}")
+    return out.detach().cpu(), lse.detach().cpu()
+
+
+def _expect_out(out, q, k, v, causal, bq, bk, who):
+    right = sdpa(q.double(), k.double(), v.double(), causal)
+    if torch.allclose(out.double(), right, **f32_tol()):
+        return
+    if torch.allclose(out[0, 0].double(), right[0, 0], **f32_tol()):
+        fail("out is right for batch item 0, head 0 and wrong for the others: each program must offset q, k, v, out and lse by its "
+             "own (batch item, head), program_id(1), times that head's T x d.",
+             "out 对样本 0、头 0 是对的，对其他的不对：每个程序都必须按它自己的（样本，头），即 program_id(1)，乘以该头的 T x d，"
+             "去偏移 q、k、v、out 和 lse。")
+    expect_known(out, right, lambda: forward_mistakes(q, k, v, causal, bq, bk),
+                 f"out differs from F.scaled_dot_product_attention (causal={causal}, blocks ({bq}, {bk}), T_q={q.shape[-2]}, T_k={k.shape[-2]}): "
+                 "check the running maximum, the rescaling of l and acc, the masks and the final division.",
+                 f"out 与 F.scaled_dot_product_attention 不同（causal={causal}，分块 ({bq}, {bk})，T_q={q.shape[-2]}，T_k={k.shape[-2]}）："
+                 "请检查运行最大值、l 和 acc 的重新缩放、掩码以及最后的除法。", **f32_tol())
+
+
+def _poisoned(T, d, seed):
+    """(q, k, v) of one head whose last 16 keys and values are NaN: no query before them needs them."""
+    q, k, v = (randn(1, 1, T, d, seed=seed + i) for i in range(3))
+    k[..., T - 16:, :], v[..., T - 16:, :] = float("nan"), float("nan")
+    return q, k, v
+
+
+def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forward):
+    who, kernel, fn = "flash_forward_kernel", flash_forward_kernel, triton_flash_attention_forward
+    expect_kernel(kernel, who)
+    expect(callable(fn), "triton_flash_attention_forward must be a function: the launcher of flash_forward_kernel.",
+           "triton_flash_attention_forward 必须是函数：flash_forward_kernel 的启动函数。")
+    B, H, T_q, T_k, d = 2, 2, 21, 45, 16
+    q, k, v = heads_layout(B, H, T_q, d, 160), heads_layout(B, H, T_k, d, 161), heads_layout(B, H, T_k, d, 162)
+    q = q * torch.linspace(0.5, 4.0, T_q)[:, None]  # growing scores: the maximum changes from tile to tile
+    q, k, v = on_device(q, k, v)
+    copies = [t.clone() for t in (q, k, v)]
+    long_q, long_k, long_v = on_device(randn(1, 1, 16, d, seed=163), randn(1, 1, 512, d, seed=164),
+                                       randn(1, 1, 512, d, seed=165) + 3.0)  # 32 key tiles, values near 3
+    pq, pk, pv = on_device(*_poisoned(64, d, 166))
+    en = f"This exercise asks you to write the FlashAttention forward yourself, in {who}, not to call F.scaled_dot_product_attention or the course's code in utils."
+    zh = f"本练习要求你在 {who} 中自己实现 FlashAttention 的前向计算，而不是调用 F.scaled_dot_product_attention 或 utils 中课程的代码。"
+    grid = lambda T, bq, b=B * H: (math.ceil(T / bq) * b, f"one program per tile of block_q queries and per (batch item, head): grid (cdiv(T_q, block_q), B * H)",
+                                   "每 block_q 个查询组成的分块、每个（样本，头）各一个程序：grid 为 (cdiv(T_q, block_q), B * H)")
+    runs = {}
+    with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), \
+            own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch:
+        def launch(label, args, causal, bq, bk, dtype, programs):
+            before = len(watch.launches)
+            result = run(fn, *[t.to(dtype) for t in args], causal=causal, block_q=bq, block_k=bk, name="triton_flash_attention_forward")
+            launched(watch, kernel, before, "triton_flash_attention_forward", programs)
+            runs[label] = _expect_pair(result, "triton_flash_attention_forward", (*args[0].shape[:-1], args[2].shape[-1]), dtype)
+
+        for causal in (False, True):
+            launch(causal, (q, k, v), causal, 16, 16, torch.float32, grid(T_q, 16))
+        launch("big", (q * 30, k, v), True, 16, 32, torch.float32, grid(T_q, 16))
+        launch("decode", (q[..., -1:, :], k, v), True, 16, 16, torch.float32, grid(1, 16))
+        before = len(watch.launches)
+        default = run(fn, q, k, v, True, name="triton_flash_attention_forward")
+        launched(watch, kernel, before, "triton_flash_attention_forward", grid(T_q, 64))
+        runs["default"] = _expect_pair(default, "triton_flash_attention_forward", (B, H, T_q, d), torch.float32)
+        with warnings.catch_warnings():  # the last query tile's rows are all NaN, legitimately
+            warnings.simplefilter("ignore", RuntimeWarning)
+            launch("probe", (pq, pk, pv), True, 16, 16, torch.float32, grid(64, 16, 1))
+        for causal in (False, True):
+            launch(f"bf16 {causal}", (q, k, v), causal, 16, 16, torch.bfloat16, grid(T_q, 16))
+        launch("long", (long_q, long_k, long_v), False, 16, 16, torch.bfloat16, grid(16, 16, 1))
+    expect(all(torch.equal(a, b) for a, b in zip((q, k, v), copies)), f"triton_flash_attention_forward changed q, k or v in place: leave the inputs as they are.",
+           f"triton_flash_attention_forward 原地修改了 q、k 或 v：请保持输入不变。")
+    q, k, v = q.cpu(), k.cpu(), v.cpu()
+    for causal in (False, True):
+        out, lse = runs[causal]
+        _expect_out(out, q, k, v, causal, 16, 16, who)
+        expect_known(lse, torch.logsumexp(scaled_scores(q.double(), k.double(), causal), -1), lambda: lse_mistakes(q, k, causal),
+                     f"lse differs from torch.logsumexp of the scaled scores (causal={causal}): lse = m + log(l) for each query, over the keys it sees.",
+                     f"lse 与缩放后分数的 torch.logsumexp 不同（causal={causal}）：对每个查询，在它能看到的键上 lse = m + log(l)。", **f32_tol())
+    big = runs["big"][0]
+    expect(bool(torch.isfinite(big).all()), "Scores in the hundreds give NaN or inf: subtract the running maximum inside exp.",
+           "分数达到几百时出现了 NaN 或 inf：请在 exp 里减去运行最大值。")
+    expect_close(big, sdpa(q.double() * 30, k.double(), v.double(), True),  # on a GPU TF32 moves such scores by ~0.1
+                 "With scores in the hundreds (blocks of 16 queries and 32 keys) out is wrong: keep the running maximum and rescale.",
+                 "分数达到几百时（16 个查询、32 个键的分块）out 不对：请保持运行最大值并重新缩放。",
+                 **(dict(atol=1e-4, rtol=1e-4) if ref.interpreted() else dict(atol=0.1, rtol=0)))
+    expect_close(runs["decode"][0], sdpa(q[..., -1:, :].double(), k.double(), v.double(), True),
+                 "With one query (a decoding step, T_q = 1) and causal=True, the query is the last position and sees every key.",
+                 "只有一个查询（解码的一步，T_q = 1）且 causal=True 时，这个查询是最后一个位置，能看到所有的键。", **f32_tol())
+    expect_close(runs["default"][0], sdpa(q.double(), k.double(), v.double(), True),
+                 "triton_flash_attention_forward is wrong with its default blocks (64, 64), larger than T_q = 21: mask the rows past T_q.",
+                 "triton_flash_attention_forward 在默认分块 (64, 64)（大于 T_q = 21）下不对：请遮住 T_q 之后的行。", **f32_tol())
+    probe = runs["probe"][0][..., :48, :]
+    expect(not torch.isnan(probe).any(),
+           "Queries 0-47 got NaN from keys 48-63, which they never see (NaN was planted there): with causal=True the key loop must stop at "
+           "the tile's last query, end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q), skipping every tile above the diagonal (not one tile more).",
+           "查询 0-47 从它们永远看不到的键 48-63（那里放了 NaN）得到了 NaN：causal=True 时键循环必须在该分块最后一个查询处停止，"
+           "end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q)，跳过对角线之上的每一个分块（不要多算一个）。",
+           "T_q = T_k = 64, blocks of 16, NaN in keys and values 48-63")
+    expect_close(probe, sdpa(pq.cpu().nan_to_num().double(), pk.cpu().nan_to_num().double(), pv.cpu().nan_to_num().double(), True)[..., :48, :],
+                 "With T_q = T_k = 64, blocks of 16 and causal=True, out is wrong for queries 0-47.",
+                 "T_q = T_k = 64、块大小为 16 且 causal=True 时，查询 0-47 的 out 不对。", **f32_tol())
+    for causal in (False, True):
+        out, lse = runs[f"bf16 {causal}"]
+        qb, kb, vb = (t.bfloat16().double() for t in (q, k, v))
+        expect_close(out, sdpa(qb, kb, vb, causal),
+                     f"With bf16 inputs (causal={causal}) out is further from the exact answer than bf16 rounding allows: keep m, l and acc in "
+                     "float32 and cast only p for the second tl.dot (p.to(v.dtype)).",
+                     f"bf16 输入（causal={causal}）时 out 与精确答案的差距超出了 bf16 的舍入误差：m、l 和 acc 保持 float32，"
+                     "只在第二个 tl.dot 前转换 p（p.to(v.dtype)）。", atol=BF16_TOL, rtol=0)
+        expect_close(lse, torch.logsumexp(scaled_scores(qb, kb, causal), -1),
+                     f"With bf16 inputs (causal={causal}) lse is wrong: the scores of tl.dot are float32, keep m and l in float32.",
+                     f"bf16 输入（causal={causal}）时 lse 不对：tl.dot 得到的分数是 float32，m 和 l 要保持 float32。", atol=1e-3, rtol=1e-4)
+    long = runs["long"][0]
+    error = (long.double() - sdpa(*(t.cpu().bfloat16().double() for t in (long_q, long_k, long_v)), False)).abs().max().item()
+    expect(error <= ACC_TOL,
+           "Over 32 key tiles in bf16 the output drifts from the exact answer: the accumulator acc (and m, l) must stay float32 across "
+           "the loop (tl.zeros(..., dtype=tl.float32)); only p is cast to v's dtype for tl.dot.",
+           "在 bf16 下经过 32 个键分块后输出偏离了精确答案：累加器 acc（以及 m、l）在整个循环中必须保持 float32"
+           "（tl.zeros(..., dtype=tl.float32)）；只有 p 为 tl.dot 转换成 v 的 dtype。",
+           f"T_k = 512, blocks of 16, values near 3: largest error {error:.3g}, at most {ACC_TOL} allowed")
+
+
+# TritonFlashAttention ------------------------------------------------------------------------
+def check_TritonFlashAttention(TritonFlashAttention):
+    who, cls = "TritonFlashAttention", TritonFlashAttention
+    en = (f"This exercise asks you to write {who} yourself: its forward launches your kernel (through your "
+          "triton_flash_attention_forward), not F.scaled_dot_product_attention or the course's code in utils.")
+    zh = (f"本练习要求你自己实现 {who}：它的 forward 通过你的 triton_flash_attention_forward 启动你的内核，"
+          "而不是调用 F.scaled_dot_product_attention 或 utils 中课程的代码。")
+    extra = [*_SDPA, *_REFERENCE, (ref, "TritonFlashAttention"), (fa, "FlashAttention")]
+    expect_autograd_function(cls, who, extra, en, zh)
+    B, H, T_q, T_k, d = 1, 2, 20, 37, 16
+    q, k, v = (randn(B, H, T, d, seed=170 + i) for i, T in enumerate((T_q, T_k, T_k)))
+    g = randn(B, H, T_q, d, seed=173)
+    q, k, v, g = on_device(q, k, v, g)
+    big = [t.requires_grad_() for t in on_device(*(randn(1, 1, 130, 16, seed=174 + i) for i in range(3)))]
+    runs, forward_watch, watch = {}, TileWatch(), TileWatch()
+    methods = [unwrap(m) for m in vars(cls).values() if isinstance(m, (staticmethod, classmethod))]
+    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch() as kernels:
+        for causal in (False, True):
+            runs[causal] = apply_and_backward(cls, (q, k, v), g, causal, who)
+        before = len(kernels.launches)
+        try:
+            runs["bf16"] = apply_and_backward(cls, [t.bfloat16() for t in (q, k, v)], g.bfloat16(), True, who)
+        except AssertionError as e:
+            if isinstance(e, Shortcut) or "dtype" not in str(e):
+                raise
+            fail(f"{who}.backward crashed on bf16 inputs: notebook 14's backward multiplies tensors that must share one dtype, and lse is float32; "
+                 "call it on float32 copies (q.float(), k.float(), v.float(), out.float(), lse, grad_out.float()) and cast each gradient back (.to(q.dtype)).",
+                 f"{who}.backward 在 bf16 输入上崩溃了：笔记本 14 的反向计算相乘的张量必须是同一个 dtype，而 lse 是 float32；"
+                 "请在 float32 副本上调用它（q.float()、k.float()、v.float()、out.float()、lse、grad_out.float()），再把每个梯度转换回去（.to(q.dtype)）。",
+                 str(e).split("[")[-1].rstrip("]"))
+        own = [l for l in kernels.launches[before:] if not (getattr(l.fn, "__module__", "") or "").startswith("utils")]
+        in_flight = calls_in_flight(cls, q, k, v, g, who)
+        with torch.enable_grad():
+            with forward_watch:
+                out = call(cls.apply, *big, True, name=f"{who}.apply")
+            with watch:  # called directly: the autograd engine runs backward outside this thread's function modes
+                call(cls.backward, out.grad_fn, torch.ones_like(out), name=f"{who}.backward")
+        try:
+            plain = cls.apply(q, k, v)
+        except TypeError as e:
+            fail(f"{who}.apply(q, k, v) must work without causal: give forward the default causal=False.",
+                 f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：给 forward 的 causal 加上默认值 False。", f"TypeError: {e}")
+    expect(own, f"{who}.apply launched no Triton kernel of yours: forward must call your triton_flash_attention_forward, which launches flash_forward_kernel.",
+           f"{who}.apply 没有启动你自己的任何 Triton 内核：forward 必须调用你的 triton_flash_attention_forward，由它启动 flash_forward_kernel。",
+           f"kernels launched: {[getattr(l.fn, '__name__', '?') for l in kernels.launches[before:]] or 'none'}")
+    q, k, v, g = q.cpu(), k.cpu(), v.cpu(), g.cpu()
+    for causal in (False, True):
+        out, grads, saved = runs[causal]
+        expect_close(out.cpu(), sdpa(q, k, v, causal),
+                     f"{who}.apply(q, k, v, causal={causal}) differs from F.scaled_dot_product_attention: forward must return the out of your kernel.",
+                     f"{who}.apply(q, k, v, causal={causal}) 与 F.scaled_dot_product_attention 不同：forward 必须返回你的内核算出的 out。", **f32_tol())
+        full = [tuple(t.shape) for t in saved if t.dim() >= 2 and tuple(t.shape[-2:]) == (T_q, T_k)]
+        expect(not full, f"{who} saves a (T_q, T_k) tensor for backward, the probabilities FlashAttention exists to avoid: save q, k, v, out and lse only.",
+               f"{who} 为反向传播保存了 (T_q, T_k) 的张量，而 FlashAttention 正是为了避免保存这些概率：只保存 q、k、v、out 和 lse。",
+               f"saved shapes {full}")
+        expect(any(tuple(t.shape) == (B, H, T_q) for t in saved),
+               f"{who} must save lse (one number per query) with ctx.save_for_backward(q, k, v, out, lse): backward recomputes the probabilities from it.",
+               f"{who} 必须用 ctx.save_for_backward(q, k, v, out, lse) 保存 lse（每个查询一个数）：反向传播由它重新计算概率。",
+               f"saved shapes {[tuple(t.shape) for t in saved]}")
+        for name, ours, expected in zip("qkv", grads, autograd_grads(q.double(), k.double(), v.double(), g.double(), causal)):
+            expect(ours is not None, f"{who}.backward gave no gradient for {name}: return (dq, dk, dv, None), one entry per input of forward.",
+                   f"{who}.backward 没有给出 {name} 的梯度：返回 (dq, dk, dv, None)，forward 的每个输入对应一项。")
+            expect_close(ours.cpu(), expected,
+                         f"The gradient of {name} differs from autograd's (causal={causal}): backward must call notebook 14's flash_attention_backward "
+                         "with the saved q, k, v, out, lse, grad_out and ctx's causal.",
+                         f"{name} 的梯度与 autograd 的结果不同（causal={causal}）：backward 必须用保存的 q、k、v、out、lse、grad_out 和 ctx 中的 causal "
+                         "调用笔记本 14 的 flash_attention_backward。", **ref.tolerance(gradients=True))
+    out, grads, _ = runs["bf16"]
+    qb, kb, vb = (t.bfloat16().double() for t in (q, k, v))
+    expect_close(out.cpu(), sdpa(qb, kb, vb, True), f"{who}.apply on bf16 inputs differs from attention in float64 by more than bf16 rounding.",
+                 f"{who}.apply 在 bf16 输入上与 float64 的注意力相差超过了 bf16 的舍入误差。", atol=BF16_TOL, rtol=0)
+    for name, ours, expected in zip("qkv", grads, autograd_grads(qb, kb, vb, g.bfloat16().double(), True)):
+        expect(ours is not None and ours.dtype == torch.bfloat16,
+               f"{who}.backward must return bf16 gradients for bf16 inputs: compute them in float32, then .to(q.dtype) and so on.",
+               f"{who}.backward 对 bf16 输入必须返回 bf16 的梯度：用 float32 计算，然后 .to(q.dtype) 等。",
+               f"the gradient of {name}: {getattr(ours, 'dtype', None)}")
+        expect_close(ours.cpu(), expected,
+                     f"With bf16 inputs the gradient of {name} is wrong: call notebook 14's backward on float32 copies (q.float(), ..., grad_out.float(), "
+                     "lse is float32 already) and cast each gradient back to its input's dtype.",
+                     f"bf16 输入时 {name} 的梯度不对：在 float32 副本上（q.float()、……、grad_out.float()，lse 本来就是 float32）调用笔记本 14 的反向计算，"
+                     "再把每个梯度转换回其输入的 dtype。", atol=6e-2, rtol=2e-2)
+    for name, ours, expected in zip("qkv", in_flight, autograd_grads(q, k, v, g, True)):
+        expect(ours is not None and torch.allclose(ours.cpu().double(), expected.double(), **ref.tolerance(gradients=True)),
+               f"{who}.backward used what a later call of forward stored: keep causal and the saved tensors on ctx (ctx.causal, ctx.save_for_backward), not on the class or in a global.",
+               f"{who}.backward 用了之后一次 forward 调用存下的东西：把 causal 和要保存的张量放在 ctx 上（ctx.causal、ctx.save_for_backward），不要放在类上或全局变量里。",
+               f"the gradient of {name} of a causal call, after a non-causal call on other inputs")
+    expect(isinstance(plain, torch.Tensor), f"{who}.apply(q, k, v) must work without causal: forward(ctx, q, k, v, causal=False).",
+           f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：forward(ctx, q, k, v, causal=False)。")
+    expect_close(plain.cpu(), sdpa(q, k, v, False), f"{who}.apply(q, k, v) must default to causal=False.",
+                 f"{who}.apply(q, k, v) 的默认值必须是 causal=False。", **f32_tol())
+    expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
+    expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
