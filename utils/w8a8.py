@@ -65,9 +65,10 @@ class W8A8Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("scale", torch.ones(out_features))                    # (out,)
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        cpu = torch.device("cpu")                                                 # fbgemm's only device
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=cpu))
+        self.register_buffer("scale", torch.ones(out_features, device=cpu))                    # (out,)
+        self.register_buffer("bias", torch.zeros(out_features, device=cpu) if bias else None)
         self.reduce_range = reduce_range()
         self._packed = None                                                     # built by pack()
 
