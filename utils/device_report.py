@@ -188,7 +188,7 @@ def main(argv=None) -> int:
             continue
         start, detail, stderr = time.perf_counter(), None, io.StringIO()  # progress bars and warnings: to the log
         try:
-            with contextlib.redirect_stderr(stderr), watched(device) if item in BENCHMARKS else torch.device("cpu"):
+            with contextlib.redirect_stderr(stderr), watched(device) if item in BENCHMARKS else contextlib.nullcontext():
                 status, err, note, *detail = fn()
         except Exception as e:
             status, err, note, detail = "ERROR", None, f"{type(e).__name__}: {e}"[:150], [traceback.format_exc()]
