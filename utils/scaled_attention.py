@@ -23,7 +23,8 @@ def _draw_on(generator, device):
 
 def dot_product_variance(d: int, n_trials: int = 10_000, scaled: bool = False,
                          generator: torch.Generator | None = None, device=None) -> float:
-    """Empirical variance of q · k for q, k ~ N(0, I_d): about d, or about 1 when `scaled`."""
+    """Empirical variance of q · k for q, k ~ N(0, I_d): about d, or about 1 when `scaled`; computed
+    on `device` (by default the generator's)."""
     drawn, device = _draw_on(generator, device)
     q = torch.randn(n_trials, d, generator=generator, device=drawn).to(device)  # (n_trials, d)
     k = torch.randn(n_trials, d, generator=generator, device=drawn).to(device)
