@@ -35,6 +35,12 @@ learner's code with these kernels.
     utils.flash_attention  online softmax, tiled forward and backward, the FlashAttention autograd Function (14)
     utils.bench_flash  `python -m utils.bench_flash`: peak memory and time of naive, tiled and SDPA attention (14)
     utils.plots       attention heatmaps and other course figures
+    utils.device_checks  each kernel on a device against the CPU; stray CPU tensors made visible on meta
+    utils.device_report  `python -m utils.device_report --device cuda`: every kernel and the benchmarks of 06-14 on a device
+
+Kernels follow the device of their inputs; helpers that make tensors from nothing take `device=`
+(default: torch's default device); benchmarks read the clock through utils.benchmark.now, which
+waits for the GPU first.
 
 Run its tests with `make test` or `.venv/bin/pytest utils/tests`.
 """

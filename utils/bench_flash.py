@@ -12,19 +12,21 @@ the buffers inside SDPA's C++ kernel included. Torch 2.13 keeps no allocation st
 CPU (torch.accelerator.memory_stats needs an accelerator), and a TorchDispatchMode sees only the
 tensors that cross the dispatcher. Where /proc/self/clear_refs does not exist (macOS, Windows),
 the fallback counts the bytes of the tensors that torch functions return and that are still alive
-(a lower bound: it misses what a kernel allocates inside).
+(a lower bound: it misses what a kernel allocates inside). On a CUDA GPU (`--device cuda`) the
+caching allocator keeps exact statistics: the peak extra memory is torch.cuda.max_memory_allocated
+after a reset, minus what was allocated before the call, and the clock is read after synchronizing.
 """
 import argparse
 import ctypes
 import ctypes.util
 import math
-import time
 import weakref
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from utils.benchmark import device_of, timed
 from utils.flash_attention import flash_attention_forward
 from utils.scaled_attention import scaled_dot_product_attention
 
@@ -94,20 +96,23 @@ def peak_extra_memory(fn, *args, **kwargs):
 def peak_memory_and_time(fn, *args, **kwargs):
     """(bytes, seconds, result) of one call: its peak extra memory, and the time of the call alone
     (resetting the high-water mark and trimming the heap take milliseconds, outside the clock; the
-    fallback's watching mode is inside it)."""
-    if _high_water_mark_available():
+    fallback's watching mode is inside it). The device is that of the first tensor argument."""
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        seconds, result = timed(lambda: fn(*args, **kwargs), device)
+        return torch.cuda.max_memory_allocated(device) - before, seconds, result
+    if device.type == "cpu" and _high_water_mark_available():
         _trim_heap()
         with open(_CLEAR_REFS, "w") as f:
             f.write("5")  # resets VmHWM to the current resident set
         before = _status_bytes("VmRSS:")
-        start = time.perf_counter()
-        result = fn(*args, **kwargs)
-        seconds = time.perf_counter() - start
+        seconds, result = timed(lambda: fn(*args, **kwargs), device)
         return _status_bytes("VmHWM:") - before, seconds, result
     with _LiveTensorBytes() as mode:
-        start = time.perf_counter()
-        result = fn(*args, **kwargs)
-        seconds = time.perf_counter() - start
+        seconds, result = timed(lambda: fn(*args, **kwargs), device)
     return mode.peak, seconds, result
 
 
@@ -118,13 +123,15 @@ def attention_variants(tiled=flash_attention_forward, block=256):
             "SDPA": F.scaled_dot_product_attention}
 
 
-def measure(tokens, d=64, tiled=flash_attention_forward, block=256, seed=0):
-    """One row per T: peak extra MiB and seconds of each variant, one head, equal outputs checked."""
+def measure(tokens, d=64, tiled=flash_attention_forward, block=256, seed=0, device=None):
+    """One row per T: peak extra MiB and seconds of each variant, one head, equal outputs checked;
+    on `device` (default: the default device), the inputs drawn on the CPU and moved there."""
     rows = []
     variants = attention_variants(tiled, block)
+    device = device_of(device)
     for T in tokens:
         g = torch.Generator().manual_seed(seed)
-        q, k, v = (torch.randn(1, 1, T, d, generator=g) for _ in range(3))
+        q, k, v = (torch.randn(1, 1, T, d, generator=g, device=g.device).to(device) for _ in range(3))
         row, outs = {"T": T}, {}
         with torch.no_grad():
             for name, fn in variants.items():
@@ -154,12 +161,15 @@ if __name__ == "__main__":
     parser.add_argument("--max-tokens", type=int, default=16384)
     parser.add_argument("--block", type=int, default=256, help="block_q = block_k of the tiled forward")
     parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--device", default=None, help="where to run (default: the CPU)")
     args = parser.parse_args()
     tokens = [2 ** i for i in range(10, int(math.log2(args.max_tokens)) + 1)]
-    how = "VmHWM (Linux)" if _high_water_mark_available() else "live tensor bytes (fallback)"
-    print(f"one head, d={args.head_dim}, blocks of {args.block}, memory measured by {how}, "
+    device = device_of(args.device)
+    how = ("torch.cuda.max_memory_allocated" if device.type == "cuda" else
+           "VmHWM (Linux)" if _high_water_mark_available() else "live tensor bytes (fallback)")
+    print(f"one head, d={args.head_dim}, blocks of {args.block}, {device}, memory measured by {how}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    rows = measure(tokens, d=args.head_dim, block=args.block)
+    rows = measure(tokens, d=args.head_dim, block=args.block, device=device)
     print(format_rows(rows))
     last = rows[-1]
     print(f"at T={last['T']}: naive attention's peak extra memory is {last['naive MiB'] / last['tiled MiB']:.0f}x "

@@ -11,16 +11,19 @@ token reads every weight once, so the command also prints the bytes read per tok
 of this machine's copy bandwidth (`utils.bandwidth`) that the measured speed reaches. Accuracy: the trained mini
 DeepSeek of notebook 12, teacher-forced on the copying task: top-1 agreement with float32 on the
 positions whose next token is determined (copied), on all positions, and the change in loss.
+
+`--device cuda` runs it on a GPU (the clock read after synchronizing, the GPU's own bandwidth);
+W8A8 runs on fbgemm, x86 CPUs only, so it is left out there.
 """
 import argparse
 import copy
 import statistics
-import time
 
 import torch
 from tqdm.auto import tqdm
 
 from utils.bandwidth import bandwidth_fraction, memory_bandwidth
+from utils.benchmark import device_of, now
 from utils.gpt import GPTConfig, GPTModel
 from utils.quantize import quantize_model_, weight_bytes
 from utils.w8a8 import W8A8Linear
@@ -40,23 +43,27 @@ def bytes_read_per_token(model) -> int:
 
 
 def build_variants(model) -> dict:
-    """float32, weight-only int8 and W8A8 copies of one model (every nn.Linear quantized)."""
-    return {"float32": model, "int8 weight-only": quantize_model_(copy.deepcopy(model)),
-            "W8A8 (fbgemm)": quantize_model_(copy.deepcopy(model), layer=W8A8Linear)}
+    """float32, weight-only int8 and W8A8 copies of one model (every nn.Linear quantized); W8A8
+    only for a model on the CPU (fbgemm runs nowhere else)."""
+    variants = {"float32": model, "int8 weight-only": quantize_model_(copy.deepcopy(model))}
+    if device_of(model).type == "cpu":
+        variants["W8A8 (fbgemm)"] = quantize_model_(copy.deepcopy(model), layer=W8A8Linear)
+    return variants
 
 
 @torch.inference_mode()
 def decode(model, prompt, new_tokens: int):
-    """Prefill the prompt, then time `new_tokens` greedy steps of one token: (seconds, token ids)."""
+    """Prefill the prompt, then time `new_tokens` greedy steps of one token: (seconds, token ids).
+    Runs on the prompt's device (the model must be there)."""
     caches = model.new_caches(prompt.shape[0], prompt.shape[1] + new_tokens)
     logits = model(prompt, caches)
     ids = []
-    start = time.perf_counter()
+    start = now(prompt.device)
     for _ in range(new_tokens):
         next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
         ids.append(next_id)
         logits = model(next_id, caches)
-    return time.perf_counter() - start, torch.cat(ids, dim=1)
+    return now(prompt.device) - start, torch.cat(ids, dim=1)
 
 
 def decode_benchmark(variants: dict, prompt, new_tokens: int = 16, repeats: int = 3, bandwidth: float | None = None,
@@ -104,7 +111,7 @@ def accuracy_rows(variants: dict, tokens: torch.Tensor) -> list[dict]:
     from utils.mini_deepseek import next_token_loss
     from utils.copy_task import copy_mask
     copied = copy_mask(tokens)[:, 1:]                                          # (B, T-1)
-    logits = {name: model(tokens) for name, model in variants.items()}
+    logits = {name: model(tokens.to(device_of(model))).to(tokens.device) for name, model in variants.items()}
     base = next(iter(variants))
     top1 = {name: out.argmax(dim=-1)[:, :-1] for name, out in logits.items()}
     rows = []
@@ -131,26 +138,34 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    parser.add_argument("--device", default=None, help="where to decode (default: the CPU; W8A8 runs on the CPU only)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = SMALL if args.small else FULL
-    bandwidth = memory_bandwidth()
-    print(f"threads: {torch.get_num_threads()}; CPU: {torch.backends.cpu.get_cpu_capability()}, "
+    device = device_of(args.device)
+    bandwidth = memory_bandwidth(device=device)
+    print(f"{device}; threads: {torch.get_num_threads()}; CPU: {torch.backends.cpu.get_cpu_capability()}, "
           f"VNNI {'yes' if torch.cpu._is_vnni_supported() else 'no'}; copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s")
     torch.manual_seed(0)
-    variants = build_variants(GPTModel(cfg).eval())
-    prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
+    with torch.device("cpu"):  # the same weights on every device
+        model = GPTModel(cfg)
+    variants = build_variants(model.to(device).eval())
+    prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1), device="cpu").to(device)
     rows = decode_benchmark(variants, prompt, args.new_tokens, args.repeats, bandwidth)
     print(f"\nspeed: {cfg.n_layers} layers, width {cfg.emb_dim}, vocabulary {cfg.vocab_size}; batch 1, prompt 16 tokens, "
           f"{args.new_tokens} decode steps, median of {args.repeats} interleaved runs")
     print(format_rows(rows))
     print("of bandwidth = tokens/s * bytes read per token / copy bandwidth (every weight once; of the embedding table one row)")
-    print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x, W8A8 {rows[2]['speed / float32']:.2f}x float32: {WEIGHT_ONLY_REASON}")
+    if len(rows) > 2:
+        print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x, W8A8 {rows[2]['speed / float32']:.2f}x float32: "
+              f"{WEIGHT_ONLY_REASON}")
+    else:
+        print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x float32 on {device}; W8A8 (fbgemm) runs on x86 CPUs only")
 
     from utils.mini_deepseek import load_checkpoint
     from utils.copy_task import make_batch
-    trained, _ = load_checkpoint()
-    tokens = make_batch(256, generator=torch.Generator().manual_seed(11))
+    trained, _ = load_checkpoint(device=device)
+    tokens = make_batch(256, generator=torch.Generator().manual_seed(11), device=device)
     print(f"\naccuracy: the trained mini DeepSeek, {tokens.numel():,} positions of the copying task, teacher-forced")
     print(format_accuracy(accuracy_rows(build_variants(trained), tokens)))
     print("on positions that are not copied the next token is random and the model's top two are near-ties, "

@@ -2,8 +2,13 @@
 
     .venv/bin/python -m utils.benchmark            # full size: batch 8, 1024 tokens, d 768, 12 heads
     .venv/bin/python -m utils.benchmark --small    # the size notebook 06 uses
+    .venv/bin/python -m utils.benchmark --device cuda   # on a GPU
 
 Absolute times depend on the machine; the ratios to one baseline are what carries over.
+
+Every benchmark of the course reads its clock through `now(device)` (or `timed`), which first waits
+for the device: a GPU runs kernels asynchronously, and a clock read without waiting measures how
+fast Python queued the work, not how long it ran. `device_of` says where a tensor or module lives.
 """
 import argparse
 import statistics
@@ -11,6 +16,38 @@ import time
 
 import torch
 from tqdm.auto import tqdm
+
+
+def device_of(obj=None) -> torch.device:
+    """Where a tensor or a module (its first parameter or buffer) lives; a device name as a
+    torch.device; None, or a module without tensors: the default device (the CPU unless changed)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.device
+    if isinstance(obj, torch.nn.Module):
+        for t in (*obj.parameters(), *obj.buffers()):
+            return t.device
+        return torch.get_default_device()
+    return torch.get_default_device() if obj is None else torch.device(obj)
+
+
+def synchronize(device=None):
+    """Wait until `device` (a device, tensor or module) has finished the work queued on it."""
+    device = device_of(device)
+    if device.type not in ("cpu", "meta"):
+        torch.accelerator.synchronize(device)
+
+
+def now(device=None) -> float:
+    """time.perf_counter() once `device` has finished its queued work: the clock of every benchmark."""
+    synchronize(device)
+    return time.perf_counter()
+
+
+def timed(fn, device=None):
+    """(seconds, fn()) with the device's queued work finished before both clock reads."""
+    start = now(device)
+    out = fn()
+    return now(device) - start, out
 
 
 def expect_same(actual, expected, atol: float, rtol: float, what: str = "outputs"):
@@ -25,8 +62,9 @@ def expect_same(actual, expected, atol: float, rtol: float, what: str = "outputs
 
 
 def compare(functions: dict, x, repeats: int = 5, warmup: int = 1, baseline: str | None = None) -> list[dict]:
-    """Median wall time of each function on x; rounds interleave the functions so that a busy
-    moment of the machine hits all of them alike."""
+    """Median wall time of each function on x (on x's device); rounds interleave the functions so
+    that a busy moment of the machine hits all of them alike."""
+    device = device_of(x)
     times = {name: [] for name in functions}
     with torch.inference_mode():
         for fn in functions.values():
@@ -34,9 +72,7 @@ def compare(functions: dict, x, repeats: int = 5, warmup: int = 1, baseline: str
                 fn(x)
         for _ in tqdm(range(repeats), desc="timing rounds", leave=False):
             for name, fn in functions.items():
-                start = time.perf_counter()
-                fn(x)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(timed(lambda: fn(x), device)[0])
     medians = {name: statistics.median(t) for name, t in times.items()}
     base = medians[baseline or next(iter(functions))]
     return [{"variant": name, "ms": 1e3 * m, "relative": m / base} for name, m in medians.items()]
@@ -49,14 +85,17 @@ def format_rows(rows) -> str:
     return "\n".join(lines)
 
 
-def mha_benchmark(batch=8, tokens=1024, d=768, heads=12, repeats=5, seed=0):
+def mha_benchmark(batch=8, tokens=1024, d=768, heads=12, repeats=5, seed=0, device=None):
     from utils.mha_variants import all_variants
     from utils.multihead import MultiHeadAttention
 
     torch.manual_seed(seed)
-    mha = MultiHeadAttention(d, d, tokens, 0.0, heads).eval()
-    x = torch.randn(batch, tokens, d, generator=torch.Generator().manual_seed(seed))
-    variants = all_variants(mha, tokens)
+    with torch.device("cpu"):  # the same weights and input on every device
+        mha = MultiHeadAttention(d, d, tokens, 0.0, heads).eval()
+    device = device_of(device)
+    mha.to(device)
+    variants = all_variants(mha, tokens)  # built where mha lives
+    x = torch.randn(batch, tokens, d, generator=torch.Generator().manual_seed(seed), device="cpu").to(device)
     with torch.inference_mode():
         reference = mha(x)
         for name, fn in variants.items():
@@ -68,8 +107,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="batch 2, 256 tokens (as in notebook 06)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default=None, help="where to run (default: the CPU)")
     args = parser.parse_args()
     size = dict(batch=2, tokens=256) if args.small else dict(batch=8, tokens=1024)
-    print(f"multi-head attention, d=768, 12 heads, {size}, torch {torch.__version__}, "
+    print(f"multi-head attention, d=768, 12 heads, {size}, torch {torch.__version__}, {device_of(args.device)}, "
           f"{torch.get_num_threads()} threads")
-    print(format_rows(mha_benchmark(**size, repeats=args.repeats)))
+    print(format_rows(mha_benchmark(**size, repeats=args.repeats, device=args.device)))

@@ -146,8 +146,11 @@ def gather_positions(cache: torch.Tensor, indices: torch.Tensor) -> torch.Tensor
 
 def fill_caches(module: SparseMLA, context: int, generator: torch.Generator, batch: int = 1):
     """Caches of `context` positions with the statistics a prefill leaves (RMS-normalised latents,
-    unit rope keys, LayerNorm-ed index keys), for timing decode steps without a long prefill."""
+    unit rope keys, LayerNorm-ed index keys), for timing decode steps without a long prefill.
+    Drawn where the generator lives, then moved to the module's device and dtype."""
     cfg = module.cfg
+    weight = module.wkv_a.weight
     for owner, name, width in ((module, "kv_cache", cfg.kv_lora_rank), (module, "pe_cache", cfg.qk_rope_head_dim),
                                (module.indexer, "k_cache", cfg.index_head_dim)):
-        write_cache(owner, name, torch.randn(batch, context, width, generator=generator), 0, cfg.max_seq_len)
+        drawn = torch.randn(batch, context, width, generator=generator, device=generator.device)
+        write_cache(owner, name, drawn.to(weight.device, weight.dtype), 0, cfg.max_seq_len)

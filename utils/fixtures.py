@@ -18,6 +18,6 @@ _JOURNEY = [
 ]
 
 
-def journey_inputs() -> torch.Tensor:
-    """The (6, 3) float32 input embeddings, a fresh tensor on every call."""
-    return torch.tensor(_JOURNEY, dtype=torch.float32)
+def journey_inputs(device=None) -> torch.Tensor:
+    """The (6, 3) float32 input embeddings, a fresh tensor on every call (on `device`)."""
+    return torch.tensor(_JOURNEY, dtype=torch.float32, device=device)

@@ -12,7 +12,8 @@ from utils.multihead import MultiHeadAttention, MultiHeadAttentionWrapper
 def wrapper_from(mha: MultiHeadAttention, context_length: int) -> MultiHeadAttentionWrapper:
     """A wrapper whose head h holds rows h*hd:(h+1)*hd of mha's projections (no biases)."""
     hd, H = mha.head_dim, mha.num_heads
-    wrapper = MultiHeadAttentionWrapper(mha.W_query.in_features, hd, context_length, 0.0, H)
+    with torch.device(mha.out_proj.weight.device):  # built where mha lives
+        wrapper = MultiHeadAttentionWrapper(mha.W_query.in_features, hd, context_length, 0.0, H)
     for h, head in enumerate(wrapper.heads):
         for name in ("W_query", "W_key", "W_value"):
             getattr(head, name).weight.copy_(getattr(mha, name).weight[h * hd:(h + 1) * hd])
@@ -25,7 +26,8 @@ def torch_mha_from(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     d = mha.out_proj.in_features
     if mha.W_query.in_features != d:
         raise ValueError("nn.MultiheadAttention needs d_in == d_out")
-    torch_mha = nn.MultiheadAttention(d, mha.num_heads, bias=True, batch_first=True)
+    with torch.device(mha.out_proj.weight.device):
+        torch_mha = nn.MultiheadAttention(d, mha.num_heads, bias=True, batch_first=True)
     torch_mha.in_proj_weight.copy_(torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight]))
     torch_mha.in_proj_bias.zero_()
     torch_mha.out_proj.weight.copy_(mha.out_proj.weight)

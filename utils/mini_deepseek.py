@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.benchmark import device_of
 from utils.mla import MLAConfig, MultiHeadLatentAttention
 from utils.moe import MoE, Expert
 from utils.rmsnorm import RMSNorm
@@ -200,10 +201,12 @@ def bytes_read_per_token(model: nn.Module, context: int) -> int:
     return (weights + cache) * size
 
 
-def load_checkpoint(path=None) -> tuple[MiniDeepSeek, MiniDeepSeekConfig]:
-    """The trained mini DeepSeek and its config, in eval mode, from `python -m utils.train_mini`."""
+def load_checkpoint(path=None, device=None) -> tuple[MiniDeepSeek, MiniDeepSeekConfig]:
+    """The trained mini DeepSeek and its config, in eval mode, on `device` (default: the default device),
+    from `python -m utils.train_mini`."""
     ckpt = torch.load(path or CHECKPOINT, map_location="cpu", weights_only=True)
     cfg = MiniDeepSeekConfig(**ckpt["config"])
-    model = MiniDeepSeek(cfg)
+    with torch.device("cpu"):
+        model = MiniDeepSeek(cfg)
     model.load_state_dict(ckpt["model"])
-    return model.eval(), cfg
+    return model.to(device_of(device)).eval(), cfg

@@ -35,13 +35,12 @@ gradients flow through the tokens of the current call only, which is all trainin
 Tests: `.venv/bin/pytest utils/tests/test_mla.py`.
 """
 import contextlib
-import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from utils.benchmark import expect_same
+from utils.benchmark import device_of, expect_same, timed
 from utils.causal import causal_mask
 from utils.rmsnorm import RMSNorm
 from utils.rope import apply_rope
@@ -244,19 +243,25 @@ def prefill_in_chunks(module: nn.Module, x: torch.Tensor, absorb: bool, chunk: i
         module(x[:, start:start + chunk], start, absorb)
 
 
-def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progress=None, module=None) -> list[dict]:
+def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progress=None, module=None,
+                     device=None) -> list[dict]:
     """Median seconds of one decode step (1 new token after `context` cached ones), naive vs absorbed.
 
-    `module` is any MLA with `forward(x, start_pos, absorb)` (a learner's, in notebook 09); by
-    default this file's, with random weights. Each path's cache is filled once, up to the
+    `module` is any MLA with `forward(x, start_pos, absorb)` (a learner's, in notebook 09), timed
+    on its own device; by default this file's, with random weights, built on `device` (default:
+    the default device). Each path's cache is filled once, up to the
     largest context; a step at start_pos=context then reads context + 1 positions. Rounds are
     interleaved so both paths see the same machine load, the median of `repeats` is kept
     (robust to a busy moment), and the two paths' outputs are checked equal at every context.
     """
     torch.manual_seed(seed)
-    mla = (module if module is not None else MultiHeadLatentAttention(cfg)).eval()
+    device = device_of(module if module is not None else device)
+    if module is None:
+        with torch.device(device):
+            module = MultiHeadLatentAttention(cfg)
+    mla = module.eval()
     longest = max(contexts)
-    x = torch.randn(batch, longest + 1, cfg.dim)
+    x = torch.randn(batch, longest + 1, cfg.dim, device=device)
     rows = []
     with torch.no_grad(), one_thread():
         for absorb in (False, True):
@@ -266,9 +271,8 @@ def decode_benchmark(cfg: MLAConfig, contexts, batch=1, repeats=5, seed=0, progr
             times = {False: [], True: []}
             for _ in range(repeats):
                 for absorb in (False, True):
-                    t0 = time.perf_counter()
-                    out = mla(new, context, absorb)
-                    times[absorb].append(time.perf_counter() - t0)
+                    seconds, out = timed(lambda: mla(new, context, absorb), device)
+                    times[absorb].append(seconds)
                     if absorb:
                         expect_same(out, naive_out, atol=1e-4, rtol=1e-3, what=f"absorbed vs naive at {context} tokens")
                     naive_out = out

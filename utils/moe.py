@@ -25,13 +25,12 @@ the top-2 sum with one); ours follows `score_func`, which agrees for the 671B ga
 64 experts, 6 active). Tests: `.venv/bin/pytest utils/tests/test_moe.py`.
 """
 import math
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.benchmark import expect_same
+from utils.benchmark import device_of, expect_same, timed
 from utils.mla import one_thread
 
 
@@ -181,25 +180,26 @@ def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_exper
 
 
 def dispatch_benchmark(tokens=2048, dim=64, moe_inter_dim=32, n_routed_experts=64, n_activated_experts=6,
-                       repeats=3, seed=0, moe=None) -> dict:
+                       repeats=3, seed=0, moe=None, device=None) -> dict:
     """Median seconds of the per-token loop and of the vectorised dispatch, same layer, same input.
 
-    `moe`: any module with `gate`, `experts`, `shared_experts` and a forward (a learner's MoE);
-    by default this file's MoE with the sizes given and one shared expert.
+    `moe`: any module with `gate`, `experts`, `shared_experts` and a forward (a learner's MoE),
+    timed on its own device; by default this file's MoE with the sizes given and one shared
+    expert, built on `device` (default: the default device).
     """
     torch.manual_seed(seed)
+    device = device_of(moe if moe is not None else device)
     if moe is None:
-        moe = MoE(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=1)
+        with torch.device(device):
+            moe = MoE(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=1)
     moe = moe.eval()
-    x = torch.randn(tokens, moe.gate.weight.shape[1])
+    x = torch.randn(tokens, moe.gate.weight.shape[1], device=device)
     times = {"per-token loop": [], "vectorised": []}
     with torch.no_grad(), one_thread():
         expect_same(moe_forward_per_token(moe, x), moe(x), atol=1e-5, rtol=1e-4, what="per-token loop vs vectorised")
         for _ in range(repeats):  # interleaved rounds, so both see the same machine load
             for name, fn in (("per-token loop", lambda: moe_forward_per_token(moe, x)), ("vectorised", lambda: moe(x))):
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(timed(fn, device)[0])
     median = {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
     return {**median, "speedup": median["per-token loop"] / median["vectorised"]}
 

@@ -44,12 +44,11 @@ speed-up they predict, and the bandwidth line; then, on the 8-layer model, the s
 the draft's cost with the draft made 1, 3, 6 and 9 times dearer (`DearerDraft`).
 Tests: `.venv/bin/pytest utils/tests/test_mtp.py`.
 """
-import time
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from utils.benchmark import device_of, now
 from utils.mini_deepseek import CHECKPOINT, Block, MiniDeepSeekConfig, hidden_states
 from utils.rmsnorm import RMSNorm
 
@@ -100,12 +99,13 @@ def make_mtp_modules(cfg: MiniDeepSeekConfig, depth: int = 1) -> nn.ModuleList:
     return nn.ModuleList(MTPModule(cfg, cfg.n_layers + k) for k in range(depth))
 
 
-def load_mtp_modules(path=None) -> nn.ModuleList:
-    """The MTP modules trained with the checkpoint's model (eval mode)."""
+def load_mtp_modules(path=None, device=None) -> nn.ModuleList:
+    """The MTP modules trained with the checkpoint's model (eval mode), on `device` (default: the default device)."""
     ckpt = torch.load(path or CHECKPOINT, map_location="cpu", weights_only=True)
-    modules = make_mtp_modules(MiniDeepSeekConfig(**ckpt["config"]), ckpt["mtp_depth"])
+    with torch.device("cpu"):
+        modules = make_mtp_modules(MiniDeepSeekConfig(**ckpt["config"]), ckpt["mtp_depth"])
     modules.load_state_dict(ckpt["mtp"])
-    return modules.eval()
+    return modules.to(device_of(device)).eval()
 
 
 def _predict(model, h):  # (B, T, dim) -> greedy token ids (B, T)
@@ -165,19 +165,22 @@ def decode_benchmark(model, mtp_module, prompts, max_new_tokens: int, repeats: i
 
     Returns tokens/s of each (best of `repeats` rounds), their ratio, the acceptance rate and
     tokens per forward pass over all prompts, and whether every output equals plain greedy.
+    Runs where the model lives; the prompts are moved there.
     """
+    device = device_of(model)
+    prompts = [p.to(device) for p in prompts]
     best = {"greedy": float("inf"), "speculative": float("inf")}
     identical, drafted, accepted, passes = True, 0, 0, 0
     for r in range(repeats):
         for name in best:
-            t0 = time.perf_counter()
+            t0 = now(device)
             outs = []
             for prompt in prompts:
                 if name == "greedy":
                     outs.append((greedy_generate(model, prompt, max_new_tokens), None))
                 else:
                     outs.append(speculative_generate(model, mtp_module, prompt, max_new_tokens))
-            best[name] = min(best[name], time.perf_counter() - t0)
+            best[name] = min(best[name], now(device) - t0)
             if name == "greedy":
                 reference = [o for o, _ in outs]
             elif r == 0:
@@ -212,7 +215,10 @@ class DearerDraft(nn.Module):
 def step_costs(model: nn.Module, mtp_module: nn.Module, prompt: torch.Tensor, calls: int = 50, rounds: int = 5) -> dict:
     """Seconds per call, best of `rounds` interleaved rounds: a cached main-model pass on 1 and on
     2 tokens ('main1', 'main2') and a draft (module and head) on 1 and on 2 tokens ('draft1',
-    'draft2'), all at the position after `prompt` (batch 1), with their head's argmax included."""
+    'draft2'), all at the position after `prompt` (batch 1), with their head's argmax included;
+    on the model's device (the prompt is moved there)."""
+    device = device_of(model)
+    prompt = prompt.to(device)
     T = prompt.shape[1]
     h = hidden_states(model, prompt, 0, absorb=True)  # prefill both caches
     mtp_module(h, model.embed(prompt), 0)
@@ -225,10 +231,10 @@ def step_costs(model: nn.Module, mtp_module: nn.Module, prompt: torch.Tensor, ca
     for _ in range(rounds):
         for name, f in work.items():
             f()  # rewrites the same cache positions: every call does the same work
-            start = time.perf_counter()
+            start = now(device)
             for _ in range(calls):
                 f()
-            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+            best[name] = min(best[name], (now(device) - start) / calls)
     return best
 
 

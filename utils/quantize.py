@@ -19,7 +19,10 @@ Conventions (CURRICULUM.md in the repository root, section 11):
 - Int8WeightOnlyLinear calls `torch._weight_int8pack_mm(x_bf16, w_int8, scale_bf16)`, PyTorch's
   int8 weight-only matmul: the int8 weight is read as is, never expanded into a float copy of the
   whole matrix, but each weight is widened to float and multiplied in float, so on a CPU the
-  kernel is bound by that arithmetic rather than by the bytes it reads.
+  kernel is bound by that arithmetic rather than by the bytes it reads. Where torch has no such
+  kernel for the layer's device, the layer computes (x @ q^T) * scale, which widens the weight.
+- Every function follows the device of its input; `from_linear` builds the layer where the
+  nn.Linear lives.
 """
 import torch
 from torch import nn
@@ -92,31 +95,39 @@ def fp8_activation_dequantize(x_fp8: torch.Tensor, scale: torch.Tensor) -> torch
     return (x_fp8.float().unflatten(-1, (-1, b)) * scale.unsqueeze(-1)).flatten(-2)
 
 
-def fp8_e4m3_grid() -> torch.Tensor:
+def fp8_e4m3_grid(device=None) -> torch.Tensor:
     """Every finite value float8_e4m3fn can hold, sorted (253 distinct numbers, 0 counted once)."""
-    every = torch.arange(256, dtype=torch.uint8).view(FP8).float()
+    every = torch.arange(256, dtype=torch.uint8, device=device).view(FP8).float()
     return torch.unique(every[every.isfinite()])
 
 
 # int8 weight-only linear -----------------------------------------------------------------
+def has_int8pack_mm(device) -> bool:
+    """Whether torch has a `_weight_int8pack_mm` kernel for this device (the CPU does; others vary)."""
+    key = {"cpu": "CPU", "cuda": "CUDA", "meta": "Meta", "mps": "MPS", "xpu": "XPU"}.get(torch.device(device).type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key("aten::_weight_int8pack_mm", key)
+
+
 class Int8WeightOnlyLinear(nn.Module):
     """y = x W^T + b with W stored as int8 (out, in) and one float scale per output channel.
 
     The forward runs `torch._weight_int8pack_mm` on bfloat16 activations when in_features is a
     multiple of 16 (on AVX-512 that kernel steps K by 16: other sizes crash it or give wrong numbers
-    without an error); other sizes fall back to (x @ q^T) * scale, which is exact but slow.
+    without an error) on a device torch has it for; otherwise it computes (x @ q^T) * scale, which
+    is exact but slow.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("scale", torch.ones(out_features))                    # (out,)
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=device))
+        self.register_buffer("scale", torch.ones(out_features, device=device))                    # (out,)
+        self.register_buffer("bias", torch.zeros(out_features, device=device) if bias else None)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Int8WeightOnlyLinear":
-        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        """The layer, built where `linear` lives."""
+        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device=linear.weight.device)
         q, scale = absmax_quantize(linear.weight.detach(), dim=-1)             # (out, in), (out, 1)
         layer.weight.copy_(q)
         layer.scale.copy_(scale.squeeze(-1))
@@ -127,7 +138,8 @@ class Int8WeightOnlyLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, self.in_features)                                    # (M, in)
-        if self.in_features % 16 == 0:  # AVX-512 steps K by 16: K = 24 or 40 gives wrong numbers, no error
+        # AVX-512 steps K by 16: K = 24 or 40 gives wrong numbers, no error
+        if self.in_features % 16 == 0 and has_int8pack_mm(x.device):
             y = torch._weight_int8pack_mm(x2.to(torch.bfloat16).contiguous(), self.weight,
                                           self.scale.to(torch.bfloat16)).to(x.dtype)
         else:

@@ -26,32 +26,33 @@ from utils.causal import causal_mask
 from utils.multihead import merge_heads, split_heads
 
 
-def sinusoidal_positions(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """(T, d_model): PE[t, 2i] = sin(t / base^(2i/d)), PE[t, 2i+1] = cos(t / base^(2i/d))."""
+def sinusoidal_positions(num_positions: int, d_model: int, base: float = 10000.0, device=None) -> torch.Tensor:
+    """(T, d_model) on `device`: PE[t, 2i] = sin(t / base^(2i/d)), PE[t, 2i+1] = cos(t / base^(2i/d))."""
     if d_model % 2:
         raise ValueError(f"d_model={d_model} must be even: sin and cos come in pairs")
-    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
-    angles = torch.arange(num_positions, dtype=torch.float32)[:, None] * inv_freq  # (T, d/2)
-    pe = torch.empty(num_positions, d_model)
+    inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32, device=device) / d_model)  # (d/2,)
+    angles = torch.arange(num_positions, dtype=torch.float32, device=device)[:, None] * inv_freq  # (T, d/2)
+    pe = torch.empty(num_positions, d_model, device=device)
     pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
     return pe
 
 
-def rope_inverse_frequencies(head_dim: int, theta: float = 10000.0) -> torch.Tensor:
+def rope_inverse_frequencies(head_dim: int, theta: float = 10000.0, device=None) -> torch.Tensor:
     """(hd/2,): theta^(-2i/hd), from 1 radian per position down to about 1/theta."""
     if head_dim % 2:
         raise ValueError(f"head_dim={head_dim} must be even: RoPE rotates pairs of coordinates")
-    return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    return theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> torch.Tensor:
     """(T, hd/2): the angle of pair i at position t is t * theta^(-2i/hd)."""
-    inv_freq = rope_inverse_frequencies(head_dim, theta).to(positions.device)
+    inv_freq = rope_inverse_frequencies(head_dim, theta, device=positions.device)
     return positions.to(torch.float32)[..., None] * inv_freq
 
 
 def yarn_inverse_frequencies(head_dim: int, theta: float = 10000.0, factor: float = 40.0,
-                             original_seq_len: int = 4096, beta_fast: int = 32, beta_slow: int = 1) -> torch.Tensor:
+                             original_seq_len: int = 4096, beta_fast: int = 32, beta_slow: int = 1,
+                             device=None) -> torch.Tensor:
     """(hd/2,): YaRN's frequencies, as DeepSeek-V3's `precompute_freqs_cis` computes them when
     max_seq_len > original_seq_len (Peng et al., 2023, "YaRN").
 
@@ -64,8 +65,8 @@ def yarn_inverse_frequencies(head_dim: int, theta: float = 10000.0, factor: floa
 
     low = max(math.floor(pair_turning(beta_fast)), 0)
     high = min(math.ceil(pair_turning(beta_slow)), head_dim - 1)
-    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / max(high - low, 1e-3)).clamp(0, 1)
-    inv_freq = rope_inverse_frequencies(head_dim, theta)
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32, device=device) - low) / max(high - low, 1e-3)).clamp(0, 1)
+    inv_freq = rope_inverse_frequencies(head_dim, theta, device)
     return inv_freq * (1 - ramp) + inv_freq / factor * ramp
 
 

@@ -14,11 +14,20 @@ import math
 import torch
 
 
+def _draw_on(generator, device):
+    """Random numbers are drawn where the generator lives (a CPU generator gives the same numbers
+    whatever the device) and then moved to `device`, by default the generator's (else the default)."""
+    drawn = generator.device if generator is not None else device
+    return drawn, device if device is not None else drawn
+
+
 def dot_product_variance(d: int, n_trials: int = 10_000, scaled: bool = False,
-                         generator: torch.Generator | None = None) -> float:
-    """Empirical variance of q · k for q, k ~ N(0, I_d): about d, or about 1 when `scaled`."""
-    q = torch.randn(n_trials, d, generator=generator)  # (n_trials, d)
-    k = torch.randn(n_trials, d, generator=generator)
+                         generator: torch.Generator | None = None, device=None) -> float:
+    """Empirical variance of q · k for q, k ~ N(0, I_d): about d, or about 1 when `scaled`; computed
+    on `device` (by default the generator's)."""
+    drawn, device = _draw_on(generator, device)
+    q = torch.randn(n_trials, d, generator=generator, device=drawn).to(device)  # (n_trials, d)
+    k = torch.randn(n_trials, d, generator=generator, device=drawn).to(device)
     dots = (q * k).sum(dim=-1)  # (n_trials,): one dot product per trial
     if scaled:
         dots = dots / math.sqrt(d)
@@ -54,12 +63,14 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 
 def random_scores(d: int, n_queries: int = 256, n_keys: int = 16, scaled: bool = False,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
-    """Scores of random queries against random keys, N(0, I_d) each: (n_queries, n_keys).
+                  generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+    """Scores of random queries against random keys, N(0, I_d) each: (n_queries, n_keys), on
+    `device` (by default the generator's).
 
     The figures of notebook 03 use them to show what growing d does to a softmax row.
     """
-    q = torch.randn(n_queries, d, generator=generator)
-    k = torch.randn(n_keys, d, generator=generator)
+    drawn, device = _draw_on(generator, device)
+    q = torch.randn(n_queries, d, generator=generator, device=drawn).to(device)
+    k = torch.randn(n_keys, d, generator=generator, device=drawn).to(device)
     scores = q @ k.T
     return scores / math.sqrt(d) if scaled else scores

@@ -114,7 +114,10 @@ class WindowedLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
     def new_caches(self, batch_size, cache_cls=RollingKVCache):
-        return [cache_cls(batch_size, layer.window, layer.num_heads, layer.head_dim) for layer in self.layers]
+        """One empty cache per layer, with the model's dtype and device."""
+        w = self.emb.weight
+        return [cache_cls(batch_size, layer.window, layer.num_heads, layer.head_dim, dtype=w.dtype, device=w.device)
+                for layer in self.layers]
 
     def forward(self, idx, caches=None):  # (B, T) -> (B, T, vocab)
         x = self.emb(idx)

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from utils.benchmark import device_of
 from utils.copy_task import BOS, SEP, SEQ_LEN, copy_mask, copy_prompts, make_batch  # noqa: F401 (re-exported)
 from utils.mini_deepseek import CHECKPOINT, MiniDeepSeek, MiniDeepSeekConfig, moe_layers, next_token_loss
 from utils.moe import update_expert_bias
@@ -46,7 +47,7 @@ class ExpertCounter:
 
     def __init__(self, modules):
         self.layers = [m for m in modules for m in moe_layers(m)]
-        self.counts = [torch.zeros(m.n_routed_experts) for m in self.layers]
+        self.counts = [torch.zeros(m.n_routed_experts, device=m.gate.weight.device) for m in self.layers]
         self.hooks = [m.gate.register_forward_hook(self._hook(i)) for i, m in enumerate(self.layers)]
 
     def _hook(self, i):
@@ -76,8 +77,12 @@ def learning_rate(step: int, steps: int, lr: float) -> float:
 
 def train(model, mtp_modules=None, steps: int = 500, batch_size: int = 32, lr: float = 5e-3, lam: float = 0.3,
           gamma: float = 0.01, seed: int = 0, progress=None) -> dict:
-    """Train in place; returns the per-step losses ('loss', 'next_token', 'mtp')."""
+    """Train in place, on the model's device; returns the per-step losses ('loss', 'next_token', 'mtp').
+
+    The batches come from a CPU generator and are moved to the model's device, so every device
+    trains on the same sequences."""
     mtp_modules = mtp_modules if mtp_modules is not None else []
+    device = device_of(model)
     g = torch.Generator().manual_seed(seed)
     params = [p for m in [model, *mtp_modules] for p in m.parameters() if p.requires_grad]  # not the gate biases
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
@@ -88,10 +93,10 @@ def train(model, mtp_modules=None, steps: int = 500, batch_size: int = 32, lr: f
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, steps, lr)
-        tokens = make_batch(batch_size, SEQ_LEN, g, model.cfg.vocab_size)
+        tokens = make_batch(batch_size, SEQ_LEN, g, model.cfg.vocab_size, device=device)
         logits, mtp_logits = mtp_forward(model, mtp_modules, tokens)
         main = next_token_loss(logits, tokens)
-        extra = mtp_loss(mtp_logits, tokens, lam) if mtp_modules else torch.zeros(())
+        extra = mtp_loss(mtp_logits, tokens, lam) if mtp_modules else torch.zeros((), device=device)
         loss = main + extra
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -112,7 +117,8 @@ def train(model, mtp_modules=None, steps: int = 500, batch_size: int = 32, lr: f
 
 def evaluate(model, mtp_modules, seed: int = 1, batch_size: int = 256) -> dict:
     """Losses and copy accuracy on a held-out batch (its own seed)."""
-    tokens = make_batch(batch_size, SEQ_LEN, torch.Generator().manual_seed(seed), model.cfg.vocab_size)
+    tokens = make_batch(batch_size, SEQ_LEN, torch.Generator().manual_seed(seed), model.cfg.vocab_size,
+                        device=device_of(model))
     with torch.no_grad():
         logits, mtp_logits = mtp_forward(model, mtp_modules, tokens)
         mask = copy_mask(tokens)[:, 1:]

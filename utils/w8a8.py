@@ -16,6 +16,9 @@ computed from that call's input: "dynamic"), multiplies in int8 and returns floa
 PyTorch marks its quantized tensor types deprecated in favour of torchao
 (pytorch/pytorch#184982); they are still the fast int8 path on x86 CPUs of the pinned torch, and
 the deprecation warning is silenced where the packed weight is built.
+
+fbgemm runs on x86 CPUs only: a W8A8Linear lives on the CPU, and building one from a layer on
+another device, or calling it on a tensor there, raises a ValueError that says so.
 """
 import warnings
 
@@ -32,9 +35,17 @@ def reduce_range() -> bool:
     return not torch.cpu._is_vnni_supported()
 
 
+def _require_cpu(t: torch.Tensor, what: str):
+    if t.device.type != "cpu":
+        raise ValueError(f"W8A8Linear runs on fbgemm, PyTorch's int8 backend for x86 CPUs, so it is CPU-only; "
+                         f"{what} is on {t.device}. On another device use utils.quantize.Int8WeightOnlyLinear, "
+                         f"or move the model to the CPU first")
+
+
 def _pack(q: torch.Tensor, scale: torch.Tensor):
     """fbgemm's prepacked weight from int8 q (out, in) and one float scale per output channel."""
-    zero_points = torch.zeros(q.shape[0], dtype=torch.long)
+    _require_cpu(q, "the int8 weight")
+    zero_points = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
         qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero_points, 0)
@@ -54,14 +65,16 @@ class W8A8Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("scale", torch.ones(out_features))                    # (out,)
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        cpu = torch.device("cpu")                                                 # fbgemm's only device
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8, device=cpu))
+        self.register_buffer("scale", torch.ones(out_features, device=cpu))                    # (out,)
+        self.register_buffer("bias", torch.zeros(out_features, device=cpu) if bias else None)
         self.reduce_range = reduce_range()
         self._packed = None                                                     # built by pack()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "W8A8Linear":
+        _require_cpu(linear.weight, "the nn.Linear to quantize")
         layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
         # the weights and scales of notebook 11's weight-only layer: only the forward differs
         layer.load_state_dict(Int8WeightOnlyLinear.from_linear(linear).state_dict())
@@ -73,6 +86,7 @@ class W8A8Linear(nn.Module):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _require_cpu(x, "the input")
         if self._packed is None:
             self.pack()
         x = x.float()

@@ -81,5 +81,5 @@ def test_full_cache_and_rolling_cache_agree_within_the_window():
     torch.manual_seed(0)
     model = WindowedLM(vocab_size=30, window=64).eval()
     idx = torch.randint(0, 30, (1, 10))
-    full = generate(model, idx, 5, cache_cls=lambda b, w, h, d: KVCache(b, 64, h, d))
+    full = generate(model, idx, 5, cache_cls=lambda b, w, h, d, **kw: KVCache(b, 64, h, d, **kw))
     assert torch.equal(full, generate(model, idx, 5))
