@@ -320,14 +320,16 @@ print(f"int8 scaled to 448 steps by {int8_step:.2f} everywhere; FP8's step is co
 # at an outlier factor of 1. But FP8 still needs a scale: the cell
 # below converts a few small values. 0.001 lies below the smallest subnormal, $2^{-9}$ = 0.00195,
 # and rounds up to it (it is above half of it), almost doubling; $2^{-10}$ and anything below it become 0;
-# and values above 448 do not fit at all (the cell shows what PyTorch's conversion made of 500). So FP8 also divides by a scale first, $s = \max|x| / 448$.
+# and values above 448 do not fit at all. e4m3 has no infinity, and what a bare cast makes of 500 depends
+# on the PyTorch release (448 from 2.13 on, NaN in 2.12 and earlier: pytorch/pytorch#178817), so the cell
+# clamps to $\pm 448$ first, as the course's quantizers and DeepSeek's do. So FP8 also divides by a scale first, $s = \max|x| / 448$.
 #
-# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。在最大值附近情况正好相反：最后一行打印出 FP8 的步长从哪里开始比 int8 的均匀步长更粗。对没有离群值的数据，大部分数值以及大部分舍入误差都落在最大值的这个倍数之内，用 absmax scale 的 int8 比 FP8 舍入得更细：练习 5 的表格在离群倍数为 1 时显示的正是这一点。但 FP8 仍然需要 scale：下面的单元格转换了几个很小的值。0.001 低于最小的次正规数 $2^{-9}$ = 0.00195，并向上舍入到它（因为它大于它的一半），几乎变成了两倍；$2^{-10}$ 以及比它更小的值都变成 0；而大于 448 的值根本放不下（单元格显示了 PyTorch 的转换把 500 变成了什么）。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
+# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。在最大值附近情况正好相反：最后一行打印出 FP8 的步长从哪里开始比 int8 的均匀步长更粗。对没有离群值的数据，大部分数值以及大部分舍入误差都落在最大值的这个倍数之内，用 absmax scale 的 int8 比 FP8 舍入得更细：练习 5 的表格在离群倍数为 1 时显示的正是这一点。但 FP8 仍然需要 scale：下面的单元格转换了几个很小的值。0.001 低于最小的次正规数 $2^{-9}$ = 0.00195，并向上舍入到它（因为它大于它的一半），几乎变成了两倍；$2^{-10}$ 以及比它更小的值都变成 0；而大于 448 的值根本放不下。e4m3 没有无穷大，直接转换会把 500 变成什么取决于 PyTorch 的版本（2.13 起为 448，2.12 及更早为 NaN：pytorch/pytorch#178817），所以单元格先限制（clamp）到 $\pm 448$，与本课程和 DeepSeek 的量化函数一样。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
 
 # %%
 small = torch.tensor([0.001, 0.0009, 2 ** -10, 0.002, 0.1, 500.0])
 print("value        ", "  ".join(f"{v:9.6g}" for v in small.tolist()))
-print("in e4m3      ", "  ".join(f"{v:9.6g}" for v in small.to(torch.float8_e4m3fn).float().tolist()))
+print("in e4m3      ", "  ".join(f"{v:9.6g}" for v in small.clamp(-448, 448).to(torch.float8_e4m3fn).float().tolist()))
 print(f"smallest subnormal 2^-9 = {2 ** -9:.6g}; largest finite value {torch.finfo(torch.float8_e4m3fn).max:.0f}")
 
 # %% [markdown]
