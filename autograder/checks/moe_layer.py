@@ -89,5 +89,5 @@ def check_gate_gradient(MoE, moe, reference, x):
     want = gate_grad(reference, x, probe)
     expect(got is not None and torch.allclose(got, want, atol=1e-5, rtol=1e-4),
            "No gradient (or a wrong one) reaches the gate through the routing weights: keep the weights in the graph (no .detach(), .item() or torch.no_grad() in forward).",
-           "没有梯度（或梯度不对）通过路由权重传到门控：让权重留在计算图中（forward 中不要用 .detach()、.item() 或 torch.no_grad()）。",
+           "没有梯度（或梯度不对）通过路由权重传到路由门控：让权重留在计算图中（forward 中不要用 .detach()、.item() 或 torch.no_grad()）。",
            "no gradient" if got is None else f"largest difference {float((got - want).abs().max()):.3g}")

@@ -73,7 +73,7 @@ GATE_MISTAKES = {
     "group max": ("With sigmoid scores a group's score is the sum of its top-2 biased expert scores, not the max.",
                   "对 sigmoid 分数，一个组的分数是组内最高两个带偏置分数之和，而不是最大值。"),
     "group top-2 sum": ("With score_func='softmax' a group's score is its highest expert score, not the sum of its top two: the course keys the rule to the score function, while DeepSeek-V3's code keys it to whether the gate has a bias, and every gate here has one.",
-                        "当 score_func='softmax' 时，一个组的分数是组内最高的专家分数，而不是最高两个之和：本课程按分数函数决定规则，而 DeepSeek-V3 的代码按门控有没有偏置来决定，这里每个门控都有偏置。"),
+                        "当 score_func='softmax' 时，一个组的分数是组内最高的专家分数，而不是最高两个之和：本课程按分数函数决定规则，而 DeepSeek-V3 的代码按路由门控有没有偏置来决定，这里每个路由门控都有偏置。"),
     "groups ignored": ("Tokens were routed to groups that were not chosen: mask every expert outside the n_limited_groups best groups with -inf before the top-k (a mask of zeros is not enough, biased scores can be negative).",
                        "词元被路由到了未被选中的组：在 top-k 之前，用 -inf 屏蔽最好的 n_limited_groups 个组之外的所有专家（用 0 屏蔽不够，带偏置的分数可能为负）。"),
     "bias ignored": ("The bias must be added to the scores used to choose experts (scores + bias for the top-k).",

@@ -147,7 +147,7 @@ def _gate_result(Gate, args, x, grad=False):
     params = dict(gate.named_parameters())
     expect("weight" in params and "bias" in params,
            "Gate needs two parameters, weight (n_routed_experts, dim) and bias (n_routed_experts,), as DeepSeek-V3's gate.",
-           "Gate 需要两个参数：weight (n_routed_experts, dim) 和 bias (n_routed_experts,)，与 DeepSeek-V3 的门控一致。",
+           "Gate 需要两个参数：weight (n_routed_experts, dim) 和 bias (n_routed_experts,)，与 DeepSeek-V3 的路由门控一致。",
            f"parameters: {sorted(params)}")
     state = gate_state(ref.Gate(dim, E, k, groups, limited, func, scale), seed)
     load_state(gate, state, "Gate")
@@ -258,7 +258,7 @@ def check_MoE(MoE):
         (routed, "The shared experts are left out: add shared_experts(x) to the routed output for every token.",
          "漏掉了共享专家：对每个词元，把 shared_experts(x) 加到路由输出上。"),
     ], "MoE's output is wrong: for each token, sum its k experts' outputs times the gate's weights, plus the shared experts.",
-        "MoE 的输出不对：对每个词元，把它的 k 个专家的输出乘以门控权重后求和，再加上共享专家。")
+        "MoE 的输出不对：对每个词元，把它的 k 个专家的输出乘以路由门控权重后求和，再加上共享专家。")
     check_sparse(MoE, moe)
     check_layouts(MoE, moe, x, want)
     check_gate_gradient(MoE, moe, reference, x)
@@ -285,18 +285,18 @@ def check_moe_parameter_counts(moe_parameter_counts):
         total, active = want
         for pair, en, zh in (
             ((total - gate, active - gate), "The gate is part of the layer: count its weight (n_routed_experts x dim) and its bias (n_routed_experts).",
-             "门控是层的一部分：计入它的 weight（n_routed_experts x dim）和 bias（n_routed_experts）。"),
-            ((total - E, active - E), "The gate's bias (n_routed_experts numbers) is a parameter too: count it.", "门控的偏置（n_routed_experts 个数）也是参数：要计入。"),
-            ((total, active - gate), "The gate scores every expert for every token: count the whole gate as active.", "门控要为每个词元给每个专家打分：整个门控都算作激活参数。"),
+             "路由门控是层的一部分：计入它的 weight（n_routed_experts x dim）和 bias（n_routed_experts）。"),
+            ((total - E, active - E), "The gate's bias (n_routed_experts numbers) is a parameter too: count it.", "路由门控的偏置（n_routed_experts 个数）也是参数：要计入。"),
+            ((total, active - gate), "The gate scores every expert for every token: count the whole gate as active.", "路由门控要为每个词元给每个专家打分：整个路由门控都算作激活参数。"),
             ((total - shared * expert, active - shared * expert), "Shared experts count in both numbers: every token uses them.", "共享专家在两个数中都要计入：每个词元都会用到它们。"),
             ((total, active - shared * expert), "Shared experts are active for every token: add them to the active count.", "共享专家对每个词元都是激活的：把它们加到激活数中。"),
             ((total, total), "Active counts only the experts a token uses: n_activated_experts routed ones plus the shared ones (and the gate).",
-             "激活参数只计一个词元用到的专家：n_activated_experts 个路由专家加上共享专家（以及门控）。"),
+             "激活参数只计一个词元用到的专家：n_activated_experts 个路由专家加上共享专家（以及路由门控）。"),
             ((total - (E + shared) * dim * inter, active - (k + shared) * dim * inter), "An expert has three matrices of dim x moe_inter_dim (w1, w2, w3).",
              "一个专家有三个 dim x moe_inter_dim 矩阵（w1、w2、w3）。"),
         ):
             if tuple(got) == pair:
                 fail(en, zh, f"got {tuple(got)}, expected {want}")
         fail(f"moe_parameter_counts{args} is wrong: total = (routed + shared) experts x 3 x dim x moe_inter_dim + the gate; active = (activated + shared) experts + the gate.",
-             f"moe_parameter_counts{args} 不对：total = (路由 + 共享) 专家数 x 3 x dim x moe_inter_dim + 门控；active = (激活 + 共享) 专家数 + 门控。",
+             f"moe_parameter_counts{args} 不对：total = (路由 + 共享) 专家数 x 3 x dim x moe_inter_dim + 路由门控；active = (激活 + 共享) 专家数 + 路由门控。",
              f"got {tuple(got)}, expected {want}")

@@ -34,7 +34,7 @@ def bf16_input(shape, seed):
 def expect_int8(q, who):
     expect_tensor(q, f"{who}'s q", f"{who} 的 q")
     expect(q.dtype == torch.int8, f"{who} must return q as torch.int8 (.to(torch.int8) after rounding and clamping).",
-           f"{who} 返回的 q 必须是 torch.int8（取整并截断到范围后再 .to(torch.int8)）。", f"dtype {q.dtype}")
+           f"{who} 返回的 q 必须是 torch.int8（取整并限制（clamp）到范围后再 .to(torch.int8)）。", f"dtype {q.dtype}")
 
 
 def expect_rounded(q, x, scale, who, share=0.05):
@@ -48,7 +48,7 @@ def expect_rounded(q, x, scale, who, share=0.05):
     off = (qd - ratio.round().clamp(-127, 127)).abs()
     expect(off.max() <= 1 and (off > 0).float().mean() <= share,
            f"{who}'s q must be round(x / scale), clamped to [-127, 127].",
-           f"{who} 的 q 必须是 round(x / scale)，并截断到 [-127, 127]。", f"largest difference {float(off.max())}, "
+           f"{who} 的 q 必须是 round(x / scale)，并限制（clamp）到 [-127, 127]。", f"largest difference {float(off.max())}, "
            f"{float((off > 0).float().mean()):.1%} of the values differ")
 
 
@@ -160,7 +160,7 @@ class NaNWatch(TorchFunctionMode):
 def zero_message(who, what_en, what_zh):
     return (f"{who} turns an all-zero {what_en} into NaN: its amax is 0, so x / scale is 0 / 0. Clamp amax to a small floor before dividing "
             f"(amax.clamp(min=1e-4), as DeepSeek's act_quant does), so that the {what_en} gets q = 0.",
-            f"{who} 把全零的{what_zh}变成了 NaN：它的 amax 为 0，x / scale 就是 0 / 0。请在相除之前把 amax 截断到一个小的下限"
+            f"{who} 把全零的{what_zh}变成了 NaN：它的 amax 为 0，x / scale 就是 0 / 0。请在相除之前把 amax 限制（clamp）到一个小的下限"
             f"（amax.clamp(min=1e-4)，DeepSeek 的 act_quant 就是这样做的），让这个{what_zh}得到 q = 0。")
 
 
