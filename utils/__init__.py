@@ -34,6 +34,8 @@ learner's code with these kernels.
     utils.bench_sparse  `python -m utils.bench_sparse`: dense absorbed MLA vs indexer + top-k, one decode step (13)
     utils.flash_attention  online softmax, tiled forward and backward, the FlashAttention autograd Function (14)
     utils.bench_flash  `python -m utils.bench_flash`: peak memory and time of naive, tiled and SDPA attention (14)
+    utils.flash_triton  Triton kernels: row softmax, FlashAttention-2 forward with lse, TritonFlashAttention (15; needs `make triton`)
+    utils.bench_triton  `python -m utils.bench_triton`: on a GPU, the kernel against the tiled forward and SDPA, time and TFLOP/s (15)
     utils.plots       attention heatmaps and other course figures
     utils.device_checks  each kernel on a device against the CPU; stray CPU tensors made visible on meta
     utils.device_report  `python -m utils.device_report --device cuda`: every kernel and the benchmarks of 06-14 on a device

@@ -201,6 +201,51 @@ def _flash_strided(Q, K, V, O, LSE, T_q, T_k, scale, sq, sk, sv, so, H, CAUSAL: 
     tl.store(LSE + (b * H + h) * T_q + rows, m + tl.log(l), mask=rows < T_q)
 
 
+@triton.jit
+def _flash_descriptors(Q, K, V, O, LSE, T_q, T_k, scale, CAUSAL: tl.constexpr, D: tl.constexpr,
+                       BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tensor descriptors (what replaced block pointers in Triton 3.9): a tile is loaded by its
+    coordinates, and the rows or keys past the end come back as zeros without a mask."""
+    tile, bh = tl.program_id(0), tl.program_id(1)
+    q_desc = tl.make_tensor_descriptor(Q + bh * T_q * D, shape=[T_q, D], strides=[D, 1], block_shape=[BLOCK_Q, D])
+    k_desc = tl.make_tensor_descriptor(K + bh * T_k * D, shape=[T_k, D], strides=[D, 1], block_shape=[BLOCK_K, D])
+    v_desc = tl.make_tensor_descriptor(V + bh * T_k * D, shape=[T_k, D], strides=[D, 1], block_shape=[BLOCK_K, D])
+    o_desc = tl.make_tensor_descriptor(O + bh * T_q * D, shape=[T_q, D], strides=[D, 1], block_shape=[BLOCK_Q, D])
+    rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    q = q_desc.load([tile * BLOCK_Q, 0])
+    m = tl.full([BLOCK_Q], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_Q], tl.float32)
+    acc = tl.zeros([BLOCK_Q, D], tl.float32)
+    offset = T_k - T_q
+    end = T_k
+    if CAUSAL:
+        end = tl.minimum(T_k, (tile + 1) * BLOCK_Q + offset)
+    for start in range(0, end, BLOCK_K):
+        keys = start + tl.arange(0, BLOCK_K)
+        k = k_desc.load([start, 0])
+        v = v_desc.load([start, 0])
+        s = tl.dot(q, tl.trans(k)) * scale
+        seen = keys[None, :] < T_k
+        if CAUSAL:
+            seen = seen & (keys[None, :] <= rows[:, None] + offset)
+        s = tl.where(seen, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    o_desc.store([tile * BLOCK_Q, 0], (acc / l[:, None]).to(O.dtype.element_ty))
+    tl.store(LSE + bh * T_q + rows, m + tl.log(l), mask=rows < T_q)
+
+def _flash_with_descriptors(q, k, v, causal=False, block_q=64, block_k=64):
+    (B, H, T_q, D), T_k = q.shape, k.shape[2]
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q); lse = torch.empty(B, H, T_q)
+    _flash_descriptors[(triton.cdiv(T_q, block_q), B * H)](q, k, v, out, lse, T_q, T_k, D ** -0.5, CAUSAL=causal, D=D, BLOCK_Q=block_q, BLOCK_K=block_k)
+    return out, lse
+
+
 def _flash_with(lse_dtype=None, fixed_blocks=None, **switches):
     def triton_flash_attention_forward(q, k, v, causal=False, block_q=64, block_k=64):
         (B, H, T_q, D), T_k = q.shape, k.shape[2]
@@ -377,7 +422,9 @@ RIGHT = {
                                 {"softmax_rows_kernel": _softmax_strided, "triton_softmax": _softmax_any_strides}},
     "flash_forward_kernel": {"exp2 with log2(e), lse back to natural": _flash_with(EXP2=1),
                              "strides, a 3-d grid, two stages, p in float32":
-                                 {"flash_forward_kernel": _flash_strided, "triton_flash_attention_forward": _flash_any_strides}},
+                                 {"flash_forward_kernel": _flash_strided, "triton_flash_attention_forward": _flash_any_strides},
+                             "tensor descriptors instead of offsets":
+                                 {"flash_forward_kernel": _flash_descriptors, "triton_flash_attention_forward": _flash_with_descriptors}},
     "TritonFlashAttention": {"the model answer's shape": _function(),
                              "lse kept as a ctx attribute": _function(keep="lse on ctx"),
                              "backward in tiles of 32": _function(backward=_backward_tiles_of_32)},
