@@ -200,6 +200,8 @@ def _expect_forward(layer, linear, d_in, seed, who):
 
 def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
     who = "Int8WeightOnlyLinear"
+    big = il.make_linear(il.BIG, il.BIG, True, 122)  # float32 64 MB: more than a CPU's last-level cache
+    course = ref.Int8WeightOnlyLinear.from_linear(big)  # this processor's int8 kernel as the course calls it, built before the rule blocks the class
     with own_work(Int8WeightOnlyLinear, who), course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
         try:  # the notebook's constructor; another signature is fine, wrapping the course's class is not
             Int8WeightOnlyLinear(64, 48)
@@ -219,7 +221,6 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
             expect(not hidden, f"{who} keeps a floating-point copy of the whole weight outside the layer (a class attribute or a container of the notebook): keep only the int8 weight and its scales, in the layer.",
                    f"{who} 在层之外（类属性或笔记本中的容器里）保留了整个权重的浮点副本：只在层中保留 int8 权重和它的 scale。", f"found in {hidden}")
             _expect_forward(layer, linear, d_in, seed + 10, who)
-        big = il.make_linear(il.BIG, il.BIG, True, 122)  # float32 64 MB: more than a CPU's last-level cache
         fast = call(Int8WeightOnlyLinear.from_linear, big, name=f"{who}.from_linear")
         x = randn(1, il.BIG, seed=123)
         with torch.no_grad(), il.FloatsAsLargeAsTheWeight(il.BIG * il.BIG // 2) as seen:
@@ -227,7 +228,6 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
         expect(not seen.found, f"{who}'s forward dequantizes the whole weight at every call (it builds a float tensor as large as the weight), which reads more memory than the float32 layer: multiply with the int8 weight directly (torch._weight_int8pack_mm on bfloat16 activations).",
                f"{who} 的 forward 每次调用都把整个权重反量化（构造了与权重一样大的浮点张量），读取的内存比 float32 层还多：请直接用 int8 权重做乘法（对 bfloat16 激活调用 torch._weight_int8pack_mm）。",
                f"float tensors made: {seen.found[:3]}")
-        course = ref.Int8WeightOnlyLinear.from_linear(big)  # this processor's int8 kernel, as the course calls it
         for rounds in (10, 30):  # a second, longer try before calling it slow
             t_int8, t_float, t_course = il.best_times(fast, (big, course), x, rounds)
             if t_int8 < il.SLACK * max(t_float, t_course):

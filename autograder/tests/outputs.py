@@ -4,6 +4,11 @@ that grading needs also proves that its stored outputs are current.
 
 Grading draws no figures (autograder/prestart.py sets the Agg backend), so figures and stderr
 (progress bars, warnings) are left out here; `make nbval` compares those too.
+
+Numbers are compared at the precision they are printed with: another processor's kernels (AVX2,
+no vector instructions, ARM) or thread count round differently, and a decimal printed as 0.4419
+here may be 0.4420 there. So a number written with a decimal point or an exponent may differ by
+one unit of its last printed digit; everything else, integers included, must be as stored.
 """
 import copy
 import re
@@ -51,6 +56,33 @@ def _flat(outputs) -> dict:
     return dict(flat)
 
 
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+
+def _last_digit(token: str) -> float:
+    """One unit of the last digit printed: 0.0001 for 0.4419, 1e-3 for 1.4e-02, 0 for an integer."""
+    mantissa, _, exponent = token.lower().partition("e")
+    if "." not in mantissa and not exponent:
+        return 0.0
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exponent or 0) - decimals)
+
+
+def same_as_printed(a, b) -> bool:
+    """Equal text, or equal but for decimals that differ by at most one unit of their last digit."""
+    if a == b:
+        return True
+    if not (isinstance(a, str) and isinstance(b, str)) or NUMBER.split(a) != NUMBER.split(b):
+        return False
+    pairs = list(zip(NUMBER.findall(a), NUMBER.findall(b)))
+    return all(x == y or abs(float(x) - float(y)) <= 1.000001 * max(_last_digit(x), _last_digit(y)) for x, y in pairs)
+
+
+def _same(want: dict, got: dict) -> bool:
+    return want.keys() == got.keys() and all(
+        len(want[k]) == len(got[k]) and all(same_as_printed(a, b) for a, b in zip(want[k], got[k])) for k in want)
+
+
 def differences(stored, executed) -> list[str]:
     """Cells whose executed outputs differ from the stored ones (nbval's rules); [] when all match."""
     stored, executed = (nbformat.read(p, as_version=4) if not hasattr(p, "cells") else p for p in (stored, executed))
@@ -64,7 +96,7 @@ def differences(stored, executed) -> list[str]:
         if markers.get("check") is False or markers.get("skip") or a.get("execution_count") is None:
             continue
         want, got = _flat(a.outputs), _flat(b.outputs)
-        if want != got:
-            keys = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        if not _same(want, got):
+            keys = sorted(k for k in set(want) | set(got) if not _same({k: want.get(k, [])}, {k: got.get(k, [])}))
             problems.append(f"cell {i} ({a.source.strip().splitlines()[0][:50]!r}): outputs differ in {keys}")
     return problems
