@@ -143,7 +143,8 @@ with torch.no_grad():
     k_short, k_long = last_block_keys(ids[:, :20]), last_block_keys(ids)
 gap = (k_short - k_long[:, :20]).abs().max().item()
 print(f"last block (block {cfg.n_layers - 1}), keys of tokens 0..19 from 20 tokens and from {ids.shape[1]} tokens:")
-print(f"largest difference: {gap:.2g}; equal to float32 rounding (atol 1e-5): {gap < 1e-5}")
+# The difference itself is rounding, which each processor does its own way: print it only if it is more.
+print(f"largest difference: {'below 1e-5' if gap < 1e-5 else f'{gap:.2g}'}; equal up to float32 rounding (atol 1e-5): {gap < 1e-5}")
 
 # %% [markdown]
 # Equal, up to the rounding of float32 arithmetic on inputs of different lengths. In every layer, the

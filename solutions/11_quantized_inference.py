@@ -27,6 +27,8 @@
 # 在本笔记本中，你将在自己的机器上测量解码时间花在哪里，实现对称 int8 量化并看看一个离群权重会对它造成什么影响，认识 FP8 e4m3 数字格式，编写 DeepSeek-V3 的分块 FP8 缩放（128 x 128 的权重块配 `weight_scale_inv`，1 x 128 的激活分块），编写一个 int8 仅权重线性层，并把它与 W8A8（激活也量化为 8 位，在 CPU 上快的那条路径）放在一起测量，把整个 GPT 变成 int8，用 int8 存储 KV 缓存，并在一个训练过的模型上看看哪种量化会损失精度，以及为什么 scale 要按块取。
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (the output names this machine's thread count)
 import copy
 import os
 import time
