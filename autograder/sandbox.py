@@ -101,12 +101,15 @@ def kernel_manager_class():
 
 def _limit(memory_mb: int):
     """Soft and hard limits, so the learner's code cannot raise them: memory (RLIMIT_DATA, the
-    course's limit), processes and threads of the account, size of one file, no core dumps."""
+    course's limit), processes and threads of the account, size of one file, no core dumps. Never
+    above what the grader's own process was given (a hard limit cannot be raised)."""
     import resource
+    wanted = [(resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_FSIZE, MAX_FILE_MB << 20), (resource.RLIMIT_CORE, 0)]
     if memory_mb > 0:
-        resource.setrlimit(resource.RLIMIT_DATA, (memory_mb << 20, memory_mb << 20))
-    for limit, value in ((resource.RLIMIT_NPROC, MAX_PROCESSES), (resource.RLIMIT_FSIZE, MAX_FILE_MB << 20),
-                         (resource.RLIMIT_CORE, 0)):
+        wanted.append((resource.RLIMIT_DATA, memory_mb << 20))
+    for limit, value in wanted:
+        hard = resource.getrlimit(limit)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(limit, (value, value))
 
 

@@ -24,10 +24,12 @@ instructor, and each class below takes one of nbgrader's steps:
   its learner's group, 0640: the learner and the instructor read it, nobody else, even knowing the name.
 """
 import datetime
+import fnmatch
 import grp
 import os
 import pwd
 import shutil
+import stat
 import types
 from pathlib import Path
 
@@ -62,20 +64,24 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
 
     def _records(self):
         """One record per submission that holds: learner, folder name, server time."""
-        prefix_student = self.coursedir.student_id or None
+        wanted = self.coursedir.student_id or "*"  # nbgrader's default: every learner
         with os.scandir(self.inbound_path) as entries:
             names = [e.name for e in entries]
         for name in names:
             student = name.split("+", 1)[0]
             if not name.startswith(f"{student}+{self.coursedir.assignment_id}+"):
                 continue
-            if prefix_student and student != prefix_student:
+            if not fnmatch.fnmatchcase(student, wanted):
                 continue
             uid = self._uid(student)
             try:
                 if uid is None:
                     raise safe_copy.Refused(f"no account named {student}")
                 when = safe_copy.submission_time(os.path.join(self.inbound_path, name), uid)
+                # nbgrader's submit writes it, and release_feedback names the feedback page after it:
+                # a submission without it would abort the release for the whole class.
+                if not stat.S_ISREG(os.lstat(os.path.join(self.inbound_path, name, "submission_secret.txt")).st_mode):
+                    raise safe_copy.Refused("its submission_secret.txt is not a file")
             except (safe_copy.Refused, OSError) as e:
                 self.log.warning("skipped %s (claims to be %s's): %s", name, student, e)
                 continue
@@ -103,6 +109,9 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
             base.glob, self._path_to_record = real_glob, real_record
 
     def copy_files(self):
+        if not self.src_records:
+            self.log.warning("No submissions of '%s' for course '%s' to collect", self.coursedir.assignment_id,
+                             self.coursedir.course_id)
         for rec in self.src_records:
             student, name = rec["username"], rec["filename"]
             dest = self.coursedir.format_path(self.coursedir.submitted_directory, student, self.coursedir.assignment_id)

@@ -47,6 +47,7 @@ c.JupyterHub.load_roles = [{"name": "course-admin", "services": ["course-admin"]
 c.JupyterHub.spawner_class = LimitedSpawner
 c.LimitedSpawner.limits = cls["limits"]
 c.LimitedSpawner.cgroup_parent = cls["cgroup"]
+c.LimitedSpawner.unlimited = {cls["instructor"]}  # grading kernels start from it, each with its own limits
 c.Spawner.cmd = [str(runtime / ".venv" / "bin" / "python"), "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 180
