@@ -51,6 +51,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hub import limits, runtime  # noqa: E402
+from hub.accounts import _exists_user, _pids_of, _remove_user, private_log  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 HUB = REPO / "hub"
@@ -87,14 +88,6 @@ def missing() -> str | None:
     if not any(_exists_user(u) for u in ("postgres",)):
         return "no `postgres` account to run PostgreSQL as"
     return None
-
-
-def _exists_user(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
 
 
 def run(*cmd, user=None, check=True, **kw):
@@ -220,12 +213,12 @@ class CourseHub:
             raise RuntimeError(f"another class is running on this machine (make hub or test_hub holds {LOCK}): stop it first")
         self.state.mkdir(mode=0o711)
         self._seal_repo()
-        for name in [self.instructor, *self.learners]:
+        self._add_user(self.instructor)
+        self._exchange()  # before any learner exists
+        for name in self.learners:
             self._add_user(name)
-        for name in self.learners:  # each learner's own group: how the instructor reads their submissions
-            run("usermod", "--append", "--groups", name, self.instructor)
+            run("usermod", "--append", "--groups", name, self.instructor)  # how the instructor reads their submissions
         self._add_grader()
-        self._exchange()
         self._start_postgres()
         self._course_folder(stems)
         accounts = self.state / "accounts.json"
@@ -311,62 +304,6 @@ class CourseHub:
                 print(f"make hub: {self.runtime / '.venv'} is still mounted; {self.state} left in place", file=sys.stderr)
             self._lock.close()  # releases the lock
             self._lock = None
-
-
-def private_log(path: Path):
-    return open(path, "w", opener=lambda p, flags: os.open(p, flags, 0o600))
-
-
-def _remove_files_of(uid: int, tops=("/tmp", "/var/tmp", "/dev/shm")):
-    """The account's files and folders in the shared temporary folders (the next account that gets
-    its uid would own them), found with lstat: no link followed."""
-    for top in tops:
-        for folder, dirs, files in os.walk(top):
-            for name in [*files, *dirs]:
-                path = os.path.join(folder, name)
-                with contextlib.suppress(OSError):
-                    st = os.lstat(path)
-                    if st.st_uid != uid:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        shutil.rmtree(path, ignore_errors=True)
-                        dirs.remove(name)
-                    else:
-                        os.unlink(path)
-
-
-def _remove_user(name: str):
-    """Kill the account's processes (servers and kernels left by the hub), remove its files in /tmp,
-    then delete it and its home. userdel refuses while a process of the account is still going, so
-    wait and retry."""
-    uid = pwd.getpwnam(name).pw_uid
-    deadline = time.monotonic() + 30
-    while True:
-        for pid in _pids_of(uid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _pids_of(uid, settle=5)
-        _remove_files_of(uid)
-        result = run("userdel", "--remove", name, check=False)
-        if not _exists_user(name) or time.monotonic() > deadline:
-            return result
-        time.sleep(0.5)
-
-
-def _pids_of(uid: int, settle: float = 0.0) -> list[int]:
-    """Live processes of `uid` (not zombies, which are dead already); with `settle`, wait up to that
-    many seconds for them to go (a kernel killed through its parent's death takes a moment)."""
-    deadline = time.monotonic() + settle
-    while True:
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if entry.stat().st_uid == uid and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                        pids.append(int(entry.name))
-        if not pids or time.monotonic() >= deadline:
-            return pids
-        time.sleep(0.1)
 
 
 def main(argv=None) -> int:

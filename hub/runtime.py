@@ -13,7 +13,6 @@ a deployment does with an image: the learners' image holds the runtime and never
 The interpreter the venv points at (e.g. pyenv's under /root) keeps its folders traversable (o+x,
 not listable): course_hub.py opens them, as before."""
 import contextlib
-import os
 import shutil
 import subprocess
 from pathlib import Path

@@ -58,9 +58,12 @@ def submission_id(hub, call, stem, learner) -> str:
 
 
 def formgrader_page_has_no_script(page: str) -> list[str]:
-    """What of the learner's script survived in the formgrader's page of their submission."""
-    lowered = page.lower()
-    return [bad for bad in ("onerror=", "<script>document.body", "data-pwned', 'javascript") if bad in lowered]
+    """The learner's script that survived as markup in the formgrader's page of their submission (the
+    cell's source is shown too, escaped: `&lt;img ... onerror=` there is text, not an element)."""
+    import re
+    found = re.findall(r"<img[^>]*onerror[^>]*>", page, flags=re.I)
+    found += re.findall(r"<script[^>]*>[^<]*data-pwned[^<]*</script>", page, flags=re.I)
+    return found
 
 
 # 2 ---------------------------------------------------------------------------------------------
@@ -103,6 +106,9 @@ def plant_in_inbound(hub, victim: str, intruder: str, stem: str) -> dict:
         f"cp '{own}'/* '{intruder}+{stem}+2000-01-01 00:00:00.000000 UTC+d/'",
         f"echo '2000-01-01 00:00:00.000000 UTC' > '{intruder}+{stem}+2000-01-01 00:00:00.000000 UTC+d/timestamp.txt'",
         f"touch -d 2000-01-01 '{intruder}+{stem}+2000-01-01 00:00:00.000000 UTC+d'/*",
+        # found by the second attack: a name whose time nbgrader cannot parse made its collect fail
+        # for the whole class, and so did a submission without submission_secret.txt (release_feedback)
+        f"mkdir '{intruder}+{stem}+not a time' && cp '{own / (stem + '.ipynb')}' '{intruder}+{stem}+not a time/'",
     ])
     planted = as_user(intruder, "bash", "-c", script)
     assert planted.returncode == 0, f"the learner could not even plant the attempts: {planted.stderr}"

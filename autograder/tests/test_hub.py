@@ -8,7 +8,9 @@ learner3 leaves it untouched; each fetches, validates and submits; the instructo
 autogrades with the course's grader, generates and releases feedback; each learner fetches their
 feedback. Then scores are checked in the gradebook and in each learner's feedback, and the
 forbidden reads and writes are tried as the learners themselves, and from inside the grading
-kernel, which runs as a throwaway account (autograder/sandbox.py), not as the instructor.
+kernel, which runs as a throwaway account in namespaces of its own (autograder/sandbox.py), not as
+the instructor. learner2 also makes the ten attacks of the issue "A class a learner cannot break"
+(autograder/tests/hub_attacks.py lists them): each must fail.
 
 Accounts, exchange and PostgreSQL are made under a name of the test's own and removed afterwards.
 The learner's part in Chromium (Playwright), as in test_browser.py: log in, Assignments, fetch, type,

@@ -18,8 +18,11 @@ c.ExchangeFactory.collect = "hub.exchange.SafeCollect"
 c.ExchangeFactory.release_feedback = "hub.exchange.PrivateFeedback"
 c.ExchangeFactory.list = "hub.exchange.List"
 # What the formgrader shows of a submission (markdown and outputs the learner wrote) is sanitized: no
-# script runs in the instructor's browser, where it would act as the instructor (nbconvert's bleach).
+# script runs in the instructor's browser, where it would act as the instructor. nbgrader's formgrade
+# template renders markdown without nbconvert's sanitize_html, so the notebook itself is cleaned first
+# (nbconvert's SanitizeHTML, bleach: raw HTML escaped, JavaScript outputs dropped); feedback pages too.
 c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
 # Grading kernels run the learners' code as a throwaway account, never as the instructor (who can read
 # the hidden tests, every submission and the gradebook): autograder/sandbox.py, through sudo.
 c.GradingExecute.run_as = os.environ["ATTENTION_GRADER"]
