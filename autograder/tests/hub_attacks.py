@@ -69,13 +69,15 @@ def formgrader_page_has_no_script(page: str) -> list[str]:
 # 2 ---------------------------------------------------------------------------------------------
 def checkout_attempts(hub, root: Path, stem: str) -> dict:
     git_dir = root / ".git"
+    course = [str(hub.runtime / name) for name in ("utils", "autograder", "hub", "checkpoints", "bin")]
     return {
         "solutions from git history": ["git", f"--git-dir={git_dir}", "show", f"HEAD:solutions/{stem}.py"],
         "solutions/ by path": ["cat", str(root / "solutions" / f"{stem}.py")],
         "the build cache (generated notebooks)": ["ls", str(root / "build")],
         "the feedback cache": ["ls", str(root / "feedback")],
-        "hidden tests anywhere in the runtime": ["grep", "-rl", "BEGIN HIDDEN TESTS", str(hub.runtime)],
-        "solution cells anywhere in the runtime": ["grep", "-rl", "BEGIN SOLUTION", str(hub.runtime)],
+        # the course's files in the runtime (the venv holds nbgrader, whose code names these markers)
+        "hidden tests in the runtime": ["grep", "-rl", "BEGIN HIDDEN TESTS", *course],
+        "solution cells in the runtime": ["grep", "-rl", "BEGIN SOLUTION", *course],
         "write into the runtime": ["touch", str(hub.runtime / "utils" / "x.py")],
     }
 
