@@ -44,10 +44,12 @@ MAX_PROCESSES = 512  # processes and threads of the account (torch starts a thre
 MAX_FILE_MB = 256
 
 
-def command(run_as: str, memory_mb: int, kernel_arguments: list[str]) -> list[str]:
-    """The sudo command that starts ipykernel with `kernel_arguments` (from -f on) as `run_as`."""
+def command(run_as: str, memory_mb: int, kernel_arguments: list[str], cgroups=()) -> list[str]:
+    """The sudo command that starts ipykernel with `kernel_arguments` (from -f on) as `run_as`, in the
+    cgroups whose cgroup.procs files are `cgroups` (the hub's grading cgroup, delegated to the account)."""
+    joined = [a for path in cgroups for a in ("--cgroup", str(path))]
     return ["sudo", "-n", "-u", run_as, "--", str(PYTHON), str(Path(__file__).resolve()),
-            "--memory-mb", str(int(memory_mb)), "--", *kernel_arguments]
+            "--memory-mb", str(int(memory_mb)), *joined, "--", *kernel_arguments]
 
 
 def sudoers_rule(instructor: str, grader: str, root: Path = REPO) -> str:
@@ -73,7 +75,9 @@ def kernel_manager_class():
 
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
-            return command(self.run_as, self.memory_limit_mb, cmd[cmd.index("-f"):])
+            # The course's JupyterHub names its grading cgroup in the instructor's environment (hub/limits.py).
+            cgroups = [c for c in os.environ.get("ATTENTION_GRADING_CGROUPS", "").split(":") if c]
+            return command(self.run_as, self.memory_limit_mb, cmd[cmd.index("-f"):], cgroups)
 
         def write_connection_file(self, **kwargs):
             # The connection file holds the key that signs every message: readable by the account's group only.
@@ -137,6 +141,13 @@ def main(argv: list[str]) -> None:
     isolate.die_with_parent()  # with sudo: nbclient stops a kernel with SIGKILL, which sudo cannot relay
     if os.getppid() == 1:  # sudo died before the line above
         sys.exit(1)
+    for i, word in enumerate(ours):  # all that the kernel starts counts against the grading cgroup's limits
+        if word == "--cgroup":
+            try:
+                with open(ours[i + 1], "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError as e:
+                sys.exit(f"autograder/sandbox.py: cannot join the grading cgroup {ours[i + 1]} ({e})")
     try:
         isolate.enter_namespaces()
     except OSError as e:

@@ -113,7 +113,7 @@ class CourseHub:
         self.service_token = secrets.token_hex(16)
         self.passwords = {name: secrets.token_urlsafe(9) for name in [self.instructor, *self.learners]}
         self.exchange = self.state / "exchange"
-        self.created_users, self._undo, self.procs = [], [], []
+        self.created_users, self._undo, self.procs, self.grading_cgroups = [], [], [], []
         self.pg_port = free_port()
 
     # Accounts and permissions -------------------------------------------------------------
@@ -163,6 +163,10 @@ class CourseHub:
             raise RuntimeError(f"the sudoers rule does not parse: {check.stdout} {check.stderr}")
         draft.chmod(0o440)
         shutil.move(str(draft), self.sudoers)
+        # All grading kernels together: the course's memory limit twice over, every core, 512 processes.
+        from autograder.prestart import DEFAULT_MEMORY_MB
+        self.grading_cgroups = limits.grading_cgroup(self.cgroup, self.grader, {
+            "memory_mb": 2 * DEFAULT_MEMORY_MB, "cpus": float(os.cpu_count() or 1), "processes": 512, "file_mb": 256})
 
     # PostgreSQL -----------------------------------------------------------------------------
     def _start_postgres(self):
@@ -228,7 +232,8 @@ class CourseHub:
             "repo": str(REPO), "runtime": str(self.runtime), "limits": self.limits, "cgroup": self.cgroup,
             "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
             "chp": str(CHP), "instructor": self.instructor, "learners": self.learners, "grader": self.grader,
-            "exchange": str(self.exchange), "gradebook": self.gradebook, "course_root": str(self.course_root),
+            "exchange": str(self.exchange), "gradebook": self.gradebook, "grading_cgroups": self.grading_cgroups,
+            "course_root": str(self.course_root),
             "service_token": self.service_token}))
         (self.state / "hub.json").chmod(0o600)
         env = {**os.environ, "ATTENTION_HUB_STATE": str(self.state),

@@ -72,6 +72,7 @@ def role_environment(spawner):
         env["ATTENTION_COURSE_ROOT"] = cls["course_root"]
         env["ATTENTION_GRADEBOOK"] = cls["gradebook"]
         env["ATTENTION_GRADER"] = cls["grader"]  # grading kernels run as this account (autograder/sandbox.py)
+        env["ATTENTION_GRADING_CGROUPS"] = ":".join(cls["grading_cgroups"])  # and in this cgroup (hub/limits.py)
     spawner.environment.update(env)
 
 

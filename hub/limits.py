@@ -69,6 +69,21 @@ def make_cgroup(parent: str, user: str, limits: dict) -> list[Path]:
     return []
 
 
+def grading_cgroup(parent: str, grader: str, limits: dict) -> list[str]:
+    """One cgroup for all grading kernels together, its cgroup.procs delegated to the grading account
+    so that autograder/sandbox.py, running as it, moves the kernel in; the files to write (none
+    where this is not cgroup v1: under v2 moving a process also needs write access to the common
+    ancestor, which the hub does not delegate, so there only the kernels' rlimits hold)."""
+    if cgroup_version() != 1:
+        return []
+    import pwd
+    uid = pwd.getpwnam(grader).pw_uid
+    procs = make_cgroup(parent, "grading", limits)
+    for path in procs:
+        os.chown(path, uid, -1)
+    return [str(p) for p in procs]
+
+
 def remove_cgroups(parent: str) -> None:
     """The class's cgroups, once their processes are gone (an empty cgroup is removed with rmdir)."""
     tops = [CGROUP / parent] if cgroup_version() == 2 else [CGROUP / c / parent for c in V1]

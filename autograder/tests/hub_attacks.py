@@ -167,7 +167,8 @@ def graded_probe(hub) -> str:
         "    if os.fork() == 0:\n"
         "        time.sleep(600)\n"
         "    os._exit(0)\n"
-        "print('daemon left')\n")
+        "print('daemon left')\n"
+        "print('cgroups', open('/proc/self/cgroup').read().replace(chr(10), ' '))\n")
 
 
 def graded_probe_held(printed: str, hub) -> list[str]:
@@ -180,6 +181,8 @@ def graded_probe_held(printed: str, hub) -> list[str]:
             wrong.append(f"not '{must}'")
     if Path(f"/tmp/attention-leak-{hub.prefix}").exists():
         wrong.append("the grading kernel's /tmp file is visible outside it")
+    if hub.grading_cgroups and f":/{hub.cgroup}/grading " not in printed:  # 7 for grading: its limits too
+        wrong.append("the grading kernel is not in the class's grading cgroup: " + printed.split("cgroups")[-1][:300])
     return wrong
 
 
