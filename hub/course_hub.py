@@ -23,7 +23,8 @@ What is where (STATE and everything in it root's, 0600/0700, but runtime/ and ex
                                            sudo rule that lets the instructor start them as it
     STATE/pg/, STATE/pg-run/               PostgreSQL: data (postgres), socket (peer authentication)
     ~INSTRUCTOR/attention-course/          the course folder: source/ from solutions/, release/, ...
-    cgroups attention-hub-PREFIX/<user>    each server's memory, CPU and process limits (hub/limits.py)
+    cgroups attention-hub-PREFIX/<user>    each learner's server's memory, CPU and process limits, and
+            attention-hub-PREFIX/grading   all grading kernels' together (hub/limits.py)
 While the hub runs, the checkout is readable by root only (0700: its solutions/, .git, build/ and
 feedback/ hold the answers), and the folders above the venv's Python (e.g. /root for pyenv) are
 made traversable (o+x) so that the accounts can run it; both are restored at the end, and the
