@@ -9,17 +9,26 @@ removes what it made: the accounts and their homes, the exchange, the state fold
 demonstration and the harness of autograder/tests/test_hub.py; for a class that lasts, see
 hub/KUBERNETES.md and the README's instructor section.
 
-What is where:
-    STATE/hub.json, accounts.json (0600)   ports, accounts, paths; passwords
-    STATE/exchange/                        nbgrader's exchange (1777; nbgrader sets its folders)
+What is where (STATE and everything in it root's, 0600/0700, but runtime/ and exchange/):
+    STATE/hub.json, accounts.json          ports, accounts, paths; passwords
+    STATE/jupyterhub.log, .sqlite, ...     the hub's log, database, cookie secret (the hub runs with umask 077)
+    STATE/runtime/                         all the accounts may read of the course (hub/runtime.py):
+                                           the venv (bound read-only), utils/, autograder/, hub/
+    STATE/exchange/                        nbgrader's exchange, made here and not by nbgrader
+                                           (hub/exchange.py): root's 0755; the course folder, outbound
+                                           (0755), inbound (3733: sticky, set-group-ID, not listable)
+                                           and feedback (0711) the instructor's
     PREFIX-grader, /etc/sudoers.d/attention-hub-PREFIX
-                                           the account grading kernels run as, and the one sudo
-                                           rule that lets the instructor start them as it
+                                           the account grading kernels run as (no home), and the one
+                                           sudo rule that lets the instructor start them as it
     STATE/pg/, STATE/pg-run/               PostgreSQL: data (postgres), socket (peer authentication)
     ~INSTRUCTOR/attention-course/          the course folder: source/ from solutions/, release/, ...
-While the hub runs, solutions/ is readable by root only, and the folders above the checkout and
-above the venv's Python (e.g. /root for pyenv) are made traversable (o+x) so that the accounts can
-run the .venv; both are restored at the end.
+    cgroups attention-hub-PREFIX/<user>    each learner's server's memory, CPU and process limits, and
+            attention-hub-PREFIX/grading   all grading kernels' together (hub/limits.py)
+While the hub runs, the checkout is readable by root only (0700: its solutions/, .git, build/ and
+feedback/ hold the answers), and the folders above the venv's Python (e.g. /root for pyenv) are
+made traversable (o+x) so that the accounts can run it; both are restored at the end, and the
+accounts' files in /tmp, /var/tmp and /dev/shm are removed with the accounts.
 """
 import argparse
 import contextlib
@@ -39,6 +48,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hub import limits, runtime  # noqa: E402
+from hub.accounts import _exists_user, _pids_of, _remove_user, private_log  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 HUB = REPO / "hub"
@@ -77,14 +91,6 @@ def missing() -> str | None:
     return None
 
 
-def _exists_user(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
-
-
 def run(*cmd, user=None, check=True, **kw):
     if user:
         cmd = ("runuser", "-u", user, "--", *cmd)
@@ -94,8 +100,11 @@ def run(*cmd, user=None, check=True, **kw):
 class CourseHub:
     """Set up with start(), taken down with stop(); stop() undoes whatever start() got to."""
 
-    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None):
+    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None, server_limits=None):
         self.state, self.prefix = Path(state), prefix
+        self.runtime = self.state / "runtime"
+        self.limits = {**limits.DEFAULTS, **(server_limits or {})}
+        self.cgroup = f"attention-hub-{prefix}"
         self.instructor = f"{prefix}-teacher"
         self.grader = f"{prefix}-grader"  # runs the learners' code while the instructor grades (autograder/sandbox.py)
         self.sudoers = Path("/etc/sudoers.d") / f"attention-hub-{prefix}"
@@ -105,43 +114,60 @@ class CourseHub:
         self.service_token = secrets.token_hex(16)
         self.passwords = {name: secrets.token_urlsafe(9) for name in [self.instructor, *self.learners]}
         self.exchange = self.state / "exchange"
-        self.created_users, self._undo, self.procs = [], [], []
+        self.created_users, self._undo, self.procs, self.grading_cgroups = [], [], [], []
         self.pg_port = free_port()
 
     # Accounts and permissions -------------------------------------------------------------
-    def _add_user(self, name: str, shell: str = "/bin/bash"):
-        run("useradd", "--create-home", "--shell", shell, "--user-group", name)
+    def _add_user(self, name: str, shell: str = "/bin/bash", home: bool = True):
+        where = ["--create-home"] if home else ["--no-create-home", "--home-dir", "/nonexistent"]
+        run("useradd", *where, "--shell", shell, "--user-group", name)
         self.created_users.append(name)
-        os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
+        if home:
+            os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
 
-    def _open_path_to_repo(self):
-        """o+x on the checkout's ancestors that lack it (e.g. /root), o-rwx on solutions/; undone by stop()."""
+    def _seal_repo(self):
+        """The accounts' only way to the course is STATE/runtime: the checkout closed (0700), the folders
+        above the venv's interpreter opened (o+x, e.g. /root for pyenv); undone by stop()."""
         python = (REPO / ".venv" / "bin" / "python").resolve()  # the interpreter the venv links to (e.g. pyenv's)
-        for target in (REPO, python.parent.parent):
-            for folder in [*reversed(target.parents), target]:
-                mode = folder.stat().st_mode
-                if not mode & stat.S_IXOTH:
-                    os.chmod(folder, mode | stat.S_IXOTH)
-                    self._undo.append((folder, mode))
-        solutions = REPO / "solutions"
-        mode = solutions.stat().st_mode
-        os.chmod(solutions, mode & ~0o007)
-        self._undo.append((solutions, mode))
+        for folder in [*reversed(python.parent.parent.parents), python.parent.parent]:
+            mode = folder.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                os.chmod(folder, mode | stat.S_IXOTH)
+                self._undo.append((folder, mode))
+        mode = REPO.stat().st_mode
+        os.chmod(REPO, mode & ~0o077)
+        self._undo.append((REPO, mode))
+        runtime.build(REPO, self.runtime)
+
+    def _exchange(self):
+        """Made here, before any account exists, so that no learner makes the course folder first."""
+        teacher = pwd.getpwnam(self.instructor)
+        self.exchange.mkdir(mode=0o755)
+        course = self.exchange / COURSE_ID
+        for folder, mode in ((course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o3733),
+                             (course / "feedback", 0o711)):
+            folder.mkdir()
+            os.chown(folder, teacher.pw_uid, teacher.pw_gid)
+            os.chmod(folder, mode)
 
     def _add_grader(self):
         """The throwaway account that grading kernels run as: no login, no password; the instructor
         may start autograder/sandbox.py as it through sudo (that command only) and shares a group
         with it for the kernel's connection file."""
         from autograder.sandbox import sudoers_rule
-        self._add_user(self.grader, shell="/usr/sbin/nologin")
+        self._add_user(self.grader, shell="/usr/sbin/nologin", home=False)
         run("usermod", "--append", "--groups", self.grader, self.instructor)
         draft = self.state / "sudoers"
-        draft.write_text(sudoers_rule(self.instructor, self.grader))
+        draft.write_text(sudoers_rule(self.instructor, self.grader, self.runtime))
         check = run("visudo", "-c", "-f", str(draft), check=False)
         if check.returncode != 0:
             raise RuntimeError(f"the sudoers rule does not parse: {check.stdout} {check.stderr}")
         draft.chmod(0o440)
         shutil.move(str(draft), self.sudoers)
+        # All grading kernels together: the course's memory limit twice over, every core, 512 processes.
+        from autograder.prestart import DEFAULT_MEMORY_MB
+        self.grading_cgroups = limits.grading_cgroup(self.cgroup, self.grader, {
+            "memory_mb": 2 * DEFAULT_MEMORY_MB, "cpus": float(os.cpu_count() or 1), "processes": 512, "file_mb": 256})
 
     # PostgreSQL -----------------------------------------------------------------------------
     def _start_postgres(self):
@@ -154,8 +180,8 @@ class CourseHub:
             user="postgres", timeout=180)
         proc = subprocess.Popen(["runuser", "-u", "postgres", "--", str(bindir / "postgres"), "-D", str(data),
                                  "-k", str(sockets), "-p", str(self.pg_port), "-c", "listen_addresses="],
-                                stdout=subprocess.DEVNULL, stderr=open(self.state / "postgres.log", "w"),
-                                start_new_session=True)
+                                stdout=subprocess.DEVNULL, stderr=private_log(self.state / "postgres.log"),
+                                start_new_session=True, umask=0o077)
         self.procs.append(proc)
         psql = [str(bindir / "psql"), "-h", str(sockets), "-p", str(self.pg_port), "-d", "postgres", "-v",
                 "ON_ERROR_STOP=1", "-c"]
@@ -191,30 +217,31 @@ class CourseHub:
             self._lock = None
             raise RuntimeError(f"another class is running on this machine (make hub or test_hub holds {LOCK}): stop it first")
         self.state.mkdir(mode=0o711)
-        self._open_path_to_repo()
-        for name in [self.instructor, *self.learners]:
+        self._seal_repo()
+        self._add_user(self.instructor)
+        self._exchange()  # before any learner exists
+        for name in self.learners:
             self._add_user(name)
-        for name in self.learners:  # each learner's own group: how the instructor reads their submissions
-            run("usermod", "--append", "--groups", name, self.instructor)
+            run("usermod", "--append", "--groups", name, self.instructor)  # how the instructor reads their submissions
         self._add_grader()
-        self.exchange.mkdir()
-        self.exchange.chmod(0o1777)
         self._start_postgres()
         self._course_folder(stems)
         accounts = self.state / "accounts.json"
         accounts.touch(mode=0o600)
         accounts.write_text(json.dumps(self.passwords))
         (self.state / "hub.json").write_text(json.dumps({
-            "repo": str(REPO), "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
+            "repo": str(REPO), "runtime": str(self.runtime), "limits": self.limits, "cgroup": self.cgroup,
+            "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
             "chp": str(CHP), "instructor": self.instructor, "learners": self.learners, "grader": self.grader,
-            "exchange": str(self.exchange), "gradebook": self.gradebook, "course_root": str(self.course_root),
+            "exchange": str(self.exchange), "gradebook": self.gradebook, "grading_cgroups": self.grading_cgroups,
+            "course_root": str(self.course_root),
             "service_token": self.service_token}))
         (self.state / "hub.json").chmod(0o600)
         env = {**os.environ, "ATTENTION_HUB_STATE": str(self.state),
                "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "jupyterhub"), "-f", str(HUB / "jupyterhub_config.py")],
-                                cwd=self.state, env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(self.state / "jupyterhub.log", "w"), start_new_session=True)
+                                cwd=self.state, env=env, stdout=subprocess.DEVNULL, umask=0o077,
+                                stderr=private_log(self.state / "jupyterhub.log"), start_new_session=True)
         self.procs.append(proc)
         deadline = time.monotonic() + 120
         while True:
@@ -269,46 +296,20 @@ class CourseHub:
                 proc.wait()
         for name in self.created_users:
             _remove_user(name)
+        with contextlib.suppress(OSError):
+            limits.remove_cgroups(self.cgroup)
         self.sudoers.unlink(missing_ok=True)
         for path, mode in reversed(self._undo):
             os.chmod(path, mode)
         self._undo.clear()
+        unmounted = runtime.unmount(self.runtime)
         if getattr(self, "_lock", None):
-            shutil.rmtree(self.state, ignore_errors=True)
+            if unmounted:  # never rmtree through a mount: it would delete the checkout's venv
+                shutil.rmtree(self.state, ignore_errors=True)
+            else:
+                print(f"make hub: {self.runtime / '.venv'} is still mounted; {self.state} left in place", file=sys.stderr)
             self._lock.close()  # releases the lock
             self._lock = None
-
-
-def _remove_user(name: str):
-    """Kill the account's processes (servers and kernels left by the hub), then delete it and its
-    home. userdel refuses while a process of the account is still going, so wait and retry."""
-    uid = pwd.getpwnam(name).pw_uid
-    deadline = time.monotonic() + 30
-    while True:
-        for pid in _pids_of(uid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _pids_of(uid, settle=5)
-        result = run("userdel", "--remove", name, check=False)
-        if not _exists_user(name) or time.monotonic() > deadline:
-            return result
-        time.sleep(0.5)
-
-
-def _pids_of(uid: int, settle: float = 0.0) -> list[int]:
-    """Live processes of `uid` (not zombies, which are dead already); with `settle`, wait up to that
-    many seconds for them to go (a kernel killed through its parent's death takes a moment)."""
-    deadline = time.monotonic() + settle
-    while True:
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):
-                    if entry.stat().st_uid == uid and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                        pids.append(int(entry.name))
-        if not pids or time.monotonic() >= deadline:
-            return pids
-        time.sleep(0.1)
 
 
 def main(argv=None) -> int:

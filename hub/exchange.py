@@ -1,50 +1,164 @@
-"""nbgrader's exchange with two holes closed (the roles' nbgrader_config.py in hub/roles/ select
-these classes; autograder/tests/test_hub.py tries both holes as a learner):
+"""nbgrader's folder exchange, hardened against the learners who use it (the roles' nbgrader_config.py
+in hub/roles/ select these classes; autograder/tests/test_hub.py tries each hole as a learner).
 
-- Collect: a submission counts only if the learner it names owns its file. nbgrader's own
-  `check_owner` only logs a warning and collects the file anyway, so a learner could submit in
-  another learner's name (`nbgrader submit --student alice`) and replace their work.
-- Submit: nbgrader makes a submission's files readable by everyone (0644) in a folder anyone may
-  write (0777), hidden only by an unlisted inbound folder and a random name. Here they are shared
-  with groups only: each learner has a group of their own that the instructor is a member of
-  (hub/course_hub.py), and the inbound folder's group is the instructor's.
-- Release feedback: nbgrader copies each learner's feedback page into one folder with the page's
-  own mode (0644), hidden only by a secret name. Here each page belongs to its learner's group,
-  0640: the learner and the instructor read it, nobody else, even knowing the name."""
+nbgrader's exchange was not built against hostile students: a world-writable root where anyone makes
+the course folder first, an inbound folder where a learner can place links for the instructor's
+collect to follow, an owner check that only warns, and submission times written by the learner.
+Here the folders are made by root when the class starts (hub/course_hub.py), owned by the
+instructor, and each class below takes one of nbgrader's steps:
+
+- every step (`FixedRoot`): the exchange's root is the administrator's, never created or re-moded
+  by nbgrader (nbgrader wants it writable by all, which lets a learner make the course folder).
+- Collect (`SafeCollect`): a submission counts only if its folder and everything in it is a plain
+  folder or file owned by the learner it names (lstat, never following a link: hub/safe_copy.py);
+  its time is the file system's change time, never the learner's folder name or timestamp.txt;
+  anything else is skipped with a warning, for that submission only, and nothing collected
+  before is deleted unless a valid newer submission replaces it.
+- Submit (`PrivateSubmit`): nbgrader makes a submission's files readable by everyone (0644) in a
+  folder anyone may write (0777), hidden only by an unlisted inbound folder and a random name. Here
+  they are shared with groups only: each learner has a group of their own that the instructor is a
+  member of (hub/course_hub.py), and the inbound folder's group is the instructor's (set-group-ID).
+  Inbound is also sticky: no learner can rename or delete another's submission.
+- Release feedback (`PrivateFeedback`): nbgrader copies each learner's feedback page into one
+  folder with the page's own mode (0644), hidden only by a secret name. Here each page belongs to
+  its learner's group, 0640: the learner and the instructor read it, nobody else, even knowing the name.
+"""
+import datetime
+import fnmatch
 import grp
 import os
 import pwd
 import shutil
+import stat
 import types
 from pathlib import Path
 
 import nbgrader.exchange.default.collect as base
+import nbgrader.exchange.default.fetch_assignment as base_fetch
+import nbgrader.exchange.default.fetch_feedback as base_fetch_feedback
+import nbgrader.exchange.default.list as base_list
+import nbgrader.exchange.default.release_assignment as base_release
 import nbgrader.exchange.default.release_feedback as base_feedback
 import nbgrader.exchange.default.submit as base_submit
 
+from hub import safe_copy
 
-class OwnerCheckedCollect(base.ExchangeCollect):
-    def _claim_holds(self, path: str) -> bool:
-        claimed = os.path.basename(path).split("+", 1)[0]
+
+def _utc(seconds: float) -> datetime.datetime:
+    """As nbgrader keeps times: UTC without a zone."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(tzinfo=None)
+
+
+class FixedRoot:
+    def ensure_root(self):
+        if not os.path.isdir(self.root):
+            self.fail(f"No exchange at {self.root}: the class's administrator makes it when the class starts")
+
+
+class SafeCollect(FixedRoot, base.ExchangeCollect):
+    def _uid(self, name: str):
         try:
-            owner = pwd.getpwuid(os.stat(path).st_uid).pw_name
-        except (KeyError, OSError):
-            owner = None
-        if owner != claimed:
-            self.log.warning("skipped %s: it claims to be submitted by %s but is owned by %s", path, claimed, owner)
-        return owner == claimed
+            return pwd.getpwnam(name).pw_uid
+        except KeyError:
+            return None
+
+    def _records(self):
+        """One record per submission that holds: learner, folder name, server time."""
+        wanted = self.coursedir.student_id or "*"  # nbgrader's default: every learner
+        with os.scandir(self.inbound_path) as entries:
+            names = [e.name for e in entries]
+        for name in names:
+            student = name.split("+", 1)[0]
+            if not name.startswith(f"{student}+{self.coursedir.assignment_id}+"):
+                continue
+            if not fnmatch.fnmatchcase(student, wanted):
+                continue
+            uid = self._uid(student)
+            try:
+                if uid is None:
+                    raise safe_copy.Refused(f"no account named {student}")
+                when = safe_copy.submission_time(os.path.join(self.inbound_path, name), uid)
+                # nbgrader's submit writes it, and release_feedback names the feedback page after it:
+                # a submission without it would abort the release for the whole class.
+                if not stat.S_ISREG(os.lstat(os.path.join(self.inbound_path, name, "submission_secret.txt")).st_mode):
+                    raise safe_copy.Refused("its submission_secret.txt is not a file")
+            except (safe_copy.Refused, OSError) as e:
+                self.log.warning("skipped %s (claims to be %s's): %s", name, student, e)
+                continue
+            yield {"username": student, "filename": name, "uid": uid,
+                   "timestamp": _utc(when)}
 
     def init_src(self):
-        # nbgrader lists the inbound folder with glob.glob inside init_src: list only honest files.
-        real = base.glob
-        base.glob = types.SimpleNamespace(glob=lambda pattern: [p for p in real.glob(pattern) if self._claim_holds(p)])
+        if self.coursedir.course_id == "":
+            self.fail("No course id specified. Re-run with --course flag.")
+        self.course_path = os.path.join(self.root, self.coursedir.course_id)
+        self.inbound_path = os.path.join(self.course_path, "inbound")
+        if not os.path.isdir(self.inbound_path):
+            self.fail(f"Course not found: {self.inbound_path}")
+        # nbgrader's choice (the latest, or the latest before the due date) over honest records only:
+        # its init_src lists the folder with glob.glob; hand it ours.
+        records = list(self._records())
+        self._uids = {r["filename"]: r["uid"] for r in records}
+        real_glob, real_record = base.glob, self._path_to_record
+        by_name = {r["filename"]: r for r in records}
+        base.glob = types.SimpleNamespace(glob=lambda pattern: [os.path.join(self.inbound_path, n) for n in by_name])
+        self._path_to_record = lambda path: by_name[os.path.basename(path)]
         try:
             super().init_src()
         finally:
-            base.glob = real
+            base.glob, self._path_to_record = real_glob, real_record
+
+    def copy_files(self):
+        if not self.src_records:
+            self.log.warning("No submissions of '%s' for course '%s' to collect", self.coursedir.assignment_id,
+                             self.coursedir.course_id)
+        for rec in self.src_records:
+            student, name = rec["username"], rec["filename"]
+            dest = self.coursedir.format_path(self.coursedir.submitted_directory, student, self.coursedir.assignment_id)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            existing = self.coursedir.get_existing_timestamp(dest) if os.path.isdir(dest) else None
+            if existing is not None and not (self.update and rec["timestamp"] > existing) and not (
+                    self.before_duedate and rec["timestamp"] != existing):
+                self.log.info("No newer submission to collect: %s %s", student, self.coursedir.assignment_id)
+                continue
+            fresh = f"{dest}.collecting"
+            shutil.rmtree(fresh, ignore_errors=True)
+            try:
+                when = safe_copy.copy_submission(os.path.join(self.inbound_path, name), fresh, self._uids[name],
+                                                 ignore=[*self.coursedir.ignore, "timestamp.txt"],
+                                                 max_file_bytes=self.coursedir.max_file_size * 1000)
+            except (safe_copy.Refused, OSError) as e:
+                self.log.warning("skipped %s (claims to be %s's): %s", name, student, e)
+                shutil.rmtree(fresh, ignore_errors=True)
+                continue
+            when = max(_utc(when), rec["timestamp"])
+            stamp = when.replace(tzinfo=datetime.timezone.utc).strftime(self.timestamp_format)
+            with open(os.path.join(fresh, "timestamp.txt"), "w") as f:
+                f.write(stamp)  # the server's time: what autograde compares with the due date
+            self.log.info("%s submission: %s %s (received %s)", "Updating" if existing else "Collecting",
+                          student, self.coursedir.assignment_id, stamp)
+            if os.path.isdir(dest):
+                shutil.rmtree(dest)
+            os.rename(fresh, dest)
 
 
-class PrivateSubmit(base_submit.ExchangeSubmit):
+class Fetch(FixedRoot, base_fetch.ExchangeFetchAssignment):
+    pass
+
+
+class FetchFeedback(FixedRoot, base_fetch_feedback.ExchangeFetchFeedback):
+    pass
+
+
+class List(FixedRoot, base_list.ExchangeList):
+    pass
+
+
+class Release(FixedRoot, base_release.ExchangeReleaseAssignment):
+    pass
+
+
+class PrivateSubmit(FixedRoot, base_submit.ExchangeSubmit):
     def set_perms(self, dest, fileperms, dirperms):
         super().set_perms(dest, fileperms & ~0o007, dirperms & ~0o007)
         self._private = getattr(self, "_private", None) or dest
@@ -55,7 +169,7 @@ class PrivateSubmit(base_submit.ExchangeSubmit):
             os.chmod(self._private, 0o2770)
 
 
-class PrivateFeedback(base_feedback.ExchangeReleaseFeedback):
+class PrivateFeedback(FixedRoot, base_feedback.ExchangeReleaseFeedback):
     def copy_files(self):
         # nbgrader copies feedback/<learner>/<assignment>/<notebook>.html to a temporary name with
         # shutil.copy, then renames it: give the copy to the learner's group as it is made.

@@ -12,11 +12,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from course_auth import CourseAuthenticator  # noqa: E402
+from limits import LimitedSpawner  # noqa: E402
 
 c = get_config()  # noqa: F821
 state = Path(os.environ["ATTENTION_HUB_STATE"])
 cls = json.loads((state / "hub.json").read_text())
-repo = Path(cls["repo"])
+# What the servers and kernels run: the course's runtime, not the checkout, which is closed to them
+# while the class runs (hub/runtime.py).
+runtime = Path(cls["runtime"])
 
 c.JupyterHub.bind_url = f"http://127.0.0.1:{cls['port']}"
 c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{cls['hub_port']}"
@@ -40,7 +43,12 @@ c.JupyterHub.services = [{"name": "course-admin", "api_token": cls["service_toke
 c.JupyterHub.load_roles = [{"name": "course-admin", "services": ["course-admin"],
                             "scopes": ["admin:users", "admin:servers", "access:servers", "list:users"]}]
 
-c.Spawner.cmd = [str(repo / ".venv" / "bin" / "jupyterhub-singleuser")]
+# Each server in a cgroup of its own, with memory, CPU, process and file-size limits (hub/limits.py).
+c.JupyterHub.spawner_class = LimitedSpawner
+c.LimitedSpawner.limits = cls["limits"]
+c.LimitedSpawner.cgroup_parent = cls["cgroup"]
+c.LimitedSpawner.unlimited = {cls["instructor"]}  # grading kernels start from it, each with its own limits
+c.Spawner.cmd = [str(runtime / ".venv" / "bin" / "python"), "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
@@ -54,16 +62,17 @@ def role_environment(spawner):
     name = spawner.user.name
     role = "instructor" if name == cls["instructor"] else "learner"
     env = {
-        "PATH": f"{repo / '.venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-        "JUPYTER_CONFIG_PATH": str(HERE / "roles" / role),
-        "ATTENTION_REPO": str(repo),
+        "PATH": f"{runtime / 'bin'}:{runtime / '.venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "JUPYTER_CONFIG_PATH": str(runtime / "hub" / "roles" / role),
+        "ATTENTION_REPO": str(runtime),
         "ATTENTION_EXCHANGE": cls["exchange"],
-        "PYTHONPATH": str(repo),
+        "PYTHONPATH": str(runtime),
     }
     if role == "instructor":
         env["ATTENTION_COURSE_ROOT"] = cls["course_root"]
         env["ATTENTION_GRADEBOOK"] = cls["gradebook"]
         env["ATTENTION_GRADER"] = cls["grader"]  # grading kernels run as this account (autograder/sandbox.py)
+        env["ATTENTION_GRADING_CGROUPS"] = ":".join(cls["grading_cgroups"])  # and in this cgroup (hub/limits.py)
     spawner.environment.update(env)
 
 

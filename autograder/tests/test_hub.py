@@ -8,7 +8,9 @@ learner3 leaves it untouched; each fetches, validates and submits; the instructo
 autogrades with the course's grader, generates and releases feedback; each learner fetches their
 feedback. Then scores are checked in the gradebook and in each learner's feedback, and the
 forbidden reads and writes are tried as the learners themselves, and from inside the grading
-kernel, which runs as a throwaway account (autograder/sandbox.py), not as the instructor.
+kernel, which runs as a throwaway account in namespaces of its own (autograder/sandbox.py), not as
+the instructor. learner2 also makes the ten attacks of the issue "A class a learner cannot break"
+(autograder/tests/hub_attacks.py lists them): each must fail.
 
 Accounts, exchange and PostgreSQL are made under a name of the test's own and removed afterwards.
 The learner's part in Chromium (Playwright), as in test_browser.py: log in, Assignments, fetch, type,
@@ -43,6 +45,8 @@ if WHY:
 
 # Without Chromium: skipped with test_browser's one line (a failure in CI, as there).
 from autograder.tests.test_browser import chromium_page, expect, type_into  # noqa: E402
+from autograder.tests import hub_attacks as attack  # noqa: E402
+from hub.limits import cgroup_version  # noqa: E402
 
 pytestmark = pytest.mark.slow
 STEM = "01_dot_product_attention"
@@ -56,7 +60,7 @@ def probe_cell(hub) -> str:
     good = hub.learners[0]
     targets = [hub.course_root / "source" / NB, hub.course_root / "submitted" / good / NB,
                hub.exchange / COURSE_ID / "inbound", Path(home_of(good)) / NB, SOLUTIONS / f"{STEM}.ipynb",
-               Path(home_of(hub.instructor)) / ".local" / "share" / "jupyter" / "runtime"]
+               Path(home_of(hub.instructor)) / ".local" / "share" / "jupyter" / "runtime", ROOT / ".git"]
     return ("import os, pwd, resource\n"
             "print('running as', pwd.getpwuid(os.geteuid()).pw_name)\n"
             "print('memory limit MiB', resource.getrlimit(resource.RLIMIT_DATA)[1] >> 20)\n"
@@ -66,7 +70,11 @@ def probe_cell(hub) -> str:
             "        print('read', path)\n"
             "    except OSError as e:\n"
             "        print('refused', type(e).__name__, path)\n")
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+
+def python(hub) -> str:
+    """The accounts' interpreter: the course's runtime (the checkout is closed to them, hub/runtime.py)."""
+    return str(hub.runtime / ".venv" / "bin" / "python")
 
 
 def solved(nb, wrong: dict[str, str] | None = None):
@@ -100,16 +108,21 @@ def gradebook_rows(hub) -> dict[str, dict[str, float]]:
               "        except Exception: continue\n"
               "        out[s.id] = {g.name: float(g.score or 0) for g in nb.grades}\n"
               "    print(json.dumps(out))")
-    result = as_user(hub, hub.instructor, PYTHON, "-c", script, hub.gradebook, COURSE_ID, STEM, cwd="/")
+    result = as_user(hub, hub.instructor, python(hub), "-c", script, hub.gradebook, COURSE_ID, STEM, cwd="/")
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# Each learner's server: small enough that going over it is quick to try (hub/limits.py).
+LIMITS = {"memory_mb": 2048, "cpus": 1.0, "processes": 256, "file_mb": 256}
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     prefix = "t" + secrets.token_hex(3)  # a name of its own: two runs never meet
     state = Path("/tmp") / f"attention-hub-{prefix}"
-    course = CourseHub(state, prefix, learners=4)  # the fourth works in the browser
+    course = CourseHub(state, prefix, learners=4, server_limits=LIMITS)  # the fourth works in the browser
+    course.planted = []
     try:
         course.start()
         yield course
@@ -117,6 +130,8 @@ def hub(tmp_path_factory):
         course.stop()
     left = [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(f"{prefix}-")]
     assert not left and not state.exists() and not course.sudoers.exists(), f"the class left {left or state}"
+    assert not attack.gone(course.planted), f"10: a learner's files in /tmp survived the class: {attack.gone(course.planted)}"
+    assert ROOT.stat().st_mode & 0o005 == 0o005, "the checkout was not opened again"
 
 
 def call(hub, user, method, path, body=None):
@@ -147,8 +162,11 @@ def learners_work(hub, kinds: dict[str, str], validate: list[str]):
         if EDITS[kind] is not None:
             content = call(hub, learner, "GET", f"/api/contents/{NB}")
             nb = solved(nbformat.from_dict(content["content"]), EDITS[kind])
-            if kind == "wrong softmax":  # tries, while graded, what the grader's account could read
-                nb.cells.append(nbformat.v4.new_code_cell(probe_cell(hub)))
+            if kind == "wrong softmax":  # tries, while graded, what the grader's account could read or leave (4),
+                nb.cells.append(nbformat.v4.new_code_cell(probe_cell(hub)))  # and script in the formgrader (1)
+                nb.cells.append(nbformat.v4.new_code_cell(attack.graded_probe(hub)))
+                nb.cells.append(nbformat.v4.new_markdown_cell(attack.XSS_MARKDOWN))
+                nb.cells.append(nbformat.v4.new_code_cell(attack.XSS_OUTPUT))
             call(hub, learner, "PUT", f"/api/contents/{NB}", {"type": "notebook", "format": "json", "content": nb})
         if learner in validate:
             validated = call(hub, learner, "POST", "/assignments/validate", {"path": NB})
@@ -217,32 +235,56 @@ def test_a_class_through_the_exchange(hub):
     assert code == 200 and '"@jupyter/nbgrader:create-assignment"' in lab.split("disabledExtensions", 1)[-1][:2000], \
         "a learner's JupyterLab still loads nbgrader's Create Assignment"
 
+    refused = attack.succeeded(wrong, attack.exchange_attempts(hub, STEM))  # 8, before the release
+    assert not refused, f"a learner could: {refused}"
     release(hub)
     kinds = {good: "solved", wrong: "wrong softmax", idle: "untouched"}
     learners_work(hub, kinds, validate=[good])
 
     # learner2 submits in learner1's name (nbgrader submit --student): it must not replace learner1's work.
     time.sleep(1.1)  # a later timestamp than learner1's own submission
-    forged = as_user(hub, wrong, str(ROOT / ".venv" / "bin" / "nbgrader"), "submit", STEM, "--course", COURSE_ID,
+    forged = as_user(hub, wrong, str(hub.runtime / "bin" / "nbgrader"), "submit", STEM, "--course", COURSE_ID,
                      f"--CourseDirectory.student_id={good}", cwd=home_of(wrong),
-                     env=[f"JUPYTER_CONFIG_PATH={ROOT / 'hub' / 'roles' / 'learner'}",
-                          f"ATTENTION_REPO={ROOT}", f"ATTENTION_EXCHANGE={hub.exchange}", f"PYTHONPATH={ROOT}"])
+                     env=[f"JUPYTER_CONFIG_PATH={hub.runtime / 'hub' / 'roles' / 'learner'}",
+                          f"ATTENTION_REPO={hub.runtime}", f"ATTENTION_EXCHANGE={hub.exchange}", f"PYTHONPATH={hub.runtime}"])
     inbound = hub.exchange / COURSE_ID / "inbound"
     assert forged.returncode == 0 and any(p.name.startswith(f"{good}+") and p.owner() == wrong
                                           for p in inbound.iterdir()), forged.stderr[-2000:]
 
+    planted = attack.plant_in_inbound(hub, good, wrong, STEM)  # 3, 5, 9
     grade(hub, kinds)
     check_grades(hub, kinds)
+    attack.after_collect(hub, planted, good, wrong, STEM, "BEGIN HIDDEN TESTS")
 
     # The learner's code ran as the throwaway account, and none of the grader's files were open to it.
     graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
     assert f"running as {hub.grader}\n" in printed, printed[-800:]
     assert f"memory limit MiB {DEFAULT_MEMORY_MB}\n" in printed, printed[-800:]  # the course config's, kept through sudo
-    assert printed.count("refused PermissionError") == 6 and "\nread " not in printed, printed[-1500:]
+    assert printed.count("refused ") == 7 + 3 and "\nread " not in printed, printed[-1500:]
     assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "a grading kernel outlived its grading"
+    # 4: graded again, the same notebook finds nothing that its first grading left (startup file, files, daemon).
+    ok(call(hub, teacher, "POST", f"/formgrader/api/submission/{STEM}/{wrong}/autograde"), "autograde again")
+    graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
+    assert not attack.graded_probe_held(printed, hub), attack.graded_probe_held(printed, hub)
+    assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "4: a daemon outlived its grading"
+
+    # 1: the formgrader's page of that submission carries none of the learner's script (Chromium: browser_part).
+    code, page = page_status(hub, teacher, f"/formgrader/submissions/{attack.submission_id(hub, call, STEM, wrong)}/?index=0")
+    assert code == 200 and "xss-probe" in page and not attack.formgrader_page_has_no_script(page), \
+        attack.formgrader_page_has_no_script(page)
 
     forbidden_attempts(hub, good, wrong)
+    refused = attack.succeeded(wrong, attack.checkout_attempts(hub, ROOT, STEM))  # 2
+    refused |= attack.succeeded(wrong, attack.state_attempts(hub))  # 6
+    assert not refused, f"a learner could: {refused}"
+    assert not attack.readable_state_files(hub), f"6: readable by all: {attack.readable_state_files(hub)}"
+    # 7: through the learner's own server, a kernel goes over each limit of it.
+    said = attack.run_in_kernel(hub, wrong, attack.limits_code(LIMITS))
+    out = json.loads(said.strip().splitlines()[-1])
+    assert not attack.limits_held(out, LIMITS, cgroup_version() > 0), (attack.limits_held(out, LIMITS, cgroup_version() > 0), out)
+    hub.planted += attack.plant_tmp_files(hub, wrong)  # 10: checked after the class stops (the fixture)
     browser_part(hub)
 
 
@@ -251,7 +293,8 @@ def forbidden_attempts(hub, victim, intruder):
     home = Path(home_of(victim))
     course = hub.exchange / COURSE_ID
     feedback_file = next((home / STEM / "feedback").rglob("*.html"))
-    submitted = next(p for p in (course / "inbound").iterdir() if p.name.startswith(f"{victim}+") and p.owner() == victim)
+    submitted = next(p for p in (course / "inbound").iterdir()
+                     if p.name.startswith(f"{victim}+") and not p.is_symlink() and p.owner() == victim)
     released = next(p for p in (course / "feedback").iterdir() if p.read_bytes() == feedback_file.read_bytes())
     attempts = {
         "read another learner's notebook": ["cat", str(home / NB)],
@@ -313,6 +356,13 @@ def browser_part(hub):
         expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
         type_into(page, "attention_scores", RIGHT)
         page.keyboard.press("Control+s")
+        # Seen once on a loaded machine (load 9 on 2 cores): JupyterLab asked whether to overwrite the
+        # fetched file "changed on disk"; the learner keeps what they typed.
+        changed = page.locator(".jp-Dialog").filter(has_text="changed on disk")
+        try:
+            changed.get_by_role("button", name="Overwrite").click(timeout=3000)
+        except Exception:
+            pass
         page.locator(".jp-NotebookPanel-toolbar").get_by_text("Validate", exact=True).click()
         dialog = page.locator(".jp-Dialog")
         expect(dialog).to_contain_text("The following cell failed")  # softmax and the rest are not done
@@ -328,6 +378,20 @@ def browser_part(hub):
         assignments()
         page.get_by_text("Fetch Feedback", exact=True).click()
         expect(page.get_by_text("(view feedback)")).to_be_visible()
+
+        # 1: the instructor opens learner2's submission in the formgrader: none of the script in its
+        # markdown and outputs runs (it would act as the instructor: same origin, the _xsrf cookie).
+        submission = attack.submission_id(hub, call, STEM, hub.learners[1])
+        page.context.clear_cookies()
+        page.goto(f"{hub.url}/hub/login")
+        page.locator("input[name=username]").fill(hub.instructor)
+        page.locator("input[name=password]").fill(hub.passwords[hub.instructor])
+        page.locator("input[type=submit], button[type=submit]").first.click()
+        page.wait_for_url(f"**/user/{hub.instructor}/lab**")
+        page.goto(f"{hub.url}/user/{hub.instructor}/formgrader/submissions/{submission}/?index=0")
+        expect(page.get_by_text("xss-probe")).to_be_visible()
+        page.wait_for_timeout(2000)  # an onerror fires once the broken image has failed to load
+        assert page.evaluate("document.body.getAttribute('data-pwned')") is None, "1: a learner's script ran in the formgrader"
     folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
     page_html = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
     score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", page_html)

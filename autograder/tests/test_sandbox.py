@@ -3,6 +3,7 @@ account: test_hub.py): the command, the sudoers rule, and the launcher's refusal
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,9 @@ def test_sudoers_rule_allows_that_command_only_and_no_pty():
     rule = sandbox.sudoers_rule("t1", "g1").splitlines()
     assert rule == ["Defaults:t1 !use_pty",
                     f"t1 ALL=(g1) NOPASSWD: {sandbox.PYTHON} {sandbox.REPO / 'autograder' / 'sandbox.py'} *"]
+    copy = Path("/srv/x/runtime")  # the hub's: the course's runtime, not the checkout (hub/runtime.py)
+    assert sandbox.sudoers_rule("t1", "g1", copy).splitlines()[1] == \
+        f"t1 ALL=(g1) NOPASSWD: {copy / '.venv' / 'bin' / 'python'} {copy / 'autograder' / 'sandbox.py'} *"
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="the refusal is of root")
@@ -57,10 +61,35 @@ from autograder.preprocessors import GradingExecute
 nb = new_notebook(cells=[
     new_code_cell("import os, pwd, resource\\nprint(pwd.getpwuid(os.geteuid()).pw_name, resource.getrlimit(resource.RLIMIT_DATA)[1] >> 20)"),
     new_code_cell("while True:\\n    pass"),
-    new_code_cell("print('still here')")])
+    new_code_cell("print('still here')"),
+    new_code_cell(sys.argv[2])])
 ex = GradingExecute(run_as=sys.argv[1], memory_limit_mb=1024, timeout=3, notebook_timeout=90, guard=False)
 ex.preprocess(nb, {"metadata": {"path": "/"}})
 print(json.dumps([[o.get("text") or o.get("ename") for o in c.outputs] for c in nb.cells]))
+"""
+# What a graded notebook tries to leave behind or hand over (weakness 4 of the hub's issue): each line
+# it prints says whether the attempt went through; the test then looks from outside.
+LEAVE_BEHIND = """
+import os, socket, time
+def attempt(what, action):
+    try:
+        action()
+        print('done', what)
+    except OSError as e:
+        print('refused', what, type(e).__name__)
+def write(path):
+    with open(path, 'w') as f:
+        f.write('the hidden tests')
+attempt('write TMPFILE', lambda: write('TMPFILE'))
+attempt('write SHMFILE', lambda: write('SHMFILE'))
+attempt('write in the checkout', lambda: write('REPO/leak.txt'))
+attempt('connect to PORT', lambda: socket.create_connection(('127.0.0.1', PORT), timeout=2))
+if os.fork() == 0:  # a daemon: double fork, new session
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(300)
+    os._exit(0)
+print('daemon left')
 """
 
 
@@ -84,24 +113,42 @@ def test_kernel_as_another_account_is_interrupted_and_killed_through_sudo(tmp_pa
     sys.path.insert(0, str(sandbox.REPO))
     from hub.course_hub import LOCK, CourseHub, _pids_of
 
-    hub = CourseHub(tmp_path / "state", "s" + secrets.token_hex(3), learners=0)
+    import shutil
+    import socket
+
+    prefix = "s" + secrets.token_hex(3)
+    hub = CourseHub(Path("/tmp") / f"attention-sandbox-{prefix}", prefix, learners=0)
     lock = open(LOCK, "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # never beside a running class: both open the path to the checkout
+    fcntl.flock(lock, fcntl.LOCK_EX)  # never beside a running class: both seal the checkout
+    listener = socket.create_server(("127.0.0.1", 0))  # a learner's server, say, waiting for what the kernel sends
+    leaks = [Path(f"/tmp/attention-leak-{prefix}"), Path(f"/dev/shm/attention-leak-{prefix}")]
+    probe = (LEAVE_BEHIND.replace("TMPFILE", str(leaks[0])).replace("SHMFILE", str(leaks[1]))
+             .replace("REPO", str(hub.runtime)).replace("PORT", str(listener.getsockname()[1])))
     try:
         hub.state.mkdir(mode=0o711)
-        hub._open_path_to_repo()
+        hub._seal_repo()
         hub._add_user(hub.instructor)
         hub._add_grader()
+        python = hub.runtime / ".venv" / "bin" / "python"
         result = subprocess.run(["runuser", "-u", hub.instructor, "--", "env", f"HOME={pwd.getpwnam(hub.instructor).pw_dir}",
-                                 f"PYTHONPATH={sandbox.REPO}", f"PATH={sandbox.PYTHON.parent}:/usr/bin:/bin",
-                                 str(sandbox.PYTHON), "-c", KERNEL_RUN, hub.grader],
+                                 f"PYTHONPATH={hub.runtime}", f"PATH={python.parent}:/usr/bin:/bin",
+                                 str(python), "-c", KERNEL_RUN, hub.grader, probe],
                                 capture_output=True, text=True, timeout=180, cwd="/")
         assert result.returncode == 0, result.stderr[-3000:]
         outputs = __import__("json").loads(result.stdout.strip().splitlines()[-1])
         assert outputs[0] == [f"{hub.grader} 1024\n"], outputs
         assert outputs[1] and "KeyboardInterrupt" in " ".join(map(str, outputs[1])), outputs
         assert outputs[2] == ["still here\n"], outputs
-        assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "the kernel outlived its grading"
+        said = "".join(outputs[3])
+        # Inside, /tmp and /dev/shm are its own and the rest is read-only: written there, found nowhere outside.
+        assert f"done write {leaks[0]}" in said and "refused write in the checkout OSError" in said, said
+        assert "refused connect to" in said and "daemon left" in said, said
+        assert not any(p.exists() for p in leaks), "a file the grading kernel wrote in /tmp is visible outside it"
+        assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "the kernel or its daemon outlived its grading"
     finally:
+        listener.close()
         hub.stop()
+        from hub.runtime import mounted
+        if not mounted(hub.runtime / ".venv"):  # never through the mount: it would delete the checkout's venv
+            shutil.rmtree(hub.state, ignore_errors=True)
         lock.close()

@@ -10,10 +10,19 @@ load_subconfig(str(Path(os.environ["ATTENTION_REPO"]) / "autograder" / "nbgrader
 c.CourseDirectory.root = os.environ["ATTENTION_COURSE_ROOT"]
 c.CourseDirectory.db_url = os.environ["ATTENTION_GRADEBOOK"]
 c.Exchange.root = os.environ["ATTENTION_EXCHANGE"]
-# Collect only submissions whose file the named learner owns (nbgrader merely warns): hub/exchange.py.
-c.ExchangeFactory.collect = "hub.exchange.OwnerCheckedCollect"
-# Each released feedback page readable by its learner (and the instructor) only: hub/exchange.py.
+# The hardened folder exchange (hub/exchange.py): the root is the administrator's; collect copies only
+# the named learner's own files and folders, follows no link and takes the time from the file system;
+# each released feedback page is readable by its learner (and the instructor) only.
+c.ExchangeFactory.release_assignment = "hub.exchange.Release"
+c.ExchangeFactory.collect = "hub.exchange.SafeCollect"
 c.ExchangeFactory.release_feedback = "hub.exchange.PrivateFeedback"
+c.ExchangeFactory.list = "hub.exchange.List"
+# What the formgrader shows of a submission (markdown and outputs the learner wrote) is sanitized: no
+# script runs in the instructor's browser, where it would act as the instructor. nbgrader's formgrade
+# template renders markdown without nbconvert's sanitize_html, so the notebook itself is cleaned first
+# (nbconvert's SanitizeHTML, bleach: raw HTML escaped, JavaScript outputs dropped); feedback pages too.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
 # Grading kernels run the learners' code as a throwaway account, never as the instructor (who can read
 # the hidden tests, every submission and the gradebook): autograder/sandbox.py, through sudo.
 c.GradingExecute.run_as = os.environ["ATTENTION_GRADER"]
