@@ -25,9 +25,21 @@ _UTILS_NEED = {"flash_triton": "triton", "bench_triton": "triton"}
 def utils_modules() -> list:
     """Every reference module of utils/, imported, so a learner's late import is guarded too."""
     import utils
-    return [importlib.import_module(f"utils.{info.name}") for info in pkgutil.iter_modules(utils.__path__)
-            if info.name not in _UTILS_SKIP and not info.name.startswith("_")
-            and _UTILS_NEED.get(info.name, "sys") in sys.modules]
+    names = [info.name for info in pkgutil.iter_modules(utils.__path__) if info.name not in _UTILS_SKIP
+             and not info.name.startswith("_") and _UTILS_NEED.get(info.name, "sys") in sys.modules]
+    return [m for m in map(_imported, names) if m is not None]
+
+
+def _imported(name: str):
+    """utils.<name>, or None for an optional module that cannot load here: torch's first optimizer
+    step imports triton on a machine without a GPU, where utils.flash_triton then refuses to load
+    (and so cannot be what a learner called)."""
+    try:
+        return importlib.import_module(f"utils.{name}")
+    except ImportError:
+        if name in _UTILS_NEED:
+            return None
+        raise
 
 
 def utils_twins(name: str) -> list:
