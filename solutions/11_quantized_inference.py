@@ -64,9 +64,11 @@ torch.set_num_threads(1)  # steady timings on a shared machine (see below)
 # We measure this machine's bandwidth with the simplest memory-bound operation there is, a large copy.
 # Everything in this notebook runs on **one thread** (`torch.set_num_threads(1)` above): on a
 # machine shared with other work, a multi-threaded kernel waits for its slowest thread at every
-# call, and that noise would swamp what we want to see.
+# call, and that noise would swamp what we want to see. It runs on the CPU even where a GPU is
+# present: the W8A8 layer's int8 kernel (fbgemm) exists only there, and every speed below is set
+# against this CPU's bandwidth.
 #
-# 我们用最简单的受内存限制的操作——一次大拷贝——来测量这台机器的带宽。本笔记本中的一切都在 **一个线程** 上运行（上面的 `torch.set_num_threads(1)`）：在与其他任务共享的机器上，多线程的内核每次调用都要等待它最慢的线程，这种噪声会淹没我们想看到的东西。
+# 我们用最简单的受内存限制的操作——一次大拷贝——来测量这台机器的带宽。本笔记本中的一切都在 **一个线程** 上运行（上面的 `torch.set_num_threads(1)`）：在与其他任务共享的机器上，多线程的内核每次调用都要等待它最慢的线程，这种噪声会淹没我们想看到的东西。即使有 GPU，本笔记本也在 CPU 上运行：W8A8 层的 int8 内核（fbgemm）只在 CPU 上有，而下面的每个速度都要与这台 CPU 的带宽相比。
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -22,12 +22,12 @@
 # %%
 import math
 import os
-import time
 
 import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
+from utils.benchmark import demo_device, timed
 from utils.causal import causal_mask
 from utils.dsa import DSAConfig
 from utils.kv_cache import KVCache
@@ -35,6 +35,7 @@ from utils.mla import MultiHeadLatentAttention
 from utils.rope import apply_rope
 
 GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading measures shorter contexts
+DEVICE = demo_device()  # the timing cells run on a GPU when one is present (grading: the CPU)
 
 # %% [markdown]
 # ## 1. The sliding-window mask · 滑动窗口掩码
@@ -639,8 +640,10 @@ with torch.no_grad():
 # prefill's statistics. The dense step reads every cached latent; the sparse step reads every index
 # key (128 numbers per position) but only 2048 latents. `python -m utils.bench_sparse` runs the same
 # measurement from the command line. The sentences under the plot say what this machine measured.
+# Where a GPU is present, this cell and the next timing cell run there (`utils.benchmark.demo_device()`)
+# and measure the GPU.
 #
-# 一个解码步骤，使用 V3.2 的每头尺寸（MLA：128 个头，潜在向量 512 + 64；索引器：64 个宽 128 的头；`index_topk` 2048；一层，模型宽度 1024 以使投影较小），`utils.bench_sparse.decode_step_benchmark`：稠密的吸收 MLA（在同一模块上调用 09 的 forward）与 `utils.dsa.SparseMLA` 的稀疏步骤（索引器读取每个缓存的索引键，然后 MLA 只读取被选中的 2048 个潜在向量，它先把这些向量收集出来）比较，单线程，交替轮次取中位数，缓存填入具有预填充统计特性的随机值。稠密步骤读取每个缓存的潜在向量；稀疏步骤读取每个索引键（每个位置 128 个数），但只读取 2048 个潜在向量。`python -m utils.bench_sparse` 在命令行运行同样的测量。图下方的句子说明本机测得的结果。
+# 一个解码步骤，使用 V3.2 的每头尺寸（MLA：128 个头，潜在向量 512 + 64；索引器：64 个宽 128 的头；`index_topk` 2048；一层，模型宽度 1024 以使投影较小），`utils.bench_sparse.decode_step_benchmark`：稠密的吸收 MLA（在同一模块上调用 09 的 forward）与 `utils.dsa.SparseMLA` 的稀疏步骤（索引器读取每个缓存的索引键，然后 MLA 只读取被选中的 2048 个潜在向量，它先把这些向量收集出来）比较，单线程，交替轮次取中位数，缓存填入具有预填充统计特性的随机值。稠密步骤读取每个缓存的潜在向量；稀疏步骤读取每个索引键（每个位置 128 个数），但只读取 2048 个潜在向量。`python -m utils.bench_sparse` 在命令行运行同样的测量。图下方的句子说明本机测得的结果。有 GPU 时，这个单元格和下一个计时单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU。
 #
 # Your Exercise 6 class is not what is timed, and it would not be faster than dense: like V3.2's
 # released `model.py`, it scores every cached latent and then adds the mask, so it does all of the
@@ -657,7 +660,8 @@ from utils.bench_sparse import crossover, decode_step_benchmark
 contexts = [64, 128] if GRADING else [1024, 2048, 4096, 8192, 16384, 32768]
 small = DSAConfig(dim=64, n_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
                   v_head_dim=16, max_seq_len=129, index_n_heads=4, index_head_dim=16, index_topk=32)
-rows = decode_step_benchmark(contexts, dim=1024, repeats=3, cfg=small if GRADING else None)  # grading: a tiny layer
+rows = decode_step_benchmark(contexts, dim=1024, repeats=3, cfg=small if GRADING else None,  # grading: a tiny layer
+                             device=DEVICE)
 print(f"{'context':>8} {'dense ms':>9} {'sparse ms':>10} {'speedup':>8} {'dense MiB read':>15} {'sparse MiB read':>16}")
 for r in rows:
     print(f"{r['context']:>8} {r['dense_ms']:>9.1f} {r['sparse_ms']:>10.1f} {r['speedup']:>7.2f}x "
@@ -700,7 +704,8 @@ g = torch.Generator().manual_seed(2)
 q_latent, q_pe = torch.randn(1, 1, 128, 512, generator=g), torch.randn(1, 1, 128, 64, generator=g)  # (B, T, H, .)
 c, pe = torch.randn(1, S, 512, generator=g), torch.randn(1, S, 64, generator=g)  # cached latents and rope keys
 picked = torch.randperm(S, generator=g)[:top]  # what an indexer would have selected
-blocked = torch.ones(1, 1, S, dtype=torch.bool)
+q_latent, q_pe, c, pe, picked = (t.to(DEVICE) for t in (q_latent, q_pe, c, pe, picked))  # drawn on the CPU: the same values
+blocked = torch.ones(1, 1, S, dtype=torch.bool, device=DEVICE)
 blocked[..., picked] = False
 
 
@@ -719,7 +724,7 @@ times = {name: [] for name in ways}
 with torch.no_grad(), one_thread():
     for _ in range(5):
         for name, way in ways.items():
-            t0 = time.perf_counter(); out = way(); times[name].append(time.perf_counter() - t0)
+            times[name].append(timed(way, DEVICE)[0])
     same = torch.allclose(attend(c, pe, blocked), attend(c[:, picked], pe[:, picked]), atol=1e-5)
 print(f"{S} cached positions, one query; masked and gathered give the same output: {same}")
 for name, t in times.items():

@@ -37,10 +37,12 @@ import torch
 import torch.nn.functional as F
 
 from utils.bench_flash import format_rows, measure, peak_extra_memory
+from utils.benchmark import demo_device
 from utils.causal import causal_mask
 from utils.scaled_attention import scaled_dot_product_attention
 
 GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading measures shorter sequences and skips gradcheck
+DEVICE = demo_device()  # the measurements run on a GPU when one is present (grading: the CPU)
 
 # %% [markdown]
 # ## The matrix that grows like T² · 随 T² 增长的矩阵
@@ -55,7 +57,7 @@ GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading measures shorter sequ
 # %%
 # NBVAL_IGNORE_OUTPUT
 T = 4096
-q, k, v = (torch.randn(1, 1, T, 64, generator=torch.Generator().manual_seed(i)) for i in range(3))
+q, k, v = (torch.randn(1, 1, T, 64, generator=torch.Generator().manual_seed(i)).to(DEVICE) for i in range(3))
 extra, _ = peak_extra_memory(scaled_dot_product_attention, q, k, v)
 for t in (4096, 16384):
     print(f"T = {t:5d}: one (T, T) float32 matrix is {4 * t * t / 2**20:5.0f} MiB")
@@ -538,13 +540,15 @@ print("saved for backward:", [tuple(t.shape) for t in out.grad_fn.saved_tensors]
 # the call touches, the buffers inside PyTorch's C++ kernels included. torch has no always-on
 # allocation counters for the CPU like `torch.cuda.memory_stats` (its profiler can record CPU
 # allocations, at the cost of tracing every one). The same measurement runs from a terminal with `python -m utils.bench_flash`.
+# Where a GPU is present, the memory and time cells of this notebook run there
+# (`utils.benchmark.demo_device()`) and measure the GPU, its memory read from `torch.cuda.max_memory_allocated`.
 #
-# 下面的单元格在这台 CPU 上测量一个 $d = 64$ 的头、$T$ 从 1024 到 16384 个词元时，笔记本 03 的注意力（朴素）、你的 `flash_attention_forward`（块大小 256，分块）和 `F.scaled_dot_product_attention`（SDPA）的峰值额外内存与时间：在同一次运行中依次测量，并检查它们的输出相等。内存是测出来的，不是算出来的：在 Linux 上，`utils.bench_flash.peak_extra_memory` 会重置进程常驻内存的高水位（`/proc/self/clear_refs`），运行调用，再读取新的高水位（`VmHWM`）。这会计入调用触及的每一页内存，包括 PyTorch C++ 内核内部的缓冲区。torch 没有像 `torch.cuda.memory_stats` 那样为 CPU 常开的分配计数（它的性能分析器可以记录 CPU 上的分配，代价是跟踪每一次分配）。同样的测量也可以在终端里用 `python -m utils.bench_flash` 运行。
+# 下面的单元格在这台 CPU 上测量一个 $d = 64$ 的头、$T$ 从 1024 到 16384 个词元时，笔记本 03 的注意力（朴素）、你的 `flash_attention_forward`（块大小 256，分块）和 `F.scaled_dot_product_attention`（SDPA）的峰值额外内存与时间：在同一次运行中依次测量，并检查它们的输出相等。内存是测出来的，不是算出来的：在 Linux 上，`utils.bench_flash.peak_extra_memory` 会重置进程常驻内存的高水位（`/proc/self/clear_refs`），运行调用，再读取新的高水位（`VmHWM`）。这会计入调用触及的每一页内存，包括 PyTorch C++ 内核内部的缓冲区。torch 没有像 `torch.cuda.memory_stats` 那样为 CPU 常开的分配计数（它的性能分析器可以记录 CPU 上的分配，代价是跟踪每一次分配）。同样的测量也可以在终端里用 `python -m utils.bench_flash` 运行。有 GPU 时，本笔记本测量内存和时间的单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU，内存取自 `torch.cuda.max_memory_allocated`。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 tokens = [512, 1024, 2048] if GRADING else [1024, 2048, 4096, 8192, 16384]
-rows = measure(tokens, d=64, tiled=flash_attention_forward, block=256)
+rows = measure(tokens, d=64, tiled=flash_attention_forward, block=256, device=DEVICE)
 print(format_rows(rows))
 last = rows[-1]
 print(f"one 256 x 256 float32 tile: {256 * 256 * 4 / 2**10:.0f} KiB; the output at T = {last['T']}: "
@@ -593,14 +597,14 @@ from utils.flash_attention import naive_attention
 
 T_b = 512 if GRADING else 2048
 g = torch.Generator().manual_seed(9)
-q, k, v = (torch.randn(1, 1, T_b, 64, generator=g, requires_grad=True) for _ in range(3))
-grad_out = torch.randn(1, 1, T_b, 64, generator=g)
-passes = {"naive attention, autograd (keeps P)": lambda: naive_attention(q, k, v, causal=True)[0].backward(grad_out),
-          "your FlashAttention (keeps lse)": lambda: FlashAttention.apply(q, k, v, True).backward(grad_out)}
+q, k, v = (torch.randn(1, 1, T_b, 64, generator=g).to(DEVICE).requires_grad_() for _ in range(3))
+grad_out = torch.randn(1, 1, T_b, 64, generator=g).to(DEVICE)
+passes = {"naive attention, autograd (keeps P)": lambda q, k, v: naive_attention(q, k, v, causal=True)[0].backward(grad_out),
+          "your FlashAttention (keeps lse)": lambda q, k, v: FlashAttention.apply(q, k, v, True).backward(grad_out)}
 for name, forward_backward in passes.items():
-    forward_backward()  # warm-up
+    forward_backward(q, k, v)  # warm-up
     q.grad = k.grad = v.grad = None
-    extra, seconds, _ = peak_memory_and_time(forward_backward)
+    extra, seconds, _ = peak_memory_and_time(forward_backward, q, k, v)  # measured on q's device
     q.grad = k.grad = v.grad = None
     print(f"{name:36} forward + backward, T = {T_b}, causal: peak extra memory {extra / 2**20:6.1f} MiB, {seconds:.3f} s")
 
