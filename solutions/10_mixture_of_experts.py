@@ -636,10 +636,10 @@ nb10.check_MoE(MoE)
 # vectorised `forward`; outputs checked equal, one thread, interleaved rounds, median. The notebook
 # uses 256 tokens to stay quick; `python -m utils.moe` runs 2048. The sentence under the table says
 # what the machine that ran this measured. Where a GPU is present the cell runs there
-# (`utils.benchmark.demo_device()`) and measures the GPU; on an H200, `python -m utils.moe` measured
-# the vectorised dispatch 154x faster than the per-token loop at 2048 tokens.
+# (`utils.benchmark.demo_device()`) and measures the GPU; on an H200 the same benchmark, at 2048
+# tokens, measured the vectorised dispatch 154x faster than the per-token loop.
 #
-# 同一个层（你的 `MoE`，64 个专家，激活 6 个，一个共享专家），同样的词元，两种方式：每个词元逐个访问它的专家（`utils.moe.moe_forward_per_token`），以及你的向量化 `forward`；检查输出相同，单线程，交替轮次，取中位数。本笔记本用 256 个词元以保持快速；`python -m utils.moe` 运行 2048 个。表格下方的句子说明运行本笔记本的机器测得的结果。有 GPU 时这个单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU；在一块 H200 上，`python -m utils.moe` 测得 2048 个词元时向量化分派比按词元循环快 154 倍。
+# 同一个层（你的 `MoE`，64 个专家，激活 6 个，一个共享专家），同样的词元，两种方式：每个词元逐个访问它的专家（`utils.moe.moe_forward_per_token`），以及你的向量化 `forward`；检查输出相同，单线程，交替轮次，取中位数。本笔记本用 256 个词元以保持快速；`python -m utils.moe` 运行 2048 个。表格下方的句子说明运行本笔记本的机器测得的结果。有 GPU 时这个单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU；在一块 H200 上，同样的测量在 2048 个词元时测得向量化分派比按词元循环快 154 倍。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
