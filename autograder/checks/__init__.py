@@ -210,5 +210,6 @@ def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = Non
     fail(en, zh, f"{name} raised nothing")
 
 
+from autograder.checks.executes import course_runs  # noqa: E402,F401
 from autograder.checks.shortcuts import (  # noqa: E402  (they need message and Shortcut above)
     course_versions, forbid, learner_functions, own_work, triton_kernel, unwrap, utils_modules, utils_twins)

@@ -9,7 +9,7 @@ import math
 import torch
 
 import utils.rope as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
+from autograder.checks import (call, course_runs, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
                                own_work, randn, seeded_state)
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.kv_cache import KVCache
@@ -249,7 +249,7 @@ def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
         expect_close(again, full, f"{name} without a cache must give the same output on every call: keep no keys, values or positions in the module between calls (the cache holds them).",
                      f"{name} 在没有缓存时每次调用都必须给出相同的输出：不要在调用之间把键、值或位置保存在模块里（它们由缓存保存）。")
         expect_tensor(full, f"{name}'s output", f"{name} 的输出")
-        with torch.no_grad():
+        with torch.no_grad(), course_runs():
             want = _rope_mha(reference, x, 0, interleaved, theta)
             mistakes = [
                 (_rope_mha(reference, x, 0, interleaved, theta, "values"),
@@ -302,4 +302,6 @@ def _expect_mha_probes(cls, name, d_in, d_out, H, ctx, theta):
         with torch.no_grad():
             wide = call(module.double(), x.double(), name=f"{name}.forward")
             expect_dtype(wide, torch.float64, name)
-            expect_close(wide, reference.double()(x.double()), f"{name} is wrong on float64 inputs.", f"{name} 在 float64 输入上的结果不对。")
+        with torch.no_grad(), course_runs():
+            want = reference.double()(x.double())
+        expect_close(wide, want, f"{name} is wrong on float64 inputs.", f"{name} 在 float64 输入上的结果不对。")
