@@ -127,8 +127,8 @@ def check_apply_rope(apply_rope):
     pos = torch.tensor([3, 4, 5, 6, 9])
     for interleaved in (False, True):
         with own_work(apply_rope, "apply_rope"):
-            out = call(apply_rope, given := x.clone(), pos, 100.0, interleaved=interleaved, name="apply_rope")
-            flat = call(apply_rope, x[0, 0].clone(), pos, interleaved=interleaved, name="apply_rope")
+            out = call(apply_rope, given := x.clone(), pos, 100.0, interleaved=interleaved, inputs_named=True, name="apply_rope")
+            flat = call(apply_rope, x[0, 0].clone(), pos, interleaved=interleaved, inputs_named=True, name="apply_rope")
         expect(torch.equal(given, x), "apply_rope must return a new tensor and leave x unchanged: do not write the rotated pairs into x.",
                "apply_rope 必须返回一个新张量并保持 x 不变：不要把旋转后的坐标对写回 x。")
         expect_tensor(out, "apply_rope's result", "apply_rope 的结果")
@@ -144,8 +144,8 @@ def check_apply_rope(apply_rope):
                      "apply_rope 也必须适用于 (T, head_dim)，theta 默认为 10000。")
     q, k = randn(2, 16, seed=81)
     with own_work(apply_rope, "apply_rope"):
-        near = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([7]), name="apply_rope")
-        far = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([107]), name="apply_rope")
+        near = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([7]), inputs_named=True, name="apply_rope")
+        far = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([107]), inputs_named=True, name="apply_rope")
     expect_close(near[0, 0] @ far[1, 0], rope(q[None], torch.tensor([0]))[0] @ rope(k[None], torch.tensor([100]))[0],
                  "The score of a rotated query and key must depend only on their offset: score(7, 107) = score(0, 100).",
                  "旋转后的查询与键的分数只能取决于它们的偏移：score(7, 107) = score(0, 100)。", atol=1e-4)
