@@ -15,6 +15,7 @@ from autograder.checks import Shortcut, message
 
 _watched: list = []  # stack of {code: (what, en, zh)}, one per open `watching` block
 _tripped: list = []  # the first Shortcut raised, kept in case the learner's code swallows it
+_active: dict = {}  # the union of the open blocks' tables: one lookup per frame
 
 
 def code_objects(obj, unwrap) -> dict:
@@ -46,15 +47,20 @@ def _nested(code: types.CodeType) -> list:
 
 def _trace(frame, event, arg):
     if event == "call":
-        for table in _watched:
-            hit = table.get(id(frame.f_code))
-            if hit is not None and hit[0] is frame.f_code:  # identity: equal code objects can live in two files
-                _, what, en, zh = hit
-                error = Shortcut(message(en, zh, f"{what} ran while your code ran"))
-                if not _tripped:
-                    _tripped.append(error)
-                raise error
+        hit = _active.get(id(frame.f_code))
+        if hit is not None and hit[0] is frame.f_code:  # identity: equal code objects can live in two files
+            _, what, en, zh = hit
+            error = Shortcut(message(en, zh, f"{what} ran while your code ran"))
+            if not _tripped:
+                _tripped.append(error)
+            raise error
     return None
+
+
+def _merge():
+    _active.clear()
+    for table in _watched:
+        _active.update(table)
 
 
 def _chained(previous):
@@ -77,6 +83,7 @@ def watching(table: dict):
     previous = sys.gettrace()
     outermost = not _watched
     _watched.append(table)
+    _merge()
     if outermost:
         _tripped.clear()
         sys.settrace(_trace if previous is None else _chained(previous))
@@ -84,6 +91,7 @@ def watching(table: dict):
         yield
     finally:
         _watched.pop()
+        _merge()
         if outermost:
             sys.settrace(previous)
     if outermost and _tripped:
@@ -96,9 +104,11 @@ def course_runs():
     the learner's output should be); nothing is watched until the block ends."""
     saved, previous = _watched[:], sys.gettrace()
     _watched.clear()
+    _merge()
     sys.settrace(None)
     try:
         yield
     finally:
         _watched[:] = saved
+        _merge()
         sys.settrace(previous)
