@@ -5,6 +5,7 @@
     python -m autograder release [STEM ...] [--check]             make or check course/
     python -m autograder sync [STEM ...] [--check] [--no-execute] solutions/*.py -> .ipynb
     python -m autograder timing [STEM ...] [--json]               headless run and submits, side by side
+    python -m autograder properties [NN ...]                      what each exercise's grading observes (GRADING.md)
 
 Exit codes: 0 when grading ran (whatever the score), 1 when nbgrader failed, 2 for bad input.
 """
@@ -44,6 +45,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("timing", help="time each notebook's headless run and its submits (solution, stub) in one run")
     p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 07_kv_cache (default: all)")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON object (the table goes to stderr)")
+    p = sub.add_parser("properties", help="per exercise, what its grading observes in general (GRADING.md)")
+    p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 04 or 07_kv_cache (default: all)")
     args = parser.parse_args(argv)
 
     try:
@@ -76,6 +79,9 @@ def main(argv=None) -> int:
             else:
                 for path in release.release(only=args.stems):
                     print(f"released {path.relative_to(ROOT)}")
+        elif args.command == "properties":
+            from autograder import properties
+            return properties.main(args.stems)
         elif args.command == "timing":
             from autograder import timing
             return timing.main(args.stems, as_json=args.json)

@@ -32,11 +32,15 @@ class Shortcut(AssertionError):
     """Raised when an exercise calls the very thing it asks the learner to build."""
 
 
-def call(fn, *args, name: str | None = None, **kwargs):
-    """Call the learner's code, turning a crash into a sentence a learner can act on."""
+def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwargs):
+    """Call the learner's code, turning a crash into a sentence a learner can act on; the
+    call must leave its tensor arguments as they were (inputs.py says which may change), unless
+    `inputs_named`: the check compares them itself, with a sentence in the exercise's words."""
     name = name or getattr(fn, "__name__", "your code")
+    from autograder.checks import inputs
+    copies = [] if inputs_named else inputs.snapshot(fn, name, args, kwargs)
     try:
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
     except (Shortcut, AssertionError):
         raise
     except NotImplementedError:
@@ -48,6 +52,13 @@ def call(fn, *args, name: str | None = None, **kwargs):
              "check which dimensions your operations combine.",
              f"{name} 在形状为 {shapes} 的输入上报错 {type(e).__name__}：请检查你的运算合并了哪些维度。",
              f"{type(e).__name__}: {e}")
+    if (found := inputs.changed(copies)) is not None:
+        arg, what, evidence = found
+        fail(f"{name} changed its input {arg} in place (x /= s, x.add_(...), x[...] = ... on the caller's tensor): "
+             f"work on a new tensor (x = x / s), the caller still needs its {arg}.",
+             f"{name} 原地修改了它的输入 {arg}（对调用者的张量做 x /= s、x.add_(...)、x[...] = ...）："
+             f"请在新张量上计算（x = x / s），调用者还需要原来的 {arg}。", evidence)
+    return out
 
 
 def _describe(x) -> str:
@@ -210,5 +221,6 @@ def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = Non
     fail(en, zh, f"{name} raised nothing")
 
 
+from autograder.checks.executes import course_runs  # noqa: E402,F401
 from autograder.checks.shortcuts import (  # noqa: E402  (they need message and Shortcut above)
     course_versions, forbid, learner_functions, own_work, triton_kernel, unwrap, utils_modules, utils_twins)

@@ -48,17 +48,17 @@ def check_softmax(softmax):
     with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS,
                   en="This exercise asks you to write softmax yourself: use exp, a sum and a division, not torch.softmax or utils.",
                   zh="本练习要求你自己实现 softmax：使用 exp、求和与除法，而不是 torch.softmax 或 utils。"):
-        book = call(softmax, torch.tensor(BOOK_SCORES), name="softmax")
+        book = call(softmax, torch.tensor(BOOK_SCORES), inputs_named=True, name="softmax")
         big = torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -999.0, -998.0]])
         big_copy = big.clone()
-        stable = call(softmax, big, name="softmax")
+        stable = call(softmax, big, inputs_named=True, name="softmax")
         grid = randn(3, 5, seed=3)
-        by_row = call(softmax, grid, dim=-1, name="softmax")
-        by_col = call(softmax, grid, dim=0, name="softmax")
+        by_row = call(softmax, grid, dim=-1, inputs_named=True, name="softmax")
+        by_col = call(softmax, grid, dim=0, inputs_named=True, name="softmax")
         batched = randn(2, 4, 3, seed=4) * 3
-        middle = call(softmax, batched, dim=1, name="softmax")
+        middle = call(softmax, batched, dim=1, inputs_named=True, name="softmax")
         masked = torch.tensor([[0.5, float("-inf"), 1.5, float("-inf")], [2.0, 1.0, float("-inf"), 0.0]])
-        with_inf = call(softmax, masked, name="softmax")
+        with_inf = call(softmax, masked, inputs_named=True, name="softmax")
     expect_close(book, BOOK_WEIGHTS,
                  "softmax of the book's scores gives the wrong weights: each weight is exp(score) divided by the sum of all exp(scores).",
                  "对书中分数做 softmax 得到的权重不对：每个权重等于 exp(分数) 除以所有 exp(分数) 之和。", atol=BOOK_ATOL)

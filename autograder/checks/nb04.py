@@ -99,8 +99,8 @@ def check_mask_and_renormalize(mask_and_renormalize):
     square_m = ref.causal_mask(5)
     w_copy = weights.clone()
     with own_work(mask_and_renormalize, "mask_and_renormalize"):
-        out = call(mask_and_renormalize, weights, mask, name="mask_and_renormalize")
-        square = call(mask_and_renormalize, square_w, square_m, name="mask_and_renormalize")
+        out = call(mask_and_renormalize, weights, mask, inputs_named=True, name="mask_and_renormalize")
+        square = call(mask_and_renormalize, square_w, square_m, inputs_named=True, name="mask_and_renormalize")
     expect_tensor(out, "mask_and_renormalize's result", "mask_and_renormalize 的结果")
     expect(torch.equal(weights, w_copy),
            "mask_and_renormalize changed its input in place: use masked_fill (no underscore) so the caller's weights stay intact.",
@@ -142,8 +142,8 @@ def check_masked_softmax(masked_softmax):
     mask = ref.causal_mask(4, 7)
     s_copy = scores.clone()
     with own_work(masked_softmax, "masked_softmax"):
-        out = call(masked_softmax, scores, mask, name="masked_softmax")
-        cols = call(masked_softmax, scores.transpose(-2, -1), mask.T, dim=-2, name="masked_softmax")
+        out = call(masked_softmax, scores, mask, inputs_named=True, name="masked_softmax")
+        cols = call(masked_softmax, scores.transpose(-2, -1), mask.T, dim=-2, inputs_named=True, name="masked_softmax")
     expect_tensor(out, "masked_softmax's result", "masked_softmax 的结果")
     expect(torch.equal(scores, s_copy),
            "masked_softmax changed the caller's scores in place: use masked_fill, not masked_fill_, on an input you do not own.",

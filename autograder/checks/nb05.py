@@ -29,12 +29,12 @@ def check_attention_dropout(attention_dropout):
     weights = torch.rand(4, 2, 100, 250, generator=generator(70)) + 0.5  # 200,000 distinct nonzero weights
     before = weights.clone()
     with own_work(attention_dropout, "attention_dropout", extra=_DROPOUT_TARGETS, en=_BY_HAND[0], zh=_BY_HAND[1]):
-        out = call(attention_dropout, weights, 0.3, training=True, generator=generator(71), name="attention_dropout")
-        again = call(attention_dropout, weights, 0.3, training=True, generator=generator(71), name="attention_dropout")
-        other = call(attention_dropout, weights, 0.3, training=True, generator=generator(72), name="attention_dropout")
-        half = call(attention_dropout, weights, 0.5, generator=generator(73), name="attention_dropout")
-        in_eval = call(attention_dropout, weights, 0.3, training=False, generator=generator(74), name="attention_dropout")
-        no_p = call(attention_dropout, weights, 0.0, training=True, generator=generator(75), name="attention_dropout")
+        out = call(attention_dropout, weights, 0.3, training=True, generator=generator(71), inputs_named=True, name="attention_dropout")
+        again = call(attention_dropout, weights, 0.3, training=True, generator=generator(71), inputs_named=True, name="attention_dropout")
+        other = call(attention_dropout, weights, 0.3, training=True, generator=generator(72), inputs_named=True, name="attention_dropout")
+        half = call(attention_dropout, weights, 0.5, generator=generator(73), inputs_named=True, name="attention_dropout")
+        in_eval = call(attention_dropout, weights, 0.3, training=False, generator=generator(74), inputs_named=True, name="attention_dropout")
+        no_p = call(attention_dropout, weights, 0.0, training=True, generator=generator(75), inputs_named=True, name="attention_dropout")
         for bad in (-0.1, 1.0, 1.5):
             expect_raises(ValueError, attention_dropout, weights, bad, training=True, generator=generator(79),
                           en=f"attention_dropout must raise ValueError for p={bad}: a probability needs 0 <= p < 1 (p = 1 would divide by 0).",

@@ -9,7 +9,7 @@ import math
 import torch
 
 import utils.rope as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
+from autograder.checks import (call, course_runs, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
                                own_work, randn, seeded_state)
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.kv_cache import KVCache
@@ -127,8 +127,8 @@ def check_apply_rope(apply_rope):
     pos = torch.tensor([3, 4, 5, 6, 9])
     for interleaved in (False, True):
         with own_work(apply_rope, "apply_rope"):
-            out = call(apply_rope, given := x.clone(), pos, 100.0, interleaved=interleaved, name="apply_rope")
-            flat = call(apply_rope, x[0, 0].clone(), pos, interleaved=interleaved, name="apply_rope")
+            out = call(apply_rope, given := x.clone(), pos, 100.0, interleaved=interleaved, inputs_named=True, name="apply_rope")
+            flat = call(apply_rope, x[0, 0].clone(), pos, interleaved=interleaved, inputs_named=True, name="apply_rope")
         expect(torch.equal(given, x), "apply_rope must return a new tensor and leave x unchanged: do not write the rotated pairs into x.",
                "apply_rope 必须返回一个新张量并保持 x 不变：不要把旋转后的坐标对写回 x。")
         expect_tensor(out, "apply_rope's result", "apply_rope 的结果")
@@ -144,8 +144,8 @@ def check_apply_rope(apply_rope):
                      "apply_rope 也必须适用于 (T, head_dim)，theta 默认为 10000。")
     q, k = randn(2, 16, seed=81)
     with own_work(apply_rope, "apply_rope"):
-        near = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([7]), name="apply_rope")
-        far = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([107]), name="apply_rope")
+        near = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([7]), inputs_named=True, name="apply_rope")
+        far = call(apply_rope, torch.stack((q, k))[:, None], torch.tensor([107]), inputs_named=True, name="apply_rope")
     expect_close(near[0, 0] @ far[1, 0], rope(q[None], torch.tensor([0]))[0] @ rope(k[None], torch.tensor([100]))[0],
                  "The score of a rotated query and key must depend only on their offset: score(7, 107) = score(0, 100).",
                  "旋转后的查询与键的分数只能取决于它们的偏移：score(7, 107) = score(0, 100)。", atol=1e-4)
@@ -249,7 +249,7 @@ def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
         expect_close(again, full, f"{name} without a cache must give the same output on every call: keep no keys, values or positions in the module between calls (the cache holds them).",
                      f"{name} 在没有缓存时每次调用都必须给出相同的输出：不要在调用之间把键、值或位置保存在模块里（它们由缓存保存）。")
         expect_tensor(full, f"{name}'s output", f"{name} 的输出")
-        with torch.no_grad():
+        with torch.no_grad(), course_runs():
             want = _rope_mha(reference, x, 0, interleaved, theta)
             mistakes = [
                 (_rope_mha(reference, x, 0, interleaved, theta, "values"),
@@ -302,4 +302,6 @@ def _expect_mha_probes(cls, name, d_in, d_out, H, ctx, theta):
         with torch.no_grad():
             wide = call(module.double(), x.double(), name=f"{name}.forward")
             expect_dtype(wide, torch.float64, name)
-            expect_close(wide, reference.double()(x.double()), f"{name} is wrong on float64 inputs.", f"{name} 在 float64 输入上的结果不对。")
+        with torch.no_grad(), course_runs():
+            want = reference.double()(x.double())
+        expect_close(wide, want, f"{name} is wrong on float64 inputs.", f"{name} 在 float64 输入上的结果不对。")

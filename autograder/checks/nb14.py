@@ -52,10 +52,10 @@ def check_online_softmax(online_softmax):
     with own_work(online_softmax, who):
         for block in (8, 5, 1, 64):
             with TileWatch(row_ndim=x.dim(), block_size=block) as watches[block]:
-                results[block] = call(online_softmax, x, block, name=who)
-        pair = call(online_softmax, torch.tensor([1000.0, 1001.0]), 1, name=who)
-        strided = call(online_softmax, x.transpose(0, 1).contiguous().transpose(0, 1), 8, name=who)
-        double = call(online_softmax, x.double(), 8, name=who)
+                results[block] = call(online_softmax, x, block, inputs_named=True, name=who)
+        pair = call(online_softmax, torch.tensor([1000.0, 1001.0]), 1, inputs_named=True, name=who)
+        strided = call(online_softmax, x.transpose(0, 1).contiguous().transpose(0, 1), 8, inputs_named=True, name=who)
+        double = call(online_softmax, x.double(), 8, inputs_named=True, name=who)
     for block, result in results.items():
         expect_tensor(result, "online_softmax's result", "online_softmax 的结果")
         expect(result.shape == x.shape, "online_softmax must return a tensor of the shape of x.",

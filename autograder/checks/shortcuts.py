@@ -9,6 +9,7 @@ import sys
 import types
 
 from autograder.checks import Shortcut, message
+from autograder.checks.executes import code_objects, watching
 
 # The rule, course-wide: a shortcut is handing in the exercise's OWN reference, the course's
 # code for exactly what the exercise asks you to write: the utils object itself, an alias or a
@@ -203,8 +204,26 @@ def own_work(fn, name: str | None = None, extra=(), en: str | None = None, zh: s
     fns = learner_functions(fn)
     ext_en = en or f"This exercise asks you to write {name} yourself, without the library function that does what it teaches."
     ext_zh = zh or f"本练习要求你自己实现 {name}，不能调用直接完成它所教内容的库函数。"
-    with forbid(twins, fns, ref_en, ref_zh), forbid(list(extra), fns, ext_en, ext_zh):
+    extra = list(extra) + [(m, h) for h in OWN_HELPERS.get(name, ()) for m, _ in utils_twins(h)]
+    watch = _watch_table([getattr(m, a) for m, a in extra], ext_en, ext_zh)
+    watch.update(_watch_table([getattr(m, a) for m, a in twins], ref_en, ref_zh))
+    with forbid(twins, fns, ref_en, ref_zh), forbid(extra, fns, ext_en, ext_zh), watching(watch):
         yield
+
+
+# Helpers of a reference module that the text asks the learner to write as part of an exercise
+# (exercise -> utils names): their code must not run while that exercise's code runs either.
+OWN_HELPERS: dict = {}
+
+
+def _watch_table(objects, en: str, zh: str) -> dict:
+    """{id(code): (code, what ran, en, zh)} for the Python code of `objects` (C functions have none)."""
+    return {id(code): (code, f"the course's {qualname}", en, zh)
+            for obj in objects for code, qualname in code_objects(_original(obj), unwrap).items()}
+
+
+def _original(obj):
+    return obj.original if isinstance(obj, _Blocked) else obj
 
 
 # grading a later exercise with the course's version of an earlier one --------------------

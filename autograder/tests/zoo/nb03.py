@@ -241,6 +241,15 @@ def sdpa_naive_softmax(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
+def sdpa_scales_q_in_place(q, k, v, mask=None, scale=None):  # right outputs; q *= scale rescales the caller's queries
+    q *= q.shape[-1] ** -0.5 if scale is None else scale
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
 def sdpa_einsum(q, k, v, mask=None, scale=None):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = torch.einsum("...qd,...kd->...qk", q, k) * scale
@@ -304,6 +313,8 @@ WRONG = {
         "calls utils": (jacobian_calls_utils, "yourself"),
     },
     "scaled_dot_product_attention": {
+        # it scales the caller's queries in place / 它原地缩放了调用者的查询
+        "scales q in place": (sdpa_scales_q_in_place, "changed its input q in place"),
         "divides by d_k": (sdpa_by_dk, "instead of sqrt(d_k)"),
         "divides by sqrt(d_v)": (sdpa_by_sqrt_dv, "sqrt(d_v)"),
         "scales after the softmax": (sdpa_after_softmax, "after the softmax"),

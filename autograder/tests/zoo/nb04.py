@@ -268,6 +268,19 @@ def causal_extends_v2():
     return CausalSelfAttention
 
 
+class CausalBorrowsMethods(nn.Module):
+    """Its own __init__; forward and attention_weights are the reference class's methods, taken into
+    the class body: no object the rule compares (the class, an alias, a subclass) is handed in."""
+    def __init__(self, d_in, d_out, context_length, qkv_bias=False):
+        super().__init__()
+        self.context_length = context_length
+        self.W_query, self.W_key, self.W_value = (nn.Linear(d_in, d_out, bias=qkv_bias) for _ in range(3))
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1))
+
+    forward = ref.CausalSelfAttention.forward
+    attention_weights = ref.CausalSelfAttention.attention_weights
+
+
 WRONG = {
     "causal_mask": {
         "diagonal masked": (mask_with_diagonal, "blocks the diagonal"),
@@ -310,6 +323,8 @@ WRONG = {
         "ignores qkv_bias": (causal_class(honour_bias=False), "qkv_bias=True"),
         "F.scaled_dot_product_attention": (causal_class("sdpa"), "compute masked attention itself"),
         "the utils class itself": (ref.CausalSelfAttention, "compute masked attention itself"),
+        # the reference's code runs while the learner's class runs / 学习者的类运行时，参考实现的代码在运行
+        "methods taken from the utils class": (CausalBorrowsMethods, "ran while your code ran"),
     },
 }
 

@@ -1,4 +1,6 @@
 """Solutions of notebook 10 that grading must reject (WRONG) or accept (RIGHT)."""
+import types
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,6 +41,13 @@ class BorrowedExpert(utils.moe.Expert):
 # topk_router -------------------------------------------------------------------------------------
 def router_no_renorm(logits, k):
     return torch.softmax(logits, -1).topk(k, -1)
+
+
+def router_in_place(logits, k):  # right weights, but the max is subtracted from the caller's logits
+    logits -= logits.amax(-1, keepdim=True).detach()
+    probs = logits.exp() / logits.exp().sum(-1, keepdim=True)
+    top, indices = probs.topk(k, -1)
+    return top / top.sum(-1, keepdim=True), indices
 
 
 def router_logits_as_weights(logits, k):
@@ -311,8 +320,24 @@ def counts_per_matrix(dim, moe_inter_dim, n_routed_experts, n_activated_experts,
     return sum(held) + sum(gate.values()), sum(used) + sum(gate.values())
 
 
+_REFERENCE_FORWARD = utils.moe.Expert.forward.__code__
+
+
+class ExpertReferenceCode(nn.Module):
+    """Its own __init__; its forward is a new function object built on the reference's code."""
+    def __init__(self, dim, inter_dim):
+        super().__init__()
+        self.w1 = nn.Linear(dim, inter_dim, bias=False)
+        self.w2 = nn.Linear(inter_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, inter_dim, bias=False)
+
+    forward = types.FunctionType(_REFERENCE_FORWARD, vars(utils.moe), "forward")
+
+
 WRONG = {
     "Expert": {
+        # the reference's forward code runs under another function object / 参考实现的 forward 代码换了个函数对象在运行
+        "a new function on the reference's code": (ExpertReferenceCode, "ran while your code ran"),
         "w1 and w3 swapped": (expert_class("w1 and w3 swapped"), "SiLU goes on w1"),
         "relu": (expert_class("relu"), "not ReLU"),
         "no gating product": (expert_class("no gating product"), "gated product is missing"),
@@ -321,6 +346,8 @@ WRONG = {
         "subclasses utils": (BorrowedExpert, "yourself"),
     },
     "topk_router": {
+        # it shifts the caller's logits in place / 它原地平移了调用者的 logits
+        "subtracts the max in place": (router_in_place, "changed its input logits in place"),
         "no renormalisation": (router_no_renorm, "renormalised"),
         "logits as weights": (router_logits_as_weights, "weights are probabilities"),
         "softmax without the max": (router_unstable_softmax, "overflows"),

@@ -34,6 +34,14 @@ def absmax(mistake=None):
     return absmax_quantize
 
 
+def absmax_in_place(x, dim=None):  # right values, but x /= scale divides the caller's float32 tensor
+    amax = (x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)).float().clamp(min=1e-4)
+    scale = amax / 127
+    x = x.float()  # no copy when x is float32 already
+    x /= scale
+    return x.round().clamp(-127, 127).to(torch.int8), scale
+
+
 def absmax_multiply(x, dim=None):  # multiply by 127 / amax, clamp with torch.clamp, 0-d via max()
     amax = x.detach().float().abs().max() if dim is None else x.float().abs().max(dim=dim, keepdim=True).values
     amax = torch.where(amax == 0, torch.ones_like(amax), amax)  # another guard of the all-zero slice
@@ -359,6 +367,8 @@ def qm_recursive(model, skip=(), prefix=""):
 
 WRONG = {
     "absmax_quantize": {
+        # it divides the caller's tensor in place / 它原地除了调用者的张量
+        "divides x in place": (absmax_in_place, "changed its input x in place"),
         "max not abs": (absmax("max"), "ABSOLUTE"),
         "mean": (absmax("mean"), "mean"),
         "trunc": (absmax("trunc"), "truncation"),

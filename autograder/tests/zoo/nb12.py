@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import utils.rmsnorm
 from utils.mini_deepseek import hidden_states
 from utils.mla import MultiHeadLatentAttention
 from utils.moe import MoE, Expert
@@ -293,6 +294,11 @@ def loss_by_hand(logits, tokens):  # right: log-softmax and gather
     return -logp.gather(-1, tokens[:, 1:, None]).mean()
 
 
+def loss_shifted_in_place(logits, tokens):  # right value; subtracting the max writes into the caller's logits
+    logits -= logits.amax(-1, keepdim=True).detach()
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
 # MTPModule -------------------------------------------------------------------------------
 class MTPModule(nn.Module):  # right
     def __init__(self, cfg, layer_id):
@@ -493,8 +499,29 @@ def mtp_loss_stacked(mtp_logits, tokens, lam=0.3):  # right: a mean over depths 
     return lam * losses.mean()
 
 
+class NormInPlace(RMSNorm):
+    """Right values, but for a float32 x, x.float() is x itself: mul_ rescales the caller's tensor."""
+    def forward(self, x):
+        x32 = x.float()
+        x32.mul_(torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps))
+        return (x32 * self.weight).to(x.dtype)
+
+
+_REFERENCE_FORWARD = utils.rmsnorm.RMSNorm.forward  # a function of the reference module, kept under another name
+
+
+class NormReferenceHelper(RMSNorm):
+    """Its forward hands the work to the reference's forward (no reference object is kept by the class)."""
+    def forward(self, x):
+        return _REFERENCE_FORWARD(self, x)
+
+
 WRONG = {
     "RMSNorm": {
+        # the reference's forward runs inside the learner's / 学习者的 forward 里运行了参考实现的 forward
+        "calls the reference's forward through vars()": (NormReferenceHelper, "ran while your code ran"),
+        # it rescales the caller's tensor in place / 它原地缩放了调用者的张量
+        "normalizes x in place": (NormInPlace, "changed its input x in place"),
         "layer-norm": (NormLayerNorm, "subtracts the mean"),
         "eps-outside-root": (NormEpsOutside, "eps is outside the square root"),
         "no-weight": (NormNoWeight, "not multiplied by self.weight"),
@@ -530,6 +557,8 @@ WRONG = {
         "tied-head": (ModelTiedHead, "does not tie"),
     },
     "next_token_loss": {
+        # it shifts the caller's logits in place / 它原地平移了调用者的 logits
+        "subtracts the max from logits in place": (loss_shifted_in_place, "changed its input logits in place"),
         "unshifted": (loss_unshifted, "not shifted"),
         "backwards": (loss_backwards, "wrong way"),
         "sum": (loss_sum, "is a sum"),

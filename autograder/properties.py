@@ -1,0 +1,63 @@
+"""`python -m autograder properties [NN ...]`: per exercise, what its grading observes in general
+(GRADING.md explains the columns). Every cell is derived from what the checks declare or run:
+
+- reference watched: the utils objects named like the exercise (shortcuts.utils_twins) and how
+  many code objects of theirs the execution watch refuses while the learner's code runs
+  (executes.code_objects), plus the helpers declared in shortcuts.OWN_HELPERS;
+- inputs unchanged: every call() compares its tensor arguments with a copy, except the
+  parameters declared in inputs.MAY_CHANGE; "the check's own sentence" where the exercise's
+  check compares them itself (call(..., inputs_named=True) in its source).
+"""
+import importlib
+import inspect
+
+from autograder.notebooks import SOLUTIONS, course_notebooks, grading_cell_sources, read_notebook
+
+
+def _reference(exercise: str) -> str:
+    from autograder.checks.executes import code_objects
+    from autograder.checks.shortcuts import OWN_HELPERS, unwrap, utils_twins
+    objects = {id(o): o for m, a in utils_twins(exercise) for o in [unwrap(getattr(m, a))] if hasattr(o, "__qualname__")}
+    names = [f"{o.__module__}.{o.__qualname__} ({len(code_objects(o, unwrap))} code)" for o in objects.values()]
+    helpers = [f"helper {h}" for h in OWN_HELPERS.get(exercise, ())]
+    return ", ".join(names + helpers) or "- (no utils twin)"
+
+
+def _inputs(stem: str, exercise: str) -> str:
+    from autograder.checks.inputs import MAY_CHANGE
+    try:
+        source = inspect.getsource(getattr(importlib.import_module(f"autograder.checks.nb{stem[:2]}"), f"check_{exercise}"))
+    except (AttributeError, ImportError, OSError, TypeError):
+        source = ""
+    words = "compared after each checks.call"
+    if exercise in MAY_CHANGE:
+        words += f"; may change {', '.join(sorted(MAY_CHANGE[exercise]))} (its contract)"
+    if "inputs_named=True" in source:
+        words = "compared by the check, in the exercise's own sentence"
+    return words
+
+
+def table(stems=None) -> list[tuple]:
+    try:  # notebook 15's references are guarded only once Triton is imported, as they are in its grading
+        import utils.flash_triton  # noqa: F401  (first: it chooses the interpreter before triton is imported)
+    except ImportError:
+        pass
+    rows = []
+    for stem in course_notebooks():
+        if stems and stem[:2] not in stems and stem not in stems:
+            continue
+        for exercise in grading_cell_sources(read_notebook(SOLUTIONS / f"{stem}.ipynb")):
+            rows.append((stem[:2], exercise, _reference(exercise), _inputs(stem, exercise)))
+    return rows
+
+
+def main(stems) -> int:
+    rows = table(stems)
+    if not rows:
+        print(f"no notebook matches {' '.join(stems)}")
+        return 2
+    head = ("NN", "exercise", "reference watched (execution)", "inputs unchanged")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(3)]
+    for row in [head] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+    return 0
