@@ -233,7 +233,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
                 t_int8, t_float, t_course = il.best_times(fast, (big, course), x, rounds)
             if t_int8 < il.SLACK * max(t_float, t_course):
                 return
-            if t_int8 > 3 * max(t_float, t_course):
+            if t_int8 > il.HOPELESS * max(t_float, t_course):
                 break
     fail(f"{who}'s forward takes {il.SLACK} times the float32 nn.Linear's time or more, and as long against the course's own int8 layer: multiply with the int8 weight directly (torch._weight_int8pack_mm on bfloat16 activations), without Python loops.",
          f"{who} 的 forward 耗时达到 float32 nn.Linear 的 {il.SLACK} 倍或更多，相对课程自己的 int8 层也是如此：请直接用 int8 权重做乘法（对 bfloat16 激活调用 torch._weight_int8pack_mm），不要用 Python 循环。",
