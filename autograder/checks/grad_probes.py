@@ -90,3 +90,29 @@ def calls_in_flight(FlashAttention, q, k, v, g, who):
         call(FlashAttention.apply, *[(2 * t).requires_grad_() for t in (q, k, v)], False, name=f"{who}.apply")
         backward_through_autograd(out, g, who, 4)
     return [t.grad for t in first]
+
+
+def watched_apply_and_backward(FlashAttention, inputs, forward_watch, watch, who):
+    """One causal forward under `forward_watch` and its backward, called directly, under `watch` (the
+    autograd engine would run it outside this thread's function modes)."""
+    with torch.enable_grad():
+        with forward_watch:
+            out = call(FlashAttention.apply, *inputs, True, name=f"{who}.apply")
+        with watch:
+            call(FlashAttention.backward, out.grad_fn, torch.ones_like(out), name=f"{who}.backward")
+
+
+def apply_without_causal(FlashAttention, q, k, v, who):
+    """out of FlashAttention.apply(q, k, v): causal must default to False."""
+    try:
+        return FlashAttention.apply(q, k, v)
+    except TypeError as e:
+        fail(f"{who}.apply(q, k, v) must work without causal: give forward the default causal=False.",
+             f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：给 forward 的 causal 加上默认值 False。", f"TypeError: {e}")
+
+
+def expect_no_probabilities_saved(saved, T_q, T_k, who):
+    full = [tuple(t.shape) for t in saved if t.dim() >= 2 and tuple(t.shape[-2:]) == (T_q, T_k)]
+    expect(not full, f"{who} saves a (T_q, T_k) tensor for backward, the probabilities FlashAttention exists to avoid: save q, k, v, out and lse only.",
+           f"{who} 为反向传播保存了 (T_q, T_k) 的张量，而 FlashAttention 正是为了避免保存这些概率：只保存 q、k、v、out 和 lse。",
+           f"saved shapes {full}")

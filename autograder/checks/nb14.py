@@ -25,7 +25,8 @@ from autograder.checks import call, expect, expect_close, expect_known, expect_t
 from autograder.checks.flash_variants import (autograd_grads, backward_mistakes, forward_mistakes, lse_mistakes, online_variant,
                                               scaled_scores, sdpa)
 from autograder.checks.flash_variants import expect_dtype, expect_grads, expect_pair, heads_layout
-from autograder.checks.grad_probes import apply_and_backward, calls_in_flight, directional_error, expect_autograd_function
+from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
+                                            watched_apply_and_backward, directional_error, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_skips, expect_tiles, work_of
 
 NEG_INF = float("-inf")
@@ -242,27 +243,15 @@ def check_FlashAttention(FlashAttention):
         for causal in (False, True):
             runs[causal] = apply_and_backward(FlashAttention, (q, k, v), g, causal, who)
         in_flight = calls_in_flight(FlashAttention, q, k, v, g, who)
-        with torch.enable_grad():
-            with forward_watch:
-                out = call(FlashAttention.apply, *big, True, name=f"{who}.apply")
-            with watch:  # called directly: the autograd engine runs backward outside this thread's function modes
-                call(FlashAttention.backward, out.grad_fn, torch.ones_like(out), name=f"{who}.backward")
-        try:
-            plain = FlashAttention.apply(q, k, v)
-        except TypeError as e:
-            fail(f"{who}.apply(q, k, v) must work without causal: give forward the default causal=False.",
-                 f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：给 forward 的 causal 加上默认值 False。", f"TypeError: {e}")
+        watched_apply_and_backward(FlashAttention, big, forward_watch, watch, who)
+        plain = apply_without_causal(FlashAttention, q, k, v, who)
         for causal in (False, True):
             errors[causal] = directional_error(lambda *x: FlashAttention.apply(*x, causal), small, seed=170)
     for causal, (out, grads, saved) in runs.items():
         expect_close(out, sdpa(q, k, v, causal),
                      f"{who}.apply(q, k, v, causal={causal}) differs from F.scaled_dot_product_attention: forward must return the out of flash_attention_forward.",
                      f"{who}.apply(q, k, v, causal={causal}) 与 F.scaled_dot_product_attention 不同：forward 必须返回 flash_attention_forward 的 out。")
-        full = [tuple(t.shape) for t in saved if t.dim() >= 2 and tuple(t.shape[-2:]) == (T_q, T_k)]
-        expect(not full,
-               f"{who} saves a (T_q, T_k) tensor for backward, the probabilities FlashAttention exists to avoid: save q, k, v, out and lse only.",
-               f"{who} 为反向传播保存了 (T_q, T_k) 的张量，而 FlashAttention 正是为了避免保存这些概率：只保存 q、k、v、out 和 lse。",
-               f"saved shapes {full}")
+        expect_no_probabilities_saved(saved, T_q, T_k, who)
         expect(any(t.numel() == B * H * T_q and t.shape[:2] == (B, H) for t in saved),
                f"{who} must save lse (one number per query) with ctx.save_for_backward(q, k, v, out, lse): backward recomputes the probabilities from it.",
                f"{who} 必须用 ctx.save_for_backward(q, k, v, out, lse) 保存 lse（每个查询一个数）：反向传播由它重新计算概率。",

@@ -23,9 +23,10 @@ import torch.nn.functional as F
 
 import utils.flash_attention as fa
 import utils.flash_triton as ref
-from autograder.checks import Shortcut, call, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, unwrap
+from autograder.checks import Shortcut, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, unwrap
 from autograder.checks.flash_variants import autograd_grads, heads_layout, scaled_scores, sdpa
-from autograder.checks.grad_probes import apply_and_backward, calls_in_flight, expect_autograd_function
+from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
+                                            watched_apply_and_backward, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_tiles
 from autograder.checks.triton_variants import forward_mistakes, lse_mistakes, softmax_mistakes
 from autograder.checks.triton_runs import device, expect_kernel, expect_out_and_lse, f32_tol, launched, on_device, run
@@ -249,16 +250,8 @@ def check_TritonFlashAttention(TritonFlashAttention):
                  str(e).split("[")[-1].rstrip("]"))
         own = [l for l in kernels.launches[before:] if not (getattr(l.fn, "__module__", "") or "").startswith("utils")]
         in_flight = calls_in_flight(cls, q, k, v, g, who)
-        with torch.enable_grad():
-            with forward_watch:
-                out = call(cls.apply, *big, True, name=f"{who}.apply")
-            with watch:  # called directly: the autograd engine runs backward outside this thread's function modes
-                call(cls.backward, out.grad_fn, torch.ones_like(out), name=f"{who}.backward")
-        try:
-            plain = cls.apply(q, k, v)
-        except TypeError as e:
-            fail(f"{who}.apply(q, k, v) must work without causal: give forward the default causal=False.",
-                 f"{who}.apply(q, k, v) 在不传 causal 时也必须能用：给 forward 的 causal 加上默认值 False。", f"TypeError: {e}")
+        watched_apply_and_backward(cls, big, forward_watch, watch, who)
+        plain = apply_without_causal(cls, q, k, v, who)
     expect(own, f"{who}.apply launched no Triton kernel of yours: forward must call your triton_flash_attention_forward, which launches flash_forward_kernel.",
            f"{who}.apply 没有启动你自己的任何 Triton 内核：forward 必须调用你的 triton_flash_attention_forward，由它启动 flash_forward_kernel。",
            f"kernels launched: {[getattr(l.fn, '__name__', '?') for l in kernels.launches[before:]] or 'none'}")
@@ -268,10 +261,7 @@ def check_TritonFlashAttention(TritonFlashAttention):
         expect_close(out.cpu(), sdpa(q, k, v, causal),
                      f"{who}.apply(q, k, v, causal={causal}) differs from F.scaled_dot_product_attention: forward must return the out of your kernel.",
                      f"{who}.apply(q, k, v, causal={causal}) 与 F.scaled_dot_product_attention 不同：forward 必须返回你的内核算出的 out。", **f32_tol())
-        full = [tuple(t.shape) for t in saved if t.dim() >= 2 and tuple(t.shape[-2:]) == (T_q, T_k)]
-        expect(not full, f"{who} saves a (T_q, T_k) tensor for backward, the probabilities FlashAttention exists to avoid: save q, k, v, out and lse only.",
-               f"{who} 为反向传播保存了 (T_q, T_k) 的张量，而 FlashAttention 正是为了避免保存这些概率：只保存 q、k、v、out 和 lse。",
-               f"saved shapes {full}")
+        expect_no_probabilities_saved(saved, T_q, T_k, who)
         expect(any(tuple(t.shape) == (B, H, T_q) for t in saved),
                f"{who} must save lse (one number per query) with ctx.save_for_backward(q, k, v, out, lse): backward recomputes the probabilities from it.",
                f"{who} 必须用 ctx.save_for_backward(q, k, v, out, lse) 保存 lse（每个查询一个数）：反向传播由它重新计算概率。",
