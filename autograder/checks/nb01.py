@@ -2,7 +2,7 @@
 import torch
 
 import utils.attention as ref
-from autograder.checks import BOOK_ATOL, call, expect, expect_close, expect_tensor, fail, own_work, randn
+from autograder.checks import graded_checks, BOOK_ATOL, call, expect, expect_close, expect_tensor, fail, own_work, randn
 from utils.fixtures import journey_inputs
 
 # Raschka, "Build a Large Language Model (From Scratch)", section 3.3, query "journey" (x[1]).
@@ -165,3 +165,6 @@ def check_self_attention(self_attention):
     expect_close(batched, ref.self_attention(batch),
                  "Batched context vectors are wrong: every batch item must use only its own weights and inputs.",
                  "批量上下文向量不对：批中每个样本只能使用它自己的权重和输入。")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

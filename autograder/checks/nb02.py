@@ -10,7 +10,7 @@ import math
 import torch
 
 import utils.self_attention as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, matches,
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, matches,
                                own_module, own_work, randn, seeded)
 
 D_IN, D_OUT = 5, 3  # non-square: a forgotten transpose cannot hide
@@ -168,3 +168,6 @@ def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):
             expect_close(v1(x), expected,
                          f"After copying, v1 must reproduce v2 exactly (d_in={d_in}, d_out={d_out}).",
                          f"复制之后，v1 必须精确复现 v2 的输出（d_in={d_in}，d_out={d_out}）。")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

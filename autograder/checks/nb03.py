@@ -9,7 +9,7 @@ import math
 import torch
 
 import utils.scaled_attention as ref
-from autograder.checks import call, expect, expect_close, expect_tensor, fail, generator, own_work, randn
+from autograder.checks import graded_checks, call, expect, expect_close, expect_tensor, fail, generator, own_work, randn
 
 
 def _own_work(name, fn, extra=()):
@@ -299,3 +299,6 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention):
     expect_close(l_weights, ref.scaled_dot_product_attention(big, k, v)[1],
                  "With large scores the weights are wrong: use a stable softmax over the keys.",
                  "分数很大时权重不对：请对键使用稳定的 softmax。", atol=1e-4)
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import utils.causal as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_module, own_work,
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_module, own_work,
                                randn)
 from autograder.checks.causal_layers import (NEG_INF, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
                                              load_projections, run_shorter)
@@ -199,3 +199,6 @@ def check_CausalSelfAttention(CausalSelfAttention):
     expect(isinstance(double, torch.Tensor) and double.dtype == torch.float64,
            f"After .to(torch.float64), {who} must compute in float64: build everything from the input and the registered tensors.",
            f"调用 .to(torch.float64) 之后，{who} 必须用 float64 计算：一切都应由输入和已注册的张量构造。")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.checks import (call, expect, expect_raises, expect_tensor, generator, own_module, own_work, randn)
+from autograder.checks import (graded_checks, call, expect, expect_raises, expect_tensor, generator, own_module, own_work, randn)
 from autograder.checks.causal_layers import (expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
                                              expect_mask_buffer, load_projections, probe_tokens, probe_weights,
                                              run_shorter)
@@ -99,3 +99,6 @@ def check_CausalAttention(CausalAttention):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, p, who)
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import utils.multihead as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, fill_linear,
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, fill_linear,
                                matches, own_work, randn)
 from autograder.checks.causal_layers import (QKV, causal_attention, expect_dropout_on_weights, load_projections,
                                              probe_tokens, probe_weights)
@@ -269,3 +269,6 @@ def check_attention_parameter_count(attention_parameter_count):
                f"attention_parameter_count{args} is wrong: 4 * d_model * head_dim per head, times heads and layers.",
                f"attention_parameter_count{args} 不对：每个头 4 * d_model * head_dim，再乘以头数和层数。",
                f"got {got}, expected {ref.attention_parameter_count(*args)}")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -8,7 +8,7 @@ probes shared with other cached layers live in autograder/checks/cached_layers.p
 import torch
 
 import utils.kv_cache as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_raises, expect_tensor, fail,
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_raises, expect_tensor, fail,
                                load_state, own_module, own_work, randn, seeded_state)
 from autograder.checks.cached_layers import (attend, expect_attributes, expect_gradients, expect_probes, expect_steps,
                                              in_float64, run_steps)
@@ -294,3 +294,6 @@ def check_kv_cache_bytes(kv_cache_bytes):
     expect(default == 131072,
            "bytes_per_element defaults to 2 (bf16): Llama-3-8B (32 layers, 8 KV heads of 128) caches 131,072 bytes per token.",
            "bytes_per_element 默认为 2（bf16）：Llama-3-8B（32 层，8 个 128 维的 KV 头）每个词元缓存 131,072 字节。", f"got {default}")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -9,7 +9,7 @@ import math
 import torch
 
 import utils.rope as ref
-from autograder.checks import (call, course_runs, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
+from autograder.checks import (graded_checks, call, course_runs, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
                                own_work, randn, seeded_state)
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.kv_cache import KVCache
@@ -305,3 +305,6 @@ def _expect_mha_probes(cls, name, d_in, d_out, H, ctx, theta):
         with torch.no_grad(), course_runs():
             want = reference.double()(x.double())
         expect_close(wide, want, f"{name} is wrong on float64 inputs.", f"{name} 在 float64 输入上的结果不对。")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

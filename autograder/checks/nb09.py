@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import utils.mla as ref
-from autograder.checks import (call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
                                randn, seeded_state)
 from autograder.checks.cost import MatmulCost
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
@@ -296,3 +296,6 @@ def check_kv_cache_elements_per_token(kv_cache_elements_per_token):
             fail("The count must cover every layer: multiply by n_layers.", "计数必须覆盖所有层：乘以 n_layers。")
         fail(f"kv_cache_elements_per_token{args} is wrong: 2 * n_layers * n_kv_heads * head_dim.",
              f"kv_cache_elements_per_token{args} 不对：2 * n_layers * n_kv_heads * head_dim。", f"got {got}, expected {want}")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

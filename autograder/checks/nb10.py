@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import utils.moe as ref
-from autograder.checks import (call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches, own_module,
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches, own_module,
                                own_work, randn, seeded_state)
 from autograder.checks.moe_layer import (MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, moe_modules,
                                          run_moe)
@@ -300,3 +300,6 @@ def check_moe_parameter_counts(moe_parameter_counts):
         fail(f"moe_parameter_counts{args} is wrong: total = (routed + shared) experts x 3 x dim x moe_inter_dim + the gate; active = (activated + shared) experts + the gate.",
              f"moe_parameter_counts{args} 不对：total = (路由 + 共享) 专家数 x 3 x dim x moe_inter_dim + 路由门控；active = (激活 + 共享) 专家数 + 路由门控。",
              f"got {tuple(got)}, expected {want}")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import utils.quantize as ref
-from autograder.checks import Shortcut, call, course_runs, course_versions, expect, expect_known, expect_tensor, fail, own_work, randn
+from autograder.checks import graded_checks, Shortcut, call, course_runs, course_versions, expect, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks import int8_layers as il
 from autograder.checks import quant_probes as qp
 
@@ -282,3 +282,6 @@ def check_quantize_model_(quantize_model_):
     expect(left == ["blocks.1.0"], f"{who} must compare the FULL dotted name with skip: skip=('blocks.1.0',) keeps exactly that nested linear (the child's own name '0' is shared by blocks.0.0).",
            f"{who} 必须用完整的点分名字与 skip 比较：skip=('blocks.1.0',) 恰好保留那个嵌套的线性层（子模块自己的名字 '0' 与 blocks.0.0 相同）。",
            f"still nn.Linear: {left}")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

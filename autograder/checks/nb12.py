@@ -24,7 +24,7 @@ from torch import nn
 
 import utils.mini_deepseek as ref
 import utils.mtp as ref_mtp
-from autograder.checks import (Shortcut, call, expect, expect_close, expect_known, expect_linear, expect_tensor, load_state,
+from autograder.checks import (graded_checks, Shortcut, call, expect, expect_close, expect_known, expect_linear, expect_tensor, load_state,
                                message, own_module, own_work, randn)
 from autograder.checks.capstone_mistakes import (block_mistakes, ce, mtp_forward_mistakes, mtp_loss_reference,
                                                  mtp_module_mistakes, rmsnorm_mistakes)
@@ -308,3 +308,6 @@ def check_mtp_loss(mtp_loss):
                  "lam 的默认值必须是 0.3（DeepSeek-V3 大部分训练中使用的值）。")
     expect_close(one, mtp_loss_reference(deep[:1], tokens, 0.5), "With one depth (D = 1) the loss is lam * cross_entropy(mtp_logits[0][:, :-1], tokens[:, 2:]).",
                  "只有一个深度（D = 1）时，损失是 lam * cross_entropy(mtp_logits[0][:, :-1], tokens[:, 2:])。")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

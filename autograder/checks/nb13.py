@@ -8,7 +8,7 @@ order, the count and the storage of what it returns can be read off directly.
 import torch
 
 import utils.dsa as ref
-from autograder.checks import (call, course_runs, expect, expect_close, expect_known, expect_tensor, fail, load_state,
+from autograder.checks import (graded_checks, call, course_runs, expect, expect_close, expect_known, expect_tensor, fail, load_state,
                                own_module, own_work, randn, seeded_state)
 from autograder.checks import dsa_mistakes as mis
 from utils.sliding_window import attention_with_sinks as ref_sinks
@@ -293,3 +293,6 @@ def check_SparseMLA(SparseMLA):
             expect_known(got, expected[:, start:end], [(out[:, start:end], en, zh) for out, en, zh in mistakes],
                          f"SparseMLA's output is wrong ({'absorbed' if absorb else 'naive'} path, {step}): each query attends with 09's MLA to its index_topk selected keys only.",
                          f"SparseMLA 的输出不对（{'吸收' if absorb else '朴素'}路径，{step}）：每个查询用 09 的 MLA 只关注它被选中的 index_topk 个键。")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

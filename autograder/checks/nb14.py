@@ -21,7 +21,7 @@ import math
 import torch
 
 import utils.flash_attention as ref
-from autograder.checks import call, expect, expect_close, expect_known, expect_tensor, fail, forbid, matches, own_work, randn
+from autograder.checks import graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, forbid, matches, own_work, randn
 from autograder.checks.flash_variants import (autograd_grads, backward_mistakes, forward_mistakes, lse_mistakes, online_variant,
                                               scaled_scores, sdpa)
 from autograder.checks.flash_variants import expect_dtype, expect_grads, expect_pair, heads_layout
@@ -279,3 +279,6 @@ def check_FlashAttention(FlashAttention):
                f"In float64 the gradients of {who} disagree with finite differences (causal={causal}), what torch.autograd.gradcheck checks: keep every tensor in the inputs' dtype.",
                f"在 float64 下 {who} 的梯度与有限差分不一致（causal={causal}），而这正是 torch.autograd.gradcheck 检查的：让每个张量保持输入的 dtype。",
                f"largest relative error {error:.2g}")
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

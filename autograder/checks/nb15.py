@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import utils.flash_attention as fa
 import utils.flash_triton as ref
-from autograder.checks import Shortcut, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, unwrap
+from autograder.checks import graded_checks, Shortcut, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, unwrap
 from autograder.checks.flash_variants import autograd_grads, heads_layout, scaled_scores, sdpa
 from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
                                             watched_apply_and_backward, expect_autograd_function)
@@ -299,3 +299,6 @@ def check_TritonFlashAttention(TritonFlashAttention):
                  f"{who}.apply(q, k, v) 的默认值必须是 causal=False。", **f32_tol())
     expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
     expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
+
+
+graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

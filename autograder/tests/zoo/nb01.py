@@ -126,7 +126,7 @@ def context_transposed_product(query, inputs):
 
 def context_loop(query, inputs):
     weights = ref.softmax(inputs @ query)
-    total = torch.zeros(inputs.shape[-1])
+    total = inputs.new_zeros(inputs.shape[-1])
     for w, x in zip(weights, inputs):
         total = total + w * x
     return total

@@ -130,7 +130,7 @@ def jacobian_broadcast(p):
 
 def jacobian_loop(p):
     n = len(p)
-    out = torch.empty(n, n)
+    out = p.new_empty(n, n)
     for i in range(n):
         for j in range(n):
             out[i, j] = p[i] * ((1.0 if i == j else 0.0) - p[j])
@@ -138,7 +138,7 @@ def jacobian_loop(p):
 
 
 def jacobian_eye(p):
-    return p[:, None] * (torch.eye(len(p)) - p[None, :])
+    return p[:, None] * (torch.eye(len(p), device=p.device) - p[None, :])
 
 
 # scaled_dot_product_attention ------------------------------------------------------------

@@ -20,7 +20,7 @@ def dropout_factory(mistake=None):
             return weights
         gen = None if mistake == "ignores generator" else generator
         shape = (weights.shape[-1],) if mistake == "one mask per row" else weights.shape
-        u = torch.rand(shape, generator=gen)
+        u = torch.rand(shape, generator=gen, device=weights.device)
         keep = u < p if mistake == "keep with p" else u >= p
         if mistake == "no scaling":
             return weights * keep
@@ -63,7 +63,7 @@ def dropout_where(weights, p, training=True, generator=None):
     if p < 0 or p >= 1:
         raise ValueError("p must satisfy 0 <= p < 1")
     if training and p > 0:
-        drop = torch.rand(weights.shape, generator=generator, dtype=weights.dtype) < p
+        drop = torch.rand(weights.shape, generator=generator, dtype=weights.dtype, device=weights.device) < p
         return torch.where(drop, torch.zeros_like(weights), weights / (1 - p))
     return weights
 

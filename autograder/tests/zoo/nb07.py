@@ -40,7 +40,7 @@ def cache_class(mistake=None, style="slice"):
                 self.k.narrow(2, start, k_new.shape[2]).copy_(k_new)
                 self.v.narrow(2, start, v_new.shape[2]).copy_(v_new)
             elif style == "index_copy":
-                idx = torch.arange(start, end)
+                idx = torch.arange(start, end, device=k_new.device)
                 self.k.index_copy_(2, idx, k_new)
                 self.v.index_copy_(2, idx, v_new)
             elif mistake == "view of input":  # .view needs a contiguous input
@@ -124,11 +124,11 @@ def gqa_class(mistake=None, style="repeat_interleave", mha=False):
                 start = self.seen if kv_cache is not None else 0
                 self.seen += T if kv_cache is not None else 0
             if mistake == "top-left mask":
-                blocked = torch.ones(T, S, dtype=torch.bool).triu(1)
+                blocked = torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1)
             elif mistake == "no mask":
-                blocked = torch.zeros(T, S, dtype=torch.bool)
+                blocked = torch.zeros(T, S, dtype=torch.bool, device=x.device)
             else:
-                blocked = torch.arange(S)[None, :] > torch.arange(start, start + T)[:, None]
+                blocked = torch.arange(S, device=x.device)[None, :] > torch.arange(start, start + T, device=x.device)[:, None]
             if style == "sdpa":  # the softmax is not what 07 teaches: PyTorch's fused kernel is fine
                 ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked, enable_gqa=k.shape[1] != h)
                 return self.out_proj(ctx.transpose(1, 2).reshape(B, T, h * hd))

@@ -13,8 +13,8 @@ from utils.rope import apply_rope
 def rope_complex(x, positions, theta):
     """Adjacent pairs as complex numbers, as DeepSeek-V3 writes it. x (..., T, r)."""
     r = x.shape[-1]
-    freqs = 1.0 / theta ** (torch.arange(0, r, 2).float() / r)
-    cis = torch.polar(torch.ones(len(positions), r // 2), torch.outer(positions.float(), freqs))
+    freqs = 1.0 / theta ** (torch.arange(0, r, 2, device=x.device).float() / r)
+    cis = torch.polar(torch.ones(len(positions), r // 2, device=x.device), torch.outer(positions.float(), freqs))
     z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     return torch.view_as_real(z * cis).flatten(-2).type_as(x)
 
@@ -66,7 +66,7 @@ def mla_class(mistake=None, style="einsum"):
             B, T, _ = x.shape
             H, nope, rope, dv, c = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
             end = start_pos + T
-            positions = torch.arange(T) if mistake == "positions restart" else torch.arange(start_pos, end)
+            positions = torch.arange(T, device=x.device) if mistake == "positions restart" else torch.arange(start_pos, end, device=x.device)
             q = self.wq(x) if cfg.q_lora_rank == 0 else self.wq_b(self.q_norm(self.wq_a(x)))
             q = q.view(B, T, H, nope + rope).transpose(1, 2)  # (B, H, T, nope + rope)
             if mistake == "query rope first":
@@ -115,7 +115,7 @@ def mla_class(mistake=None, style="einsum"):
                 if style == "sdpa":  # MQA in disguise: one key-value head [latent | rope key], the latent as value
                     q_cat = torch.cat([torch.einsum("bhtd,hdc->bhtc", q_full[..., :nope], w_k), q_full[..., nope:]], -1)
                     k_cat = torch.cat([cached, pe], -1).unsqueeze(1).expand(B, H, end, c + rope)
-                    allowed = torch.ones(T, end, dtype=torch.bool).tril(start_pos)
+                    allowed = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start_pos)
                     lat = F.scaled_dot_product_attention(q_cat, k_cat, cached.unsqueeze(1).expand(B, H, end, c),
                                                          attn_mask=allowed, scale=(nope + rope) ** -0.5)
                     out = torch.einsum("bhtc,hdc->bhtd", lat, w_v)
@@ -139,7 +139,7 @@ def mla_class(mistake=None, style="einsum"):
                 scores = q_full @ k.transpose(-2, -1)
             scores = scores * scale  # (B, H, T, end)
             if mistake != "no mask":
-                scores = scores.masked_fill(torch.ones(T, end, dtype=torch.bool).triu(1 + start_pos), float("-inf"))
+                scores = scores.masked_fill(torch.ones(T, end, dtype=torch.bool, device=x.device).triu(1 + start_pos), float("-inf"))
             weights = torch.softmax(scores.float(), dim=-1)
             if mistake != "float32 weights":
                 weights = weights.type_as(x)

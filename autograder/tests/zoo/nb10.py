@@ -139,13 +139,13 @@ def gate_class(mistake=None, style="masked_fill"):
                     group_scores = grouped.topk(2, -1).values.sum(-1)
                 kept = group_scores.topk(self.limited, -1).indices
                 if mistake == "zero mask":  # as some ports of V3's code do: multiply by a 0/1 mask
-                    keep = torch.zeros(N, self.groups).scatter(1, kept, 1.0)
+                    keep = torch.zeros(N, self.groups, device=grouped.device).scatter(1, kept, 1.0)
                     choice = (grouped * keep.unsqueeze(-1)).flatten(1)
                 elif style == "where":
-                    allowed = torch.zeros(N, self.groups, dtype=torch.bool).scatter(1, kept, True)
+                    allowed = torch.zeros(N, self.groups, dtype=torch.bool, device=grouped.device).scatter(1, kept, True)
                     choice = torch.where(allowed.unsqueeze(-1), grouped, torch.full_like(grouped, float("-inf"))).reshape(N, -1)
                 else:
-                    dropped = torch.ones(N, self.groups, dtype=torch.bool).scatter(1, kept, False)
+                    dropped = torch.ones(N, self.groups, dtype=torch.bool, device=grouped.device).scatter(1, kept, False)
                     choice = grouped.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(1)
             indices = choice.topk(self.k, -1).indices
             if style == "where":
@@ -226,7 +226,7 @@ def moe_class(mistake=None, style="sort"):
                 weights = weights.detach()
             y = torch.zeros_like(x)
             if mistake == "every expert on every token":
-                gates = torch.zeros(x.shape[0], len(self.experts)).scatter(1, indices, weights)
+                gates = torch.zeros(x.shape[0], len(self.experts), device=x.device).scatter(1, indices, weights)
                 y = sum(expert(x) * gates[:, e:e + 1] for e, expert in enumerate(self.experts))
             elif mistake == "per-token loop":
                 for t in range(x.shape[0]):
@@ -234,7 +234,7 @@ def moe_class(mistake=None, style="sort"):
                         y[t] = y[t] + w * self.experts[e](x[t])
             elif mistake == "stacked weights, every expert":  # no Expert is ever called: hooks see nothing
                 w1, w2, w3 = (torch.stack([getattr(e, n).weight for e in self.experts]) for n in ("w1", "w2", "w3"))
-                gates = torch.zeros(x.shape[0], len(self.experts)).scatter(1, indices, weights)
+                gates = torch.zeros(x.shape[0], len(self.experts), device=x.device).scatter(1, indices, weights)
                 h = F.silu(torch.einsum("nd,ehd->neh", x, w1)) * torch.einsum("nd,ehd->neh", x, w3)
                 y = torch.einsum("neh,edh,ne->nd", h, w2, gates)
             elif mistake == "per-token loop on w1/w2/w3":

@@ -117,8 +117,8 @@ def fp8_quant(mistake=None):
 def fp8_quant_loops(w, block_size=128):  # block by block, slicing handles the ragged edge
     n, k = w.shape
     rows, cols = range(0, n, block_size), range(0, k, block_size)
-    scale = torch.empty(len(rows), len(cols))
-    q = torch.empty(n, k, dtype=FP8)
+    scale = torch.empty(len(rows), len(cols), device=w.device)
+    q = torch.empty(n, k, dtype=FP8, device=w.device)
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
             block = w[r:r + block_size, c:c + block_size].float()
@@ -141,7 +141,7 @@ def fp8_deq(mistake=None):
 
 def fp8_deq_kron(w_fp8, scale, block_size=128):
     n, k = w_fp8.shape
-    full = torch.kron(scale, torch.ones(block_size, block_size))[:n, :k]
+    full = torch.kron(scale, torch.ones(block_size, block_size, device=scale.device))[:n, :k]
     return w_fp8.to(torch.float32) * full
 
 

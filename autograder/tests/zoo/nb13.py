@@ -159,8 +159,8 @@ def sinks_lse(q, k, v, sinks, mask=None):
 def rope_complex_half(x, positions, theta):
     """Half-split RoPE as complex numbers: feature i pairs with i + d/2 (V3.2's interleaved=False)."""
     d = x.shape[-1]
-    freqs = 1.0 / theta ** (torch.arange(0, d, 2).float() / d)
-    cis = torch.polar(torch.ones(len(positions), d // 2), torch.outer(positions.float(), freqs))
+    freqs = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device).float() / d)
+    cis = torch.polar(torch.ones(len(positions), d // 2, device=x.device), torch.outer(positions.float(), freqs))
     z = torch.view_as_complex(x.float().unflatten(-1, (2, d // 2)).transpose(-1, -2).contiguous())
     return torch.view_as_real(z * cis).transpose(-1, -2).flatten(-2).type_as(x)
 
@@ -192,7 +192,7 @@ def indexer_cls(mistake=None, style="matmul"):
             B, T, _ = x.shape
             H, d = cfg.index_n_heads, cfg.index_head_dim
             end = start_pos + T
-            positions = torch.arange(T) if mistake == "positions restart" else torch.arange(start_pos, end)
+            positions = torch.arange(T, device=x.device) if mistake == "positions restart" else torch.arange(start_pos, end, device=x.device)
             q = self.rope(self.wq_b(qr).view(B, T, H, d).transpose(1, 2), positions)  # (B, H, T, d)
             k = self.wk(x)
             k = k if mistake == "no k_norm" else self.k_norm(k)
@@ -213,7 +213,7 @@ def indexer_cls(mistake=None, style="matmul"):
             else:
                 index = (dots.relu() * w).sum(1)
             if mistake != "no causal":
-                index = index.masked_fill(torch.ones(T, end, dtype=torch.bool).triu(start_pos + 1), float("-inf"))
+                index = index.masked_fill(torch.ones(T, end, dtype=torch.bool, device=x.device).triu(start_pos + 1), float("-inf"))
             return index
 
     return LightningIndexer
@@ -252,7 +252,7 @@ def sparse_cls(mistake=None, style="mask"):
             B, T, _ = x.shape
             H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
             end = start_pos + T
-            positions = torch.arange(start_pos, end)
+            positions = torch.arange(start_pos, end, device=x.device)
             q_lat = self.wq_a(x)
             qr = self.q_norm(q_lat)
             q_nope, q_pe = self.wq_b(qr).view(B, T, H, nope + rope).split([nope, rope], -1)
@@ -268,7 +268,7 @@ def sparse_cls(mistake=None, style="mask"):
                 k, v = self._write("k_cache", k, start_pos), self._write("v_cache", v, start_pos)
                 scores = torch.einsum("bthd,bshd->bths", torch.cat([q_nope, q_pe], -1), k)
             scores = scores * self.softmax_scale
-            causal = torch.ones(T, end, dtype=torch.bool).triu(start_pos + 1)
+            causal = torch.ones(T, end, dtype=torch.bool, device=x.device).triu(start_pos + 1)
             scores = scores.masked_fill(causal[:, None], float("-inf"))
             if mistake == "per head":
                 chosen = scores.topk(min(cfg.index_topk, end), -1).indices

@@ -124,7 +124,7 @@ class DeviceIgnoredCache(RolledCache):
 def rotate_half_rope(t, positions, theta):
     """Half-split RoPE as x * cos + rotate_half(x) * sin (Llama's form)."""
     d = t.shape[-1]
-    angles = positions.double()[:, None] / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions.double()[:, None] / theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=t.device) / d)
     cos, sin = angles.cos().repeat(1, 2).to(t.dtype), angles.sin().repeat(1, 2).to(t.dtype)
     return t * cos + torch.cat([-t[..., d // 2:], t[..., :d // 2]], -1) * sin
 
@@ -145,7 +145,7 @@ def buffered_indexer(scale=None, mistake=None):
         def forward(self, x, qr, start_pos=0):
             c, (B, T, _) = self.cfg, x.shape
             H, d, r = c.index_n_heads, c.index_head_dim, c.qk_rope_head_dim
-            end, pos = start_pos + T, torch.arange(start_pos, start_pos + T)
+            end, pos = start_pos + T, torch.arange(start_pos, start_pos + T, device=x.device)
             q = self.wq_b(qr).view(B, T, H, d)
             q = torch.cat([rotate_half_rope(q[..., :r].transpose(1, 2), pos, c.rope_theta).transpose(1, 2), q[..., r:]], -1)
             k = self.wk(x) if mistake == "k_norm after rope" else self.k_norm(self.wk(x))
@@ -154,7 +154,7 @@ def buffered_indexer(scale=None, mistake=None):
             self.k_cache[:B, start_pos:end] = self.k_norm(k) if mistake == "k_norm after rope" else k
             w = self.weights_proj(x) * ((H * d) ** -0.5 if scale is None else scale(H, d))
             index = torch.einsum("bths,bth->bts", torch.einsum("bthd,bsd->bths", q, self.k_cache[:B, :end]).relu(), w)
-            return torch.where(torch.arange(end)[None, :] > pos[:, None], float("-inf"), index)
+            return torch.where(torch.arange(end, device=pos.device)[None, :] > pos[:, None], float("-inf"), index)
     return LightningIndexer
 
 
@@ -200,13 +200,13 @@ class GatherSparseMLA(MultiHeadLatentAttention):
     def forward(self, x, start_pos=0, absorb=False):
         c, (B, T, _) = self.cfg, x.shape
         H, nope, rope, dv = c.n_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
-        pos = torch.arange(start_pos, start_pos + T)
+        pos = torch.arange(start_pos, start_pos + T, device=x.device)
         qr = self.q_norm(self.wq_a(x))
         q_nope, q_pe = self.wq_b(qr).view(B, T, H, nope + rope).split([nope, rope], -1)
         q_pe = apply_rope(q_pe.transpose(1, 2), pos, c.rope_theta, interleaved=True).transpose(1, 2)
         latent, k_pe = self._latent_and_rope_key(x, pos)
         best, idx = self.indexer(x, qr, start_pos).topk(min(c.index_topk, start_pos + T), -1)  # (B, T, K)
-        b = torch.arange(B)[:, None, None]
+        b = torch.arange(B, device=x.device)[:, None, None]
         if absorb:
             w = self.wkv_b.weight.view(H, nope + dv, c.kv_lora_rank)
             lat = self._write("kv_cache", latent, start_pos)[b, idx]  # (B, T, K, C)

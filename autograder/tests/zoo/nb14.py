@@ -40,8 +40,8 @@ def softmax_padded_blocks(x, block_size):
     n = x.shape[-1]
     padded = F.pad(x, (0, -n % block_size), value=NEG_INF)
     blocks = padded.reshape(*x.shape[:-1], -1, block_size)  # (..., n_blocks, block)
-    m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype)
-    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    m = torch.full(x.shape[:-1], NEG_INF, dtype=x.dtype, device=x.device)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
     for b in range(blocks.shape[-2]):
         block_max = blocks[..., b, :].max(dim=-1).values
         m_new = torch.max(m, block_max)
@@ -52,8 +52,8 @@ def softmax_padded_blocks(x, block_size):
 
 
 # flash_attention_forward -----------------------------------------------------------------
-def _mask(i0, i1, j0, j1, offset):
-    return torch.arange(j0, j1)[None, :] > torch.arange(i0, i1)[:, None] + offset
+def _mask(i0, i1, j0, j1, offset, device=None):
+    return torch.arange(j0, j1, device=device)[None, :] > torch.arange(i0, i1, device=device)[:, None] + offset
 
 
 def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, rescale_acc=True, divide_inside=False,
@@ -67,9 +67,9 @@ def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, resc
     for i0 in range(0, T_q, block_q):
         i1 = min(i0 + block_q, T_q)
         q_i = q[..., i0:i1, :]
-        m = torch.full(q_i.shape[:-1], NEG_INF, dtype=q.dtype)
-        l = torch.zeros(q_i.shape[:-1], dtype=q.dtype)
-        acc = torch.zeros(*q_i.shape[:-1], v.shape[-1], dtype=q.dtype)
+        m = torch.full(q_i.shape[:-1], NEG_INF, dtype=q.dtype, device=q.device)
+        l = torch.zeros(q_i.shape[:-1], dtype=q.dtype, device=q.device)
+        acc = torch.zeros(*q_i.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
         for j0 in list(range(0, T_k, block_k))[::key_order]:
             j1 = min(j0 + block_k, T_k)
             if causal and skip == "right" and j0 > i1 - 1 + offset:
@@ -78,7 +78,7 @@ def _forward(q, k, v, causal=False, block_q=64, block_k=64, rescale_l=True, resc
                 continue
             s = q_i @ k[..., j0:j1, :].transpose(-2, -1) * scale
             if causal and mask:
-                cols, rows = torch.arange(j0, j1)[None, :], torch.arange(i0, i1)[:, None] + offset
+                cols, rows = torch.arange(j0, j1, device=q.device)[None, :], torch.arange(i0, i1, device=q.device)[:, None] + offset
                 s = s.masked_fill({">": cols > rows, ">=": cols >= rows, "<": cols < rows}[mask], NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1))
             shift = torch.where(torch.isinf(m_new), 0.0, m_new) if guard else m_new  # a whole row may be masked so far
@@ -113,7 +113,7 @@ def forward_ignores_block_sizes(q, k, v, causal=False, block_q=64, block_k=64):
 def forward_full_softmax(q, k, v, causal=False, block_q=64, block_k=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # the whole (T_q, T_k) matrix
     if causal:
-        s = s.masked_fill(_mask(0, q.shape[-2], 0, k.shape[-2], k.shape[-2] - q.shape[-2]), NEG_INF)
+        s = s.masked_fill(_mask(0, q.shape[-2], 0, k.shape[-2], k.shape[-2] - q.shape[-2], device=s.device), NEG_INF)
     return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
 
 
@@ -142,7 +142,7 @@ def forward_keys_outside(q, k, v, causal=False, block_q=64, block_k=64):
                 continue
             s = torch.einsum("...id,...jd->...ij", q[..., i0:i1, :], k[..., j0:j1, :]) / math.sqrt(q.shape[-1])
             if causal:
-                s = torch.where(_mask(i0, i1, j0, j1, offset), NEG_INF, s)
+                s = torch.where(_mask(i0, i1, j0, j1, offset, device=s.device), NEG_INF, s)
             m_old, l_old = m[..., i0:i1], l[..., i0:i1]
             m_new = torch.maximum(m_old, s.max(dim=-1).values)
             p = torch.exp(s - m_new.unsqueeze(-1))
@@ -156,7 +156,7 @@ def forward_keys_outside(q, k, v, causal=False, block_q=64, block_k=64):
 def forward_per_head(q, k, v, causal=False, block_q=64, block_k=64):
     """One (batch item, head) at a time, 2-d tiles."""
     B, H = q.shape[:2]
-    outs, lses = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype), torch.empty(q.shape[:-1], dtype=q.dtype)
+    outs, lses = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device), torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
     for b in range(B):
         for h in range(H):
             outs[b, h], lses[b, h] = _forward(q[b, h], k[b, h], v[b, h], causal, block_q, block_k)
@@ -167,18 +167,18 @@ def forward_running_lse(q, k, v, causal=False, block_q=64, block_k=64):
     """A running log-sum-exp per query instead of (m, l), the output kept normalised, keys read
     through a transposed view, torch.where for the mask and a break at the diagonal."""
     k_t, offset = k.transpose(-2, -1), k.shape[-2] - q.shape[-2]  # (B, H, d, T_k), a view
-    out, lse_all = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype), torch.empty(q.shape[:-1], dtype=q.dtype)
+    out, lse_all = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device), torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
     for i0 in range(0, q.shape[-2], block_q):
         i1 = min(i0 + block_q, q.shape[-2])
-        lse = torch.full(q.shape[:-2] + (i1 - i0,), NEG_INF, dtype=q.dtype)
-        o = torch.zeros(*lse.shape, v.shape[-1], dtype=q.dtype)
+        lse = torch.full(q.shape[:-2] + (i1 - i0,), NEG_INF, dtype=q.dtype, device=q.device)
+        o = torch.zeros(*lse.shape, v.shape[-1], dtype=q.dtype, device=q.device)
         for j0 in range(0, k.shape[-2], block_k):
             if causal and j0 > i1 - 1 + offset:
                 break
             j1 = min(j0 + block_k, k.shape[-2])
             s = torch.matmul(q[..., i0:i1, :], k_t[..., j0:j1]) / math.sqrt(q.shape[-1])
             if causal:
-                s = torch.where(_mask(i0, i1, j0, j1, offset), NEG_INF, s)
+                s = torch.where(_mask(i0, i1, j0, j1, offset, device=s.device), NEG_INF, s)
             tile = torch.logsumexp(s, dim=-1)
             new = torch.logaddexp(lse, tile)
             o = (torch.exp(lse - new)[..., None] * o
@@ -211,7 +211,7 @@ def _backward(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64,
                 continue
             s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) * s_scale
             if causal:
-                s = s.masked_fill(_mask(i0, i1, j0, j1, offset), NEG_INF)
+                s = s.masked_fill(_mask(i0, i1, j0, j1, offset, device=s.device), NEG_INF)
             P = torch.exp(s - lse[..., i0:i1, None]) if p == "exp(s - lse)" else torch.softmax(s, -1).nan_to_num(0.0)
             dv[..., j0:j1, :] += (P if p_for_dv == "lse" else torch.exp(s)).transpose(-2, -1) @ grad_out[..., i0:i1, :]
             dp = grad_out[..., i0:i1, :] @ v[..., j0:j1, :].transpose(-2, -1)
@@ -229,7 +229,7 @@ def backward_ignores_block_sizes(q, k, v, out, lse, grad_out, causal=False, bloc
 def backward_full_p(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:
-        s = s.masked_fill(_mask(0, q.shape[-2], 0, k.shape[-2], k.shape[-2] - q.shape[-2]), NEG_INF)
+        s = s.masked_fill(_mask(0, q.shape[-2], 0, k.shape[-2], k.shape[-2] - q.shape[-2], device=s.device), NEG_INF)
     p = torch.exp(s - lse[..., None])  # the whole probability matrix
     ds = p * (grad_out @ v.transpose(-2, -1) - (grad_out * out).sum(-1, keepdim=True))
     return ds @ k / math.sqrt(q.shape[-1]), ds.transpose(-2, -1) @ q / math.sqrt(q.shape[-1]), p.transpose(-2, -1) @ grad_out
@@ -260,7 +260,7 @@ def backward_queries_outside(q, k, v, out, lse, grad_out, causal=False, block_q=
                 break  # this tile and the later ones are above the diagonal
             s = torch.einsum("...id,...jd->...ij", q[..., i0:i1, :], k[..., j0:j1, :]) * scale
             if causal:
-                s = torch.where(_mask(i0, i1, j0, j1, offset), NEG_INF, s)
+                s = torch.where(_mask(i0, i1, j0, j1, offset, device=s.device), NEG_INF, s)
             p = (s - lse[..., i0:i1].unsqueeze(-1)).exp()
             dp = torch.einsum("...id,...jd->...ij", grad_out[..., i0:i1, :], v[..., j0:j1, :])
             ds = p * (dp - D[..., i0:i1].unsqueeze(-1))

@@ -1,0 +1,195 @@
+"""Outputs follow their inputs' device, observed on a machine without a GPU.
+
+The first calls of each exercise (`checks.call`) run with their inputs *reporting* another
+device (`ELSEWHERE`, a GPU). A TorchFunctionMode keeps the pretence: tensors
+reachable from the inputs (and a module's parameters and buffers, and the state of the object a
+method belongs to, as if it had lived there all along) are tagged; `x.device` of a tagged tensor
+answers `ELSEWHERE`; a tensor created with `device=ELSEWHERE`, or computed from a tagged one, is
+tagged too; everything still runs on the CPU. What a GPU refuses is recorded: an operation
+that combines a tagged tensor with an untagged one of one element or more (a mask or positions
+built with torch.arange(T) and no device, a plain tensor attribute that module.to() does not
+move), and an output left on the CPU. Zero-dim tensors may mix, as PyTorch allows; indexing
+and copies (x[i] = y, .to, .copy_) may cross devices, as they may on a GPU.
+
+Values are exactly what they would be without the pretence (every operation still runs on the
+CPU), and nothing is run twice (a check that counts calls counts the same); a call that raises
+under the pretence (an API it does not reach, such as torch.Generator(device=x.device)) is run
+again plainly, with the random number generators put back, and shows its real error if any.
+The `meta` device would show the same, but its first use imports torch._dynamo (a second of
+every submit).
+"""
+import functools
+import random
+import sys
+import weakref
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from autograder.checks import message
+
+ELSEWHERE = torch.device("cuda", 0)
+_DEVICE_GET, _IS_CUDA_GET = torch.Tensor.device.__get__, torch.Tensor.is_cuda.__get__
+_MAY_CROSS = {torch.Tensor.to, torch.Tensor.copy_, torch.Tensor.__setitem__, torch.Tensor.__getitem__,
+              torch.Tensor.index_put_, torch.Tensor.cpu, torch.Tensor.type_as, torch.Tensor.new_tensor,
+              torch.Tensor.untyped_storage, torch.Tensor.data_ptr}
+PENDING = [None]  # the first finding of the running check, said when the check ends
+_depth = [0]
+MAX_PROBES = 3  # per call name and check: the first calls of an exercise (a sequence's later steps included)
+_probed: dict = {}
+
+
+class _Tags:
+    """Tensors that live 'elsewhere', by identity (a tensor's == is elementwise, so no WeakSet)."""
+
+    def __init__(self):
+        self.refs = {}
+
+    def add(self, t):
+        if isinstance(t, torch.Tensor) and id(t) not in self.refs:
+            self.refs[id(t)] = weakref.ref(t, lambda _, key=id(t): self.refs.pop(key, None))
+
+    def __contains__(self, t):
+        ref = self.refs.get(id(t))
+        return ref is not None and ref() is t
+
+
+def _elsewhere(device) -> bool:
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+class Elsewhere(TorchFunctionMode):
+    def __init__(self, tags: _Tags):
+        super().__init__()
+        self.tags, self.mixed = tags, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func == _DEVICE_GET:
+            return ELSEWHERE if args[0] in self.tags else func(*args)
+        if func == _IS_CUDA_GET:
+            return args[0] in self.tags or func(*args)
+        asked = _elsewhere(kwargs.get("device"))
+        if asked:
+            kwargs["device"] = "cpu"
+        if func in (torch.Tensor.to, torch.Tensor.cuda):
+            asked = asked or func is torch.Tensor.cuda or any(_elsewhere(a) for a in args[1:])
+            args = tuple("cpu" if _elsewhere(a) else a for a in args)
+            if func is torch.Tensor.cuda:
+                func, args = torch.Tensor.clone, args[:1]
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        inside = any(t in self.tags for t in tensors)
+        if inside and self.mixed is None and func not in _MAY_CROSS:
+            stray = [t for t in tensors if t not in self.tags and t.dim() > 0]
+            if stray:
+                self.mixed = (getattr(func, "__name__", str(func)), tuple(stray[0].shape), _learner_line())
+        out = func(*args, **kwargs)
+        leaves_cpu = func is torch.Tensor.cpu or (func is torch.Tensor.to and not asked and any(
+            a == "cpu" or isinstance(a, torch.device) and a.type == "cpu" for a in list(args[1:]) + [kwargs.get("device")]))
+        if (inside or asked) and not leaves_cpu:
+            for t in tree_flatten(out)[0]:
+                self.tags.add(t)
+        return out
+
+
+def _learner_line() -> str:
+    """The innermost line of learner code (a notebook cell) on the stack, for the evidence."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not any(part in name for part in ("/torch/", "/autograder/checks/", "<frozen")):
+            return f"{name}, line {frame.f_lineno}: {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "?"
+
+
+def _tag_all(obj, tags: _Tags, seen=None):
+    """Tag every tensor reachable from obj (its attributes, containers, a module's tensors)."""
+    seen = seen if seen is not None else set()
+    if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None), type)):
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        tags.add(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _tag_all(v, tags, seen)
+    elif isinstance(obj, (list, tuple, set)) or type(obj).__name__ == "deque":
+        for v in obj:
+            _tag_all(v, tags, seen)
+    elif hasattr(obj, "__dict__") and not callable(obj) or isinstance(obj, torch.nn.Module):
+        _tag_all(vars(obj), tags, seen)
+    elif hasattr(obj, "__self__"):  # a bound method: its object's state lives there too
+        _tag_all(obj.__self__, tags, seen)
+
+
+def run(fn, name: str, args, kwargs):
+    """fn(*args, **kwargs) with its tensors reporting ELSEWHERE (the first MAX_PROBES calls of
+    each name): (output, finding), the finding being the first thing a GPU would refuse, as
+    (en, zh, evidence), or None."""
+    tags = _Tags()
+    holds_ctx = any(hasattr(a, "saved_tensors") for a in args)  # an autograd ctx: its saved tensors are out of reach
+    if _probed.get(name, 0) < MAX_PROBES and not holds_ctx:
+        _tag_all((args, kwargs), tags)
+        if not isinstance(fn, type):
+            _tag_all(getattr(fn, "__self__", fn), tags)
+    if not tags.refs:  # no tensor goes in (or probed enough): nothing to follow
+        return fn(*args, **kwargs), None
+    _probed[name] = _probed.get(name, 0) + 1
+    states = torch.get_rng_state(), random.getstate()
+    mode = Elsewhere(tags)
+    try:
+        with mode:
+            out = fn(*args, **kwargs)
+    except (AssertionError, NotImplementedError):
+        raise
+    except Exception as e:
+        if not any(word in str(e).lower() for word in ("cuda", "device")):
+            raise  # an error of its own, the same without the pretence
+        # an API the pretence does not reach (torch.Generator(device=x.device)): run it plainly
+        torch.set_rng_state(states[0])
+        random.setstate(states[1])
+        return fn(*args, **kwargs), None
+    return out, _finding(name, mode, out, tags)
+
+
+def _finding(name, mode, out, tags):
+    if mode.mixed:
+        op, shape, line = mode.mixed
+        return (f"{name} combines a tensor on the CPU (shape {shape}) with its inputs on another device: on a GPU this "
+                "crashes. Create every tensor on the input's device (torch.arange(T, device=x.device), x.new_zeros, "
+                "torch.zeros_like) and keep a module's tensors in parameters or registered buffers, which .to() moves.",
+                f"{name} 把一个位于 CPU 的张量（形状 {shape}）与位于另一设备上的输入一起运算：在 GPU 上这会报错。"
+                "请在输入所在的设备上创建每个张量（torch.arange(T, device=x.device)、x.new_zeros、torch.zeros_like），"
+                "并把模块的张量放在参数或注册的缓冲区中，.to() 会移动它们。",
+                f"{op} at {line}; inputs reported device {ELSEWHERE}, emulated on the CPU")
+    stray = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.dim() > 0 and t not in tags]
+    if stray:
+        return (f"{name} returns a tensor on the CPU although its inputs are on another device: build the result from "
+                "the inputs (or pass device=x.device), so it stays where they are.",
+                f"{name} 的输入在另一设备上，它却返回了位于 CPU 的张量：请由输入构造结果（或传入 device=x.device），让它留在输入所在的设备上。",
+                f"output of shape {tuple(stray[0].shape)}; inputs reported device {ELSEWHERE}, emulated on the CPU")
+    return None
+
+
+def deferred(check):
+    """check, raising the first device finding of its calls after everything else passed."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        if _depth[0] == 0:
+            PENDING[0] = None
+            _probed.clear()
+        _depth[0] += 1
+        try:
+            result = check(*args, **kwargs)
+        finally:
+            _depth[0] -= 1
+        if _depth[0] == 0 and PENDING[0] is not None:
+            found, PENDING[0] = PENDING[0], None
+            raise AssertionError(message(*found))
+        return result
+    run.graded = True
+    return run

@@ -1,0 +1,271 @@
+"""Grading by properties: the learner's code and the course's reference, side by side, over a
+family of inputs that each exercise declares as data (`FAMILIES` in its `nbNN.py`).
+
+A family is a list of `Probe`s. Each probe names the axis of variation it stands for (`AXES`:
+batch items that differ, extreme values, edges, other dtypes, ...) and builds fresh, seeded
+inputs. For every probe, `same_as_reference` (functions) and `same_as_reference_module`
+(nn.Module classes, their weights copied from the reference) compare, whatever the exercise:
+
+- outputs: structure, shape, dtype, device and values, at the tolerance of the output's dtype
+  (`TOLERANCE`; the precision rule below);
+- every gradient (`grads=True`): each floating input and each parameter, against the
+  reference's on the same loss sum(w * out);
+- inputs unchanged: every call goes through `checks.call`, which compares them;
+- state (`Steps`): a sequence of method calls on one object, each output compared, and then
+  what the object holds (`holds`: tensor elements reachable from it, in any container), which
+  may not exceed the reference's.
+
+A named mistake only chooses the words: `explain(probe, out, expected)` may return a sentence
+for a failure that the harness has already decided.
+
+Precision rule (course-wide): float32 is the precision graded. A float64 probe checks that the
+output follows its input's dtype (float64 out) and is graded at float32's tolerance, so the idiom
+of computing a softmax in float32 and casting back (Llama, Hugging Face) stays correct. A
+bfloat16 probe is graded at bfloat16's tolerance against the reference run in float32.
+"""
+import collections
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from autograder.checks import ATOL, RTOL, call, course_runs, expect, fail, load_state, message, randn, seeded_state
+
+AXES = {
+    "batch": ("batch items and heads that differ", "各不相同的批次项与注意力头"),
+    "extreme": ("extreme values (logits in the hundreds, far positions)", "极端数值（数百量级的 logits、很远的位置）"),
+    "edges": ("edges (length 1, k >= length, nothing new, window longer than the prompt)", "边界情况（长度为 1、k >= 长度、没有新内容、窗口长于提示）"),
+    "ties": ("ties", "并列值"),
+    "dtype": ("another dtype (float64, bfloat16)", "其他 dtype（float64、bfloat16）"),
+    "arguments": ("arguments away from their defaults", "不取默认值的参数"),
+    "coverage": ("categories left unused (an expert no token picks)", "未被使用的类别（没有词元选择的专家）"),
+    "state": ("a sequence of calls (repeat, reset, the same position twice)", "一串调用（重复、重置、同一位置写两次）"),
+}
+# (atol, rtol) by the output's dtype; float64 is graded at float32's (the precision rule above).
+TOLERANCE = {torch.float32: (ATOL, RTOL), torch.float64: (ATOL, RTOL),
+             torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)}
+
+
+@dataclass(frozen=True)
+class Probe:
+    axis: str  # a key of AXES
+    label: str  # this member, in English ("two batch items that differ")
+    build: Callable  # () -> (args, kwargs), or Steps for a call sequence
+    zh: str = ""  # the label in Chinese
+
+    def __post_init__(self):
+        if self.axis not in AXES:
+            raise ValueError(f"unknown axis {self.axis!r}: one of {sorted(AXES)}")
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A call sequence on one object: [(method name, args, kwargs), ...]."""
+    calls: list = field(default_factory=list)
+
+
+@dataclass
+class Family:
+    probes: list
+    compares: tuple = ("values", "shape", "dtype", "device", "inputs")
+
+    def axes(self) -> list:
+        return sorted({p.axis for p in self.probes}, key=list(AXES).index)
+
+
+def _fresh(value):
+    """A deep copy that keeps tensors' requires_grad, for the reference's own inputs."""
+    return copy.deepcopy(value)
+
+
+def _where(probe) -> tuple:
+    return f" (on {probe.label})", f"（在{probe.zh or probe.label}上）"
+
+
+def compare_outputs(out, expected, probe, who, explain=None, path="output"):
+    """out must have expected's structure, and each tensor its shape, dtype, device and values."""
+    en_on, zh_on = _where(probe)
+    if isinstance(expected, (tuple, list)):
+        expect(isinstance(out, (tuple, list)) and len(out) == len(expected),
+               f"{who} must return {len(expected)} results{en_on}.", f"{who} 必须返回 {len(expected)} 个结果{zh_on}。",
+               f"got {type(out).__name__}")
+        for i, (a, b) in enumerate(zip(out, expected)):
+            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]")
+        return
+    if not isinstance(expected, torch.Tensor):
+        if isinstance(expected, float):
+            ok = isinstance(out, (int, float)) and math.isclose(out, expected, rel_tol=RTOL, abs_tol=ATOL)
+        else:
+            ok = out == expected
+        if not ok:
+            _fail_named(explain, probe, out, expected, f"{who} gives the wrong {path}{en_on}.",
+                        f"{who} 的 {path} 不对{zh_on}。", f"got {out!r}, expected {expected!r}")
+        return
+    expect(isinstance(out, torch.Tensor), f"{who}'s {path} should be a torch.Tensor{en_on}.",
+           f"{who} 的 {path} 应该是 torch.Tensor{zh_on}。", f"got {type(out).__name__}")
+    expect(tuple(out.shape) == tuple(expected.shape), f"{who}'s {path} has the wrong shape{en_on}.",
+           f"{who} 的 {path} 形状不对{zh_on}。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
+    expect(out.dtype == expected.dtype,
+           f"{who}'s {path} must follow its input's dtype ({expected.dtype}){en_on}: build every tensor from the input's dtype, or cast the result back.",
+           f"{who} 的 {path} 必须沿用输入的 dtype（{expected.dtype}）{zh_on}：按输入的 dtype 构造每个张量，或把结果转换回来。",
+           f"got {out.dtype}")
+    expect(out.device == expected.device, f"{who}'s {path} must be on its input's device{en_on}.",
+           f"{who} 的 {path} 必须与输入在同一设备上{zh_on}。", f"got {out.device}, expected {expected.device}")
+    atol, rtol = TOLERANCE.get(expected.dtype, (0, 0))
+    a, b = out.detach().double(), expected.detach().double()
+    if not torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True):
+        diff = (a - b).abs().nan_to_num(nan=math.inf)
+        at = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
+        _fail_named(explain, probe, out, expected, f"{who}'s {path} differs from the course's{en_on}.",
+                    f"{who} 的 {path} 与课程的结果不同{zh_on}。",
+                    f"largest difference {float(diff.max()):.4g} at {at}; atol={atol}, rtol={rtol}")
+
+
+def _fail_named(explain, probe, out, expected, en, zh, evidence):
+    named = explain(probe, out, expected) if explain else None
+    if named:
+        en, zh = named
+    fail(en, zh, evidence)
+
+
+def _grad_leaves(args, kwargs):
+    """The floating tensors among the arguments, made leaves that require grad (in place of them)."""
+    leaves = []
+
+    def leaf(v):
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            v = v.detach().clone().requires_grad_()
+            leaves.append(v)
+        return v
+    return tuple(leaf(a) for a in args), {k: leaf(v) for k, v in kwargs.items()}, leaves
+
+
+def _loss(out, seed):
+    """sum(w * out) over every floating tensor of out, w fixed by the seed."""
+    tensors = [t for t in (out if isinstance(out, (tuple, list)) else [out])
+               if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    return sum((t * randn(*t.shape, seed=seed + i).to(t.dtype)).sum() for i, t in enumerate(tensors))
+
+
+def compare_grads(own, want, names, probe, who):
+    """Gradients, pairwise by name: a missing one (None) or a different one fails."""
+    en_on, zh_on = _where(probe)
+    for name, g, w in zip(names, own, want):
+        if w is None:
+            continue
+        expect(g is not None and bool(g.abs().sum() > 0) == bool(w.abs().sum() > 0),
+               f"No gradient reaches {name} through {who}{en_on}: no torch.no_grad(), .detach() or .data on the way from it to the output.",
+               f"梯度没有经由 {who} 传到 {name}{zh_on}：从它到输出的路径上不能有 torch.no_grad()、.detach() 或 .data。")
+        atol, rtol = TOLERANCE.get(w.dtype, (ATOL, RTOL))
+        if not torch.allclose(g.double(), w.double(), atol=10 * atol, rtol=10 * rtol):
+            diff = float((g.double() - w.double()).abs().max())
+            fail(f"The gradient of {name} through {who} differs from the course's{en_on}: part of the output does not train "
+                 "(computed under torch.no_grad(), from .detach() or .data) or is computed differently.",
+                 f"经由 {who} 到 {name} 的梯度与课程的不同{zh_on}：输出的一部分没有参与训练（在 torch.no_grad() 下、"
+                 "或由 .detach() / .data 计算）或计算方式不同。", f"largest difference {diff:.4g}")
+
+
+def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0):
+    """fn(*args) against reference(*args) on every probe of the family."""
+    for n, probe in enumerate(family.probes):
+        args, kwargs = probe.build()
+        if grads:
+            args, kwargs, leaves = _grad_leaves(args, kwargs)
+        ref_args, ref_kwargs = _fresh((args, kwargs))
+        with course_runs(), torch.enable_grad():
+            expected = reference(*ref_args, **ref_kwargs)
+        with torch.enable_grad():
+            out = call(fn, *args, name=who, **kwargs)
+        compare_outputs(out, expected, probe, who, explain)
+        if grads:
+            ref_leaves = [t for t in list(ref_args) + list(ref_kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
+            with course_runs():
+                want = _backward(expected, ref_leaves, seed + n)
+            own = _backward(out, leaves, seed + n, who)
+            names = [f"input {i + 1}" for i in range(len(leaves))]
+            compare_grads(own, want, names, probe, who)
+
+
+def _backward(out, leaves, seed, who=None):
+    loss = _loss(out, seed)
+    if not isinstance(loss, torch.Tensor):
+        if who:
+            fail(f"{who}'s output does not depend on anything that trains: no torch.no_grad() or .detach() around it.",
+                 f"{who} 的输出不依赖任何可训练的量：不要用 torch.no_grad() 或 .detach() 包住它。")
+        return [None] * len(leaves)
+    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    return [None if g is None else g.detach() for g in grads]
+
+
+def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
+                             grads=False, seed=0, ctor_kwargs=None, state_seed=1):
+    """Learner's cls(*ctor) and reference_cls(*ctor) with the same weights (the reference's
+    seeded state, loaded by name), on every probe: forward (or a Steps sequence), outputs,
+    every parameter's gradient, and what the object holds after the sequence."""
+    from autograder.checks import own_module
+    ctor_kwargs = ctor_kwargs or {}
+    for n, probe in enumerate(family.probes):
+        with course_runs():
+            reference = reference_cls(*ctor, **ctor_kwargs)
+            reference.load_state_dict(seeded_state(reference, state_seed), strict=False)
+        module = own_module(cls, *ctor, **ctor_kwargs)
+        load_state(module, reference.state_dict(), who)
+        built = probe.build()
+        steps = built.calls if isinstance(built, Steps) else [("__call__", *built)]
+        for method, args, kwargs in steps:
+            ref_args, ref_kwargs = _fresh((args, kwargs))
+            with course_runs(), torch.enable_grad():
+                expected = getattr(reference, method)(*ref_args, **ref_kwargs)
+            target = module if method == "__call__" else getattr(module, method)
+            with torch.enable_grad():
+                out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
+            compare_outputs(out, expected, probe, who, explain)
+        if grads:
+            names = [k for k, p in reference.named_parameters() if p.requires_grad]
+            with course_runs():
+                want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
+            own_params = dict(module.named_parameters())
+            own = _backward(out, [own_params[k] for k in names], seed + n, who)
+            compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who)
+        if isinstance(built, Steps):
+            expect_holds_at_most(module, holds(reference), probe, who)
+
+
+def holds(obj, _seen=None) -> int:
+    """Tensor elements reachable from obj: attributes, containers (list, tuple, dict, deque, set),
+    a module's parameters and buffers; each storage counted once."""
+    seen = _seen if _seen is not None else set()
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        key = ("storage", obj.untyped_storage().data_ptr()) if obj.device.type != "meta" else id(obj)
+        if key in seen:
+            return 0
+        seen.add(key)
+        return obj.untyped_storage().nbytes() // max(1, obj.element_size())
+    if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+        return sum(holds(v, seen) for v in obj)
+    if isinstance(obj, dict):
+        return sum(holds(v, seen) for v in obj.values())
+    if isinstance(obj, (str, bytes, int, float, bool, type(None), type)) or callable(obj) and not hasattr(obj, "__dict__"):
+        return 0
+    return holds(vars(obj), seen) if hasattr(obj, "__dict__") else 0
+
+
+def expect_holds_at_most(obj, limit: int, probe, who: str):
+    en_on, zh_on = _where(probe)
+    held = holds(obj)
+    expect(held <= limit,
+           f"{who} holds more than it needs{en_on}: drop what falls out of the window or is replaced, wherever you keep it (a tensor, a list, a deque, a dict).",
+           f"{who} 保存的内容超出了需要{zh_on}：无论存在哪里（张量、列表、deque、字典），都要丢掉移出窗口或被替换的部分。",
+           f"{held} elements held, the course's holds {limit}")
+
+
+def message_on(probe, en, zh, evidence=""):
+    """A sentence that says on which probe it was observed."""
+    en_on, zh_on = _where(probe)
+    return message(en + en_on, zh + zh_on, evidence)
