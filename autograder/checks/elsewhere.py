@@ -31,9 +31,9 @@ from autograder.checks import message
 
 ELSEWHERE = torch.device("cuda", 0)
 _DEVICE_GET, _IS_CUDA_GET = torch.Tensor.device.__get__, torch.Tensor.is_cuda.__get__
-_MAY_CROSS = {torch.Tensor.to, torch.Tensor.copy_, torch.Tensor.__setitem__, torch.Tensor.__getitem__,
-              torch.Tensor.index_put_, torch.Tensor.cpu, torch.Tensor.type_as, torch.Tensor.new_tensor,
+_MAY_CROSS = {torch.Tensor.to, torch.Tensor.copy_, torch.Tensor.cpu, torch.Tensor.type_as, torch.Tensor.new_tensor,
               torch.Tensor.untyped_storage, torch.Tensor.data_ptr}
+_INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_put_}
 PENDING = [None]  # the first finding of the running check, said when the check ends
 _depth = [0]
 MAX_PROBES = 3  # per call name and check: the first calls of an exercise (a sequence's later steps included)
@@ -41,18 +41,33 @@ _probed: dict = {}
 
 
 class _Tags:
-    """Tensors that live 'elsewhere', by identity (a tensor's == is elementwise, so no WeakSet)."""
+    """Tensors that live 'elsewhere', by identity or by storage (a view, or an nn.Parameter made
+    from a tagged tensor, shares its storage): a tensor's == is elementwise, so no WeakSet."""
 
     def __init__(self):
-        self.refs = {}
+        self.refs, self.storages = {}, {}
 
     def add(self, t):
         if isinstance(t, torch.Tensor) and id(t) not in self.refs:
             self.refs[id(t)] = weakref.ref(t, lambda _, key=id(t): self.refs.pop(key, None))
+            ptr = _storage(t)
+            if ptr:
+                self.storages[ptr] = self.refs[id(t)]
 
     def __contains__(self, t):
         ref = self.refs.get(id(t))
-        return ref is not None and ref() is t
+        if ref is not None and ref() is t:
+            return True
+        ptr = _storage(t)
+        ref = self.storages.get(ptr) if ptr else None
+        return ref is not None and ref() is not None  # the storage is alive, so its address is not reused
+
+
+def _storage(t) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
 def _elsewhere(device) -> bool:
@@ -82,10 +97,17 @@ class Elsewhere(TorchFunctionMode):
                 func, args = torch.Tensor.clone, args[:1]
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         inside = any(t in self.tags for t in tensors)
-        if inside and self.mixed is None and func not in _MAY_CROSS:
-            stray = [t for t in tensors if t not in self.tags and t.dim() > 0]
-            if stray:
-                self.mixed = (getattr(func, "__name__", str(func)), tuple(stray[0].shape), _learner_line())
+        stray = [t for t in tensors if t not in self.tags and t.dim() > 0] if inside else []
+        if func in _INDEXING and isinstance(args[0], torch.Tensor) and len(args) > 1:
+            inside = args[0] in self.tags  # x[i] lives where x lives; a CPU x indexed by a GPU i is refused
+            index = [t for t in tree_flatten(args[1])[0] if isinstance(t, torch.Tensor)]
+            stray = [args[0]] if not inside and args[0].dim() > 0 and any(t in self.tags for t in index) else []
+        elif func in _MAY_CROSS:
+            stray = []
+        if stray and self.mixed is None:
+            line = _learner_line()
+            if "/triton/" not in line:  # Triton's interpreter copies its tensors to the CPU and back by design
+                self.mixed = (getattr(func, "__name__", str(func)), tuple(stray[0].shape), line)
         out = func(*args, **kwargs)
         leaves_cpu = func is torch.Tensor.cpu or (func is torch.Tensor.to and not asked and any(
             a == "cpu" or isinstance(a, torch.device) and a.type == "cpu" for a in list(args[1:]) + [kwargs.get("device")]))

@@ -72,6 +72,10 @@ def embed_one_hot(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight
 
 
+def embed_eye_on_cpu(token_ids, weight):  # right values, but the identity is made on the CPU
+    return torch.eye(weight.shape[0])[token_ids] @ weight
+
+
 def embed_index_select(token_ids, weight):
     return weight.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, -1)
 
@@ -92,6 +96,7 @@ WRONG = {
         "calls F.embedding": (embed_functional, "not call F.embedding"),
         "one-hot of integer dtype": (embed_one_hot_long, "crashed"),
         "changes the dtype": (embed_double, "dtype"),
+        "one-hot rows made on the CPU": (embed_eye_on_cpu, "another device"),
         "a fresh nn.Embedding": (embed_fresh_layer, "not call F.embedding"),
     },
 }

@@ -127,6 +127,8 @@ def gqa_class(mistake=None, style="repeat_interleave", mha=False):
                 blocked = torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1)
             elif mistake == "no mask":
                 blocked = torch.zeros(T, S, dtype=torch.bool, device=x.device)
+            elif mistake == "mask on the CPU":  # right on this machine; a GPU refuses the mix
+                blocked = torch.arange(S)[None, :] > torch.arange(start, start + T)[:, None]
             else:
                 blocked = torch.arange(S, device=x.device)[None, :] > torch.arange(start, start + T, device=x.device)[:, None]
             if style == "sdpa":  # the softmax is not what 07 teaches: PyTorch's fused kernel is fine
@@ -214,6 +216,7 @@ WRONG = {
     },
     "CachedMultiHeadAttention": {
         "top-left mask": (gqa_class("top-left mask", mha=True), "top-left aligned mask"),
+        "mask made on the CPU": (gqa_class("mask on the CPU", mha=True), "another device"),
         "projects prefix": (gqa_class("projects prefix", mha=True), "projects the whole prefix"),
         "no mask": (gqa_class("no mask", mha=True), "must equal notebook 06"),
         "ignores cache": (gqa_class("ignores cache", mha=True), "With a cache"),

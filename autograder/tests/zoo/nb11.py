@@ -1,4 +1,6 @@
 """Solutions of notebook 11 that grading must reject (WRONG) or accept (RIGHT)."""
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -114,11 +116,12 @@ def fp8_quant(mistake=None):
     return fp8_block_quantize
 
 
-def fp8_quant_loops(w, block_size=128):  # block by block, slicing handles the ragged edge
+def fp8_quant_loops(w, block_size=128, on_cpu=False):  # block by block, slicing handles the ragged edge
     n, k = w.shape
     rows, cols = range(0, n, block_size), range(0, k, block_size)
-    scale = torch.empty(len(rows), len(cols), device=w.device)
-    q = torch.empty(n, k, dtype=FP8, device=w.device)
+    device = None if on_cpu else w.device  # on_cpu: right values, results left on the CPU
+    scale = torch.empty(len(rows), len(cols), device=device)
+    q = torch.empty(n, k, dtype=FP8, device=device)
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
             block = w[r:r + block_size, c:c + block_size].float()
@@ -389,6 +392,7 @@ WRONG = {
     },
     "fp8_block_quantize": {
         "127": (fp8_quant("127"), "448"),
+        "results made on the CPU": (functools.partial(fp8_quant_loops, on_cpu=True), "another device"),
         "inverse": (fp8_quant("inverse"), "inverse"),
         "ragged": (fp8_quant("ragged"), "ragged"),
         "per tensor": (fp8_quant("per tensor"), "each block"),
