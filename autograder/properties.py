@@ -6,7 +6,11 @@
   (executes.code_objects), plus the helpers declared in shortcuts.OWN_HELPERS;
 - inputs unchanged: every call() compares its tensor arguments with a copy, except the
   parameters declared in inputs.MAY_CHANGE; "the check's own sentence" where the exercise's
-  check compares them itself (call(..., inputs_named=True) in its source).
+  check compares them itself (call(..., inputs_named=True) in its source);
+- device: every call() with tensor inputs runs its first calls with inputs that report a GPU
+  (elsewhere.py), for every exercise alike;
+- family: the axes of the exercise's declared input family (FAMILIES in its nbNN.py) and what
+  the harness compares on every member (harness.py); "-" where none is declared yet.
 """
 import importlib
 import inspect
@@ -37,6 +41,17 @@ def _inputs(stem: str, exercise: str) -> str:
     return words
 
 
+def _family(stem: str, exercise: str) -> str:
+    try:
+        families = getattr(importlib.import_module(f"autograder.checks.nb{stem[:2]}"), "FAMILIES", {})
+    except ImportError:
+        return "-"
+    family = families.get(exercise)
+    if family is None:
+        return "-"
+    return f"{', '.join(family.axes())} ({len(family.probes)} probes); compares {', '.join(family.compares)}"
+
+
 def table(stems=None) -> list[tuple]:
     try:  # notebook 15's references are guarded only once Triton is imported, as they are in its grading
         import utils.flash_triton  # noqa: F401  (first: it chooses the interpreter before triton is imported)
@@ -47,7 +62,7 @@ def table(stems=None) -> list[tuple]:
         if stems and stem[:2] not in stems and stem not in stems:
             continue
         for exercise in grading_cell_sources(read_notebook(SOLUTIONS / f"{stem}.ipynb")):
-            rows.append((stem[:2], exercise, _reference(exercise), _inputs(stem, exercise)))
+            rows.append((stem[:2], exercise, _reference(exercise), _inputs(stem, exercise), _family(stem, exercise)))
     return rows
 
 
@@ -56,8 +71,9 @@ def main(stems) -> int:
     if not rows:
         print(f"no notebook matches {' '.join(stems)}")
         return 2
-    head = ("NN", "exercise", "reference watched (execution)", "inputs unchanged")
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(3)]
+    head = ("NN", "exercise", "reference watched (execution)", "inputs unchanged", "family (harness.py)")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(2)]
+    print("Every call of learner code also runs with inputs that report a GPU (GRADING.md, \"Outputs follow their inputs' device\").")
     for row in [head] + rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+        print("  ".join(str(c).ljust(w) for c, w in zip(row[:2], widths)) + "  " + "  |  ".join(row[2:]))
     return 0

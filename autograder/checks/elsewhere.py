@@ -21,7 +21,6 @@ every submit).
 import functools
 import random
 import sys
-import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -42,25 +41,21 @@ _probed: dict = {}
 
 class _Tags:
     """Tensors that live 'elsewhere', by identity or by storage (a view, or an nn.Parameter made
-    from a tagged tensor, shares its storage): a tensor's == is elementwise, so no WeakSet."""
+    from a tagged tensor, shares its storage). Held for the one call only, strongly, so that no
+    address is reused while the call runs (and a tensor's == is elementwise: no WeakSet)."""
 
     def __init__(self):
         self.refs, self.storages = {}, {}
 
     def add(self, t):
         if isinstance(t, torch.Tensor) and id(t) not in self.refs:
-            self.refs[id(t)] = weakref.ref(t, lambda _, key=id(t): self.refs.pop(key, None))
+            self.refs[id(t)] = t
             ptr = _storage(t)
             if ptr:
-                self.storages[ptr] = self.refs[id(t)]
+                self.storages.setdefault(ptr, t)
 
     def __contains__(self, t):
-        ref = self.refs.get(id(t))
-        if ref is not None and ref() is t:
-            return True
-        ptr = _storage(t)
-        ref = self.storages.get(ptr) if ptr else None
-        return ref is not None and ref() is not None  # the storage is alive, so its address is not reused
+        return self.refs.get(id(t)) is t or (_storage(t) or None) in self.storages
 
 
 def _storage(t) -> int:

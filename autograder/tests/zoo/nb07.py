@@ -147,7 +147,12 @@ def gqa_class(mistake=None, style="repeat_interleave", mha=False):
             else:
                 scores = q @ k.transpose(-2, -1) / math.sqrt(hd)
             scores = torch.where(blocked, float("-inf"), scores)
-            weights = scores.softmax(dim=-1, dtype=torch.float32) if mistake == "softmax in float32" else scores.softmax(dim=-1)
+            if mistake == "softmax in float32":
+                weights = scores.softmax(dim=-1, dtype=torch.float32)
+            elif style == "float32 softmax":  # Llama's and Hugging Face's idiom: right by the precision rule
+                weights = scores.softmax(dim=-1, dtype=torch.float32).to(scores.dtype)
+            else:
+                weights = scores.softmax(dim=-1)
             ctx = weights @ v
             return self.out_proj(ctx.transpose(1, 2).reshape(B, T, h * hd))
     return Layer
@@ -256,7 +261,8 @@ WRONG = {
 RIGHT = {
     "KVCache": {"slice": cache_class(), "empty + narrow": cache_class(style="narrow"),
                 "index_copy": cache_class(style="index_copy"), "torch.empty": cache_class(style="empty")},
-    "CachedMultiHeadAttention": {"where + arange mask": gqa_class(mha=True), "einsum": gqa_class(style="einsum", mha=True),
+    "CachedMultiHeadAttention": {"where + arange mask": gqa_class(mha=True),
+                                 "softmax in float32, cast back (Llama's idiom)": gqa_class(style="float32 softmax", mha=True), "einsum": gqa_class(style="einsum", mha=True),
                                  "SDPA, bottom-right mask": gqa_class(style="sdpa", mha=True),
                                  "subclass of notebook 06's MultiHeadAttention": gqa_class(style="subclass of 06", mha=True)},
     "GroupedQueryAttention": {"repeat_interleave": gqa_class(), "expand + reshape": gqa_class(style="expand"),

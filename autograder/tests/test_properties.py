@@ -1,0 +1,151 @@
+"""The general mechanisms of grading by properties, on small functions: the device pretence
+(checks/elsewhere.py), the harness (checks/harness.py) and the table that shows both."""
+import pytest
+import torch
+from torch import nn
+
+import utils.attention as ref
+from autograder.checks import call, elsewhere, graded_checks, randn
+from autograder.checks.harness import Family, Probe, Steps, holds, same_as_reference
+
+
+def _device_finding(fn, *args):
+    return elsewhere.run(fn, fn.__name__, args, {})[1]
+
+
+def positions_right(x):
+    return x + torch.arange(x.shape[-1], device=x.device)
+
+
+def positions_on_cpu(x):
+    return x + torch.arange(x.shape[-1])
+
+
+def zeros_then_fill(x):
+    out = torch.zeros(x.shape)  # filled through indexing: the result stays on the CPU
+    out[...] = x
+    return out
+
+
+def cpu_table_gpu_index(idx):
+    return torch.eye(4)[idx]
+
+
+def gpu_table_cpu_index(x):
+    return x[torch.tensor([0, 2])]
+
+
+def scalar_tensor(x):
+    return x * torch.tensor(2.0)  # a zero-dim CPU tensor may meet a GPU tensor
+
+
+def parameter_from_input(x):
+    return nn.Parameter(x.clone()) * x  # a Parameter shares its tensor's storage, hence its device
+
+
+@pytest.mark.parametrize("fn, refused", [(positions_right, False), (positions_on_cpu, True), (zeros_then_fill, True),
+                                         (gpu_table_cpu_index, False), (scalar_tensor, False),
+                                         (parameter_from_input, False)])
+def test_device_pretence_refuses_what_a_gpu_refuses(fn, refused):
+    elsewhere._probed.clear()
+    found = _device_finding(fn, randn(3, 4, seed=1))
+    assert (found is not None) == refused, found
+    if found:
+        assert "another device" in found[0] and "设备" in found[1]
+
+
+def test_a_cpu_table_indexed_by_a_gpu_index_is_refused():
+    elsewhere._probed.clear()
+    assert _device_finding(cpu_table_gpu_index, torch.tensor([1, 3])) is not None
+
+
+def test_device_pretence_leaves_values_and_randomness_alone():
+    def noisy(x):
+        return x + torch.rand(x.shape, device=x.device)
+    elsewhere._probed.clear()
+    torch.manual_seed(0)
+    out, found = elsewhere.run(noisy, "noisy", (torch.zeros(5),), {})
+    torch.manual_seed(0)
+    assert found is None and torch.equal(out, noisy(torch.zeros(5)))
+    assert out.device.type == "cpu"  # outside the pretence, the real device
+
+
+def test_device_finding_is_said_after_the_checks_own():
+    def check_wrong_and_on_cpu(fn):
+        out = call(fn, randn(2, 3, seed=2), name="f")
+        assert torch.allclose(out, torch.zeros(2, 3)), "the value is wrong first"
+    namespace = {"check_it": check_wrong_and_on_cpu}
+    graded_checks(namespace)
+    with pytest.raises(AssertionError, match="the value is wrong first"):
+        namespace["check_it"](positions_on_cpu)
+    namespace = {"check_it": lambda fn: call(fn, randn(2, 3, seed=2), name="f")}
+    graded_checks(namespace)
+    with pytest.raises(AssertionError, match="another device"):
+        namespace["check_it"](positions_on_cpu)
+
+
+SOFTMAX = Family([Probe("batch", "two rows that differ", lambda: ((randn(2, 5, seed=1),), {}), "两行不同的输入"),
+                  Probe("extreme", "logits in the hundreds", lambda: ((300 * randn(2, 5, seed=2),), {}), "数百量级的 logits"),
+                  Probe("dtype", "float64 inputs", lambda: ((randn(2, 5, seed=3).double(),), {}), "float64 输入")],
+                 compares=("values", "shape", "dtype", "device", "inputs", "grads"))
+
+
+def _stable(x, dim=-1):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def _in_float32_cast_back(x, dim=-1):
+    return _stable(x.float(), dim).to(x.dtype)
+
+
+def _overflows(x, dim=-1):
+    e = x.exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def _always_float32(x, dim=-1):
+    return _stable(x.float(), dim)
+
+
+def _detached_sum(x, dim=-1):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True).detach()
+
+
+@pytest.mark.parametrize("fn, words", [(_stable, None), (_in_float32_cast_back, None), (_overflows, "logits in the hundreds"),
+                                       (_always_float32, "dtype"), (_detached_sum, "gradient")])
+def test_harness_compares_values_dtype_and_every_gradient(fn, words):
+    if words is None:
+        same_as_reference(fn, ref.softmax, SOFTMAX, "softmax", grads=True)
+        return
+    with pytest.raises(AssertionError, match=words):
+        same_as_reference(fn, ref.softmax, SOFTMAX, "softmax", grads=True)
+
+
+def test_holds_counts_tensors_in_any_container():
+    import collections
+
+    class Window:
+        def __init__(self, keep):
+            self.kept = collections.deque(maxlen=keep)
+    short, long = Window(2), Window(None)
+    for i in range(5):
+        short.kept.append(torch.zeros(3))
+        long.kept.append(torch.zeros(3))
+    assert holds(short) == 6 and holds(long) == 15
+    view = torch.zeros(10)
+    assert holds({"a": view, "b": [view[:5]]}) == 10  # one storage, counted once
+
+
+def test_probes_name_known_axes_only():
+    with pytest.raises(ValueError):
+        Probe("kindness", "x", lambda: ((), {}))
+    assert Steps([("update", (), {})]).calls
+
+
+def test_properties_table_has_every_exercise_and_its_columns():
+    from autograder.properties import table
+    rows = table()
+    assert len(rows) >= 70 and all(len(r) == 5 for r in rows)
+    assert {r[0] for r in rows} >= {f"{n:02d}" for n in range(16)}
