@@ -1,8 +1,10 @@
 """Hidden checks of notebook 00, tokens and embeddings."""
 import torch
 
+import utils.embeddings
 import utils.tokenizer
 from autograder.checks import graded_checks, call, expect, expect_close, expect_tensor, fail, own_work, randn
+from autograder.checks.harness import Family, Probe, same_as_reference
 
 # Strings whose GPT-2 ids show what BPE does: merges, leading spaces, digits, bytes of CJK.
 ENCODE_CASES = [
@@ -14,6 +16,22 @@ ENCODE_CASES = [
     "Akwirw ier",
     "",
 ]
+
+
+def _ids(*rows):
+    return torch.tensor(rows)
+
+
+FAMILIES = {
+    "embed": Family([
+        Probe("batch", "two id sequences that differ", lambda: ((_ids([3, 0, 10, 3], [1, 9, 2, 5]), randn(11, 4, seed=1)), {}),
+              "两个不同的 id 序列"),
+        Probe("edges", "one id, the last of the vocabulary, repeated", lambda: ((_ids(10, 10), randn(11, 4, seed=2)), {}),
+              "同一个 id（词表的最后一个）重复出现"),
+        Probe("dtype", "a float64 weight", lambda: ((_ids([4, 2]), randn(11, 4, seed=3).double()), {}), "float64 权重"),
+        Probe("dtype", "a bfloat16 weight", lambda: ((_ids([4, 2]), randn(11, 4, seed=4).bfloat16()), {}), "bfloat16 权重"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+}
 
 
 def check_encode(encode):
@@ -73,6 +91,8 @@ def check_embed(embed):
     expect(batched.requires_grad,
            "embed's output lost the gradient: build it from tensor operations so the weight can learn.",
            "embed 的输出丢失了梯度：请用张量运算构造它，这样权重才能被训练。")
+    with own_lookup():
+        same_as_reference(embed, utils.embeddings.embed, FAMILIES["embed"], "embed", grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

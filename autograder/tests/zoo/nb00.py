@@ -73,7 +73,11 @@ def embed_one_hot(token_ids, weight):
 
 
 def embed_eye_on_cpu(token_ids, weight):  # right values, but the identity is made on the CPU
-    return torch.eye(weight.shape[0])[token_ids] @ weight
+    return torch.eye(weight.shape[0], dtype=weight.dtype)[token_ids] @ weight
+
+
+def embed_regrown_gradient(token_ids, weight):  # requires_grad again, but the weight never learns
+    return weight[token_ids].detach().requires_grad_()
 
 
 def embed_index_select(token_ids, weight):
@@ -97,6 +101,7 @@ WRONG = {
         "one-hot of integer dtype": (embed_one_hot_long, "crashed"),
         "changes the dtype": (embed_double, "dtype"),
         "one-hot rows made on the CPU": (embed_eye_on_cpu, "another device"),
+        "detached, then requires_grad_()": (embed_regrown_gradient, "gradient"),
         "a fresh nn.Embedding": (embed_fresh_layer, "not call F.embedding"),
     },
 }
