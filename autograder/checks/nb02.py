@@ -12,9 +12,30 @@ import torch
 import utils.self_attention as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, matches,
                                own_module, own_work, randn, seeded)
+from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
 D_IN, D_OUT = 5, 3  # non-square: a forgotten transpose cannot hide
 X = randn(2, 4, D_IN, seed=20)  # a batch whose items differ
+
+_GRADS = ("values", "shape", "dtype", "device", "inputs", "grads")
+_X_PROBES = [
+    Probe("batch", "a batch whose items differ", lambda: ((randn(3, 4, D_IN, seed=24),), {}), "各项不同的批次"),
+    Probe("edges", "a single token", lambda: ((randn(2, 1, D_IN, seed=25),), {}), "只有一个词元"),
+    Probe("extreme", "inputs 30 times larger (nearly one-hot weights)", lambda: ((30 * randn(2, 4, D_IN, seed=26),), {}),
+          "放大 30 倍的输入（几乎 one-hot 的权重）"),
+]
+FAMILIES = {
+    "project_qkv": Family([
+        Probe("batch", "a batch whose items differ, d_v != d_k",
+              lambda: ((randn(3, 4, D_IN, seed=27), randn(D_IN, D_OUT, seed=28), randn(D_IN, D_OUT, seed=29),
+                        randn(D_IN, D_OUT + 2, seed=30)), {}), "各项不同的批次，d_v != d_k"),
+        Probe("dtype", "float64 inputs and weights",
+              lambda: (tuple(randn(*s, seed=31 + i).double() for i, s in enumerate(((2, 3, D_IN), (D_IN, D_OUT), (D_IN, D_OUT), (D_IN, D_OUT)))), {}),
+              "float64 的输入和权重"),
+    ], compares=_GRADS),
+    "SelfAttentionV1": Family(_X_PROBES, compares=_GRADS),
+    "SelfAttentionV2": Family(_X_PROBES, compares=_GRADS),
+}
 
 
 
@@ -83,6 +104,8 @@ def check_project_qkv(project_qkv):
     expect_close(k, X @ W_k, "Keys must be x @ W_k.", "键必须是 x @ W_k。")
     expect_close(v, X @ W_v, "Values must be x @ W_v, whose width d_v may differ from d_k.",
                  "值必须是 x @ W_v，它的宽度 d_v 可以与 d_k 不同。")
+    with own_work(project_qkv, "project_qkv"):
+        same_as_reference(project_qkv, ref.project_qkv, FAMILIES["project_qkv"], "project_qkv", grads=True)
 
 
 
@@ -112,6 +135,9 @@ def check_SelfAttentionV1(SelfAttentionV1):
         out = call(module, X, name="SelfAttentionV1.forward")
     q, k, v = X @ weights["W_query"], X @ weights["W_key"], X @ weights["W_value"]
     _expect_attention(out, q, k, v, "SelfAttentionV1", "SelfAttentionV1")
+    with _guard(SelfAttentionV1, "SelfAttentionV1"):
+        same_as_reference_module(SelfAttentionV1, ref.SelfAttentionV1, (D_IN, D_OUT), FAMILIES["SelfAttentionV1"],
+                                 "SelfAttentionV1", grads=True)
 
 
 def check_SelfAttentionV2(SelfAttentionV2):
@@ -131,6 +157,9 @@ def check_SelfAttentionV2(SelfAttentionV2):
         with torch.no_grad():
             q, k, v = (layers[n](X) for n in ("W_query", "W_key", "W_value"))
         _expect_attention(out, q, k, v, "SelfAttentionV2", "SelfAttentionV2")
+        with _guard(SelfAttentionV2, "SelfAttentionV2"):
+            same_as_reference_module(SelfAttentionV2, ref.SelfAttentionV2, (D_IN, D_OUT), FAMILIES["SelfAttentionV2"],
+                                     "SelfAttentionV2", grads=True, ctor_kwargs={"qkv_bias": bias})
 
 
 def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):

@@ -99,6 +99,25 @@ def v2_class(mistake=None, honour_bias=True, manual_weight=False):
     return V2
 
 
+def v2_values_frozen():
+    """Values computed under no_grad: right outputs, but W_value never trains."""
+    class V2(v2_class()):
+        def forward(self, x):
+            with torch.no_grad():
+                v = self.W_value(x)
+            return _forward(self.W_query(x), self.W_key(x), v)
+    return V2
+
+
+def v1_only_first_item():
+    """Right when every batch item is the first one: attends with the first item's keys."""
+    class V1(v1_class()):
+        def forward(self, x):
+            q, k, v = x @ self.W_query, x[:1] @ self.W_key, x[:1] @ self.W_value
+            return torch.softmax(q @ k.mT / math.sqrt(k.shape[-1]), dim=-1) @ v
+    return V1
+
+
 def v2_functional_linear():
     class V2(v2_class()):
         def forward(self, x):
@@ -175,6 +194,7 @@ WRONG = {
         "plain tensors, not parameters": (v1_class(registered=False), "registered nn.Parameter"),
         "F.scaled_dot_product_attention": (v1_class("sdpa"), "compute attention itself"),
         "the utils class itself": (ref.SelfAttentionV1, "compute attention itself"),
+        "the first item's keys for every item": (v1_only_first_item(), None),
     },
     "SelfAttentionV2": {
         "ignores qkv_bias": (v2_class(honour_bias=False), "qkv_bias=True"),
@@ -184,6 +204,7 @@ WRONG = {
         "uses .weight without transpose": (v2_class(manual_weight=True), None),
         "F.scaled_dot_product_attention": (v2_class("sdpa"), "compute attention itself"),
         "the utils class itself": (ref.SelfAttentionV2, "compute attention itself"),
+        "values under torch.no_grad()": (v2_values_frozen(), "No gradient reaches SelfAttentionV2.W_value"),
     },
     "copy_weights_v2_to_v1": {
         "no transpose (copy_)": (copy_no_transpose, None),
