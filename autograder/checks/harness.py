@@ -63,8 +63,11 @@ class Probe:
 
 @dataclass(frozen=True)
 class Steps:
-    """A call sequence on one object: [(method name, args, kwargs), ...]."""
+    """A call sequence on one object: [(method name, args, kwargs), ...]; `ctor` and
+    `ctor_kwargs`, when given, replace the family's constructor arguments for this probe."""
     calls: list = field(default_factory=list)
+    ctor: tuple | None = None
+    ctor_kwargs: dict | None = None
 
 
 @dataclass
@@ -209,36 +212,47 @@ def _backward(out, leaves, seed, who=None):
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
                              grads=False, seed=0, ctor_kwargs=None, state_seed=1):
-    """Learner's cls(*ctor) and reference_cls(*ctor) with the same weights (the reference's
-    seeded state, loaded by name), on every probe: forward (or a Steps sequence), outputs,
-    every parameter's gradient, and what the object holds after the sequence."""
-    from autograder.checks import own_module
+    """Learner's cls(*ctor) and reference_cls(*ctor) (an nn.Module gets the reference's seeded
+    weights, loaded by name), on every probe: forward (or a Steps sequence of method calls),
+    outputs, every parameter's gradient, and what the object holds after a sequence."""
     ctor_kwargs, reference_cls = ctor_kwargs or {}, _real(reference_cls)
     for n, probe in enumerate(family.probes):
-        with course_runs():
-            reference = reference_cls(*ctor, **ctor_kwargs)
-            reference.load_state_dict(seeded_state(reference, state_seed), strict=False)
-        module = own_module(cls, *ctor, **ctor_kwargs)
-        load_state(module, reference.state_dict(), who)
         built = probe.build()
         steps = built.calls if isinstance(built, Steps) else [("__call__", *built)]
+        args_ = built.ctor if isinstance(built, Steps) and built.ctor is not None else ctor
+        kwargs_ = built.ctor_kwargs if isinstance(built, Steps) and built.ctor_kwargs is not None else ctor_kwargs
+        reference, obj = _construct(cls, reference_cls, args_, kwargs_, who, state_seed)
         for method, args, kwargs in steps:
             ref_args, ref_kwargs = _fresh((args, kwargs))
             with course_runs(), torch.enable_grad():
                 expected = getattr(reference, method)(*ref_args, **ref_kwargs)
-            target = module if method == "__call__" else getattr(module, method)
+            target = obj if method == "__call__" else getattr(obj, method)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
             compare_outputs(out, expected, probe, who, explain)
-        if grads:
+        if grads and isinstance(reference, nn.Module):
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():
                 want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
-            own_params = dict(module.named_parameters())
+            own_params = dict(obj.named_parameters())
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
             compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who)
         if isinstance(built, Steps):
-            expect_holds_at_most(module, holds(reference), probe, who)
+            expect_holds_at_most(obj, holds(reference), probe, who)
+
+
+def _construct(cls, reference_cls, args, kwargs, who, state_seed):
+    """(reference, learner's object); a module's weights are the reference's seeded ones."""
+    from autograder.checks import own_module
+    with course_runs():
+        reference = reference_cls(*args, **kwargs)
+        if isinstance(reference, nn.Module):
+            reference.load_state_dict(seeded_state(reference, state_seed), strict=False)
+    if not isinstance(reference, nn.Module):
+        return reference, call(cls, *args, name=who, **kwargs)
+    obj = own_module(cls, *args, **kwargs)
+    load_state(obj, reference.state_dict(), who)
+    return reference, obj
 
 
 def holds(obj, _seen=None) -> int:

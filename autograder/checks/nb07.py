@@ -12,11 +12,36 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
                                load_state, own_module, own_work, randn, seeded_state)
 from autograder.checks.cached_layers import (attend, expect_attributes, expect_gradients, expect_probes, expect_steps,
                                              in_float64, run_steps)
+from autograder.checks.harness import Family, Probe, Steps, same_as_reference_module
 from utils.gpt import GPTConfig, GPTModel
 from utils.multihead import merge_heads, split_heads
 
 B, D_IN, CONTEXT = 2, 5, 9
 X = randn(B, 7, D_IN, seed=70)  # 3 prompt tokens, then 1, 1 and a chunk of 2
+
+
+def _kv(seed, B=2, H=3, T=1, hd=4, dtype=torch.float32):
+    """Keys and values (B, H, T, hd) whose batch items and heads differ; the keys not contiguous."""
+    k = randn(B, T, H, hd, seed=seed).transpose(1, 2).to(dtype)
+    return k, randn(B, H, T, hd, seed=seed + 1).to(dtype)
+
+
+def _updates(sizes, seed, **shape):
+    return [("update", _kv(seed + 2 * i, T=T, **shape), {}) for i, T in enumerate(sizes)]
+
+
+FAMILIES = {
+    "KVCache": Family([
+        Probe("state", "updates of 3, 1 and 2 tokens, a reset, then 1 token",
+              lambda: Steps(_updates([3, 1, 2], 80) + [("reset", (), {})] + _updates([1], 90)), "先写入 3、1、2 个词元，重置，再写入 1 个"),
+        Probe("edges", "one update that fills every position",
+              lambda: Steps(_updates([6], 92)), "一次写满所有位置"),
+        Probe("dtype", "a float64 cache", lambda: Steps(_updates([2, 1], 94, B=1, H=2, hd=3, dtype=torch.float64), ctor=(1, 4, 2, 3),
+                                                       ctor_kwargs={"dtype": torch.float64}), "float64 缓存"),
+        Probe("dtype", "a bfloat16 cache", lambda: Steps(_updates([2, 1], 96, B=1, H=2, hd=3, dtype=torch.bfloat16), ctor=(1, 4, 2, 3),
+                                                        ctor_kwargs={"dtype": torch.bfloat16}), "bfloat16 缓存"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "state", "holds")),
+}
 
 
 # KVCache ----------------------------------------------------------------------------------
@@ -107,6 +132,8 @@ def check_KVCache(KVCache):
            "reset() 必须清空缓存（seq_len = 0），否则下一个提示会关注上一个提示的键：缓存没有被重置。",
            f"seq_len after reset {seq_after_reset}, keys after reset {getattr(tk, 'shape', tk)}")
     expect_close(tv, v2, "After reset() the cache must hold only what was written since.", "reset() 之后缓存只能包含此后写入的内容。")
+    with own_work(KVCache, "KVCache"):
+        same_as_reference_module(KVCache, ref.KVCache, (2, 6, 3, 4), FAMILIES["KVCache"], "KVCache")
 
 
 # Attention layers ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
 """Solutions of notebook 07 that grading must reject (WRONG) or accept (RIGHT)."""
+import collections
 import math
 
 import torch
@@ -25,6 +26,8 @@ def cache_class(mistake=None, style="slice"):
 
         def update(self, k_new, v_new):
             start, end = self.seq_len, self.seq_len + k_new.shape[2]
+            if mistake == "keeps every update":  # a debugging log that outlives reset(): memory grows forever
+                self.__dict__.setdefault("log", collections.deque()).append((k_new.clone(), v_new.clone()))
             if mistake == "wrong axis":
                 fk = k_new if self._filled is None else torch.cat((self._filled[0], k_new), dim=1)
                 fv = v_new if self._filled is None else torch.cat((self._filled[1], v_new), dim=1)
@@ -218,6 +221,7 @@ WRONG = {
         "replaces buffer": (cache_class("replaces buffer"), "write into the preallocated"),
         "returns copies": (cache_class("returns copies"), "not copies"),
         "view of input": (cache_class("view of input"), "not contiguous"),
+        "keeps every update in a deque": (cache_class("keeps every update"), "holds more than it needs"),
     },
     "CachedMultiHeadAttention": {
         "top-left mask": (gqa_class("top-left mask", mha=True), "top-left aligned mask"),
