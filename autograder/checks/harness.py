@@ -9,11 +9,12 @@ inputs. For every probe, `same_as_reference` (functions) and `same_as_reference_
 - outputs: structure, shape, dtype, device and values, at the tolerance of the output's dtype
   (`TOLERANCE`; the precision rule below);
 - every gradient (`grads=True`): each floating input and each parameter, against the
-  reference's on the same loss sum(w * out);
+  reference's on the same loss sum(w * out), on every probe but extreme values (NO_GRADS);
 - inputs unchanged: every call goes through `checks.call`, which compares them;
 - state (`Steps`): a sequence of method calls on one object, each output compared, and then
   what the object holds (`holds`: tensor elements reachable from it, in any container), which
-  may not exceed the reference's.
+  may not grow by more than the reference's does (what each holds at the start, a mask buffer
+  for instance, is a design choice).
 
 A named mistake only chooses the words: `explain(probe, out, expected)` may return a sentence
 for a failure that the harness has already decided.
@@ -44,6 +45,9 @@ AXES = {
     "coverage": ("categories left unused (an expert no token picks)", "未被使用的类别（没有词元选择的专家）"),
     "state": ("a sequence of calls (repeat, reset, the same position twice)", "一串调用（重复、重置、同一位置写两次）"),
 }
+# Gradients are compared on every probe but these: at extreme values a saturated softmax's gradient
+# is smaller than float32's rounding of it, and two right orders of summation disagree.
+NO_GRADS = {"extreme"}
 # (atol, rtol) by the output's dtype; float64 is graded at float32's (the precision rule above).
 TOLERANCE = {torch.float32: (ATOL, RTOL), torch.float64: (ATOL, RTOL),
              torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)}
@@ -169,12 +173,14 @@ def compare_grads(own, want, names, probe, who):
                f"No gradient reaches {name} through {who}{en_on}: no torch.no_grad(), .detach() or .data on the way from it to the output.",
                f"梯度没有经由 {who} 传到 {name}{zh_on}：从它到输出的路径上不能有 torch.no_grad()、.detach() 或 .data。")
         atol, rtol = TOLERANCE.get(w.dtype, (ATOL, RTOL))
-        if not torch.allclose(g.double(), w.double(), atol=10 * atol, rtol=10 * rtol):
-            diff = float((g.double() - w.double()).abs().max())
+        # relative to the gradient's largest entry: sums of many terms (a saturated softmax) cancel
+        bound = 10 * atol + 10 * rtol * float(w.double().abs().max())
+        diff = float((g.double() - w.double()).abs().max())
+        if diff > bound:
             fail(f"The gradient of {name} through {who} differs from the course's{en_on}: part of the output does not train "
                  "(computed under torch.no_grad(), from .detach() or .data) or is computed differently.",
                  f"经由 {who} 到 {name} 的梯度与课程的不同{zh_on}：输出的一部分没有参与训练（在 torch.no_grad() 下、"
-                 "或由 .detach() / .data 计算）或计算方式不同。", f"largest difference {diff:.4g}")
+                 "或由 .detach() / .data 计算）或计算方式不同。", f"largest difference {diff:.4g}, allowed {bound:.4g}")
 
 
 def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0):
@@ -182,7 +188,8 @@ def same_as_reference(fn, reference, family: Family, who: str, explain=None, gra
     reference = _real(reference)
     for n, probe in enumerate(family.probes):
         args, kwargs = probe.build()
-        if grads:
+        grads_here = grads and probe.axis not in NO_GRADS
+        if grads_here:
             args, kwargs, leaves = _grad_leaves(args, kwargs)
         ref_args, ref_kwargs = _fresh((args, kwargs))
         with course_runs(), torch.enable_grad():
@@ -190,7 +197,7 @@ def same_as_reference(fn, reference, family: Family, who: str, explain=None, gra
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
         compare_outputs(out, expected, probe, who, explain)
-        if grads:
+        if grads_here:
             ref_leaves = [t for t in list(ref_args) + list(ref_kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
             with course_runs():
                 want = _backward(expected, ref_leaves, seed + n)
@@ -222,15 +229,16 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
         args_ = built.ctor if isinstance(built, Steps) and built.ctor is not None else ctor
         kwargs_ = built.ctor_kwargs if isinstance(built, Steps) and built.ctor_kwargs is not None else ctor_kwargs
         reference, obj = _construct(cls, reference_cls, args_, kwargs_, who, state_seed)
-        for method, args, kwargs in steps:
-            ref_args, ref_kwargs = _fresh((args, kwargs))
+        held = holds(obj) - holds(reference)  # what each holds before the sequence (a mask buffer is a choice)
+        ref_steps = _fresh(steps)  # one copy of the whole sequence: an object passed to every step (a cache) stays one
+        for (method, args, kwargs), (_, ref_args, ref_kwargs) in zip(steps, ref_steps):
             with course_runs(), torch.enable_grad():
                 expected = getattr(reference, method)(*ref_args, **ref_kwargs)
             target = obj if method == "__call__" else getattr(obj, method)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
             compare_outputs(out, expected, probe, who, explain)
-        if grads and isinstance(reference, nn.Module):
+        if grads and isinstance(reference, nn.Module) and not isinstance(built, Steps) and probe.axis not in NO_GRADS:
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():
                 want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
@@ -238,7 +246,7 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
             compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who)
         if isinstance(built, Steps):
-            expect_holds_at_most(obj, holds(reference), probe, who)
+            expect_holds_at_most(obj, holds(reference) + max(held, 0), probe, who)
 
 
 def _construct(cls, reference_cls, args, kwargs, who, state_seed):

@@ -30,7 +30,22 @@ def _updates(sizes, seed, **shape):
     return [("update", _kv(seed + 2 * i, T=T, **shape), {}) for i, T in enumerate(sizes)]
 
 
+def _layer_family(kv_heads, head_dim):
+    """A layer's family: batches that differ, large inputs, and a cached sequence of 3, 1 and 2
+    tokens through the course's KVCache (so a mistake in the learner's KVCache costs marks once)."""
+    def cached():
+        x, cache = randn(B, 6, D_IN, seed=100), ref.KVCache(B, CONTEXT, kv_heads, head_dim)
+        return Steps([("__call__", (x[:, a:b],), {"kv_cache": cache}) for a, b in ((0, 3), (3, 4), (4, 6))])
+    return Family([
+        Probe("batch", "a batch whose items differ", lambda: ((randn(3, 5, D_IN, seed=101),), {}), "各项不同的批次"),
+        Probe("extreme", "inputs 30 times larger", lambda: ((30 * randn(B, 4, D_IN, seed=102),), {}), "放大 30 倍的输入"),
+        Probe("state", "a cache fed 3, 1, then 2 tokens", cached, "依次送入 3、1、2 个词元的缓存"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state", "holds"))
+
+
 FAMILIES = {
+    "CachedMultiHeadAttention": _layer_family(kv_heads=2, head_dim=3),  # d_out 6, 2 heads
+    "GroupedQueryAttention": _layer_family(kv_heads=2, head_dim=2),  # d_out 8, 4 heads, 2 groups
     "KVCache": Family([
         Probe("state", "updates of 3, 1 and 2 tokens, a reset, then 1 token",
               lambda: Steps(_updates([3, 1, 2], 80) + [("reset", (), {})] + _updates([1], 90)), "先写入 3、1、2 个词元，重置，再写入 1 个"),
@@ -187,6 +202,9 @@ def check_CachedMultiHeadAttention(CachedMultiHeadAttention):
         expect_steps(outs, want, *qkv, reference.out_proj, cache, name)
         if probes:  # after the values, so that a wrong mask is named as such
             expect_probes(*probes, outs, reference, X, name)
+    with own_work(CachedMultiHeadAttention, name):
+        same_as_reference_module(CachedMultiHeadAttention, ref.CachedMultiHeadAttention, (D_IN, d_out, CONTEXT, heads),
+                                 FAMILIES[name], name, grads=True)
 
 
 def check_GroupedQueryAttention(GroupedQueryAttention):
@@ -208,6 +226,9 @@ def check_GroupedQueryAttention(GroupedQueryAttention):
         expect_steps(outs, want, q, k, v, reference.out_proj, cache, name)
         if probes:
             expect_probes(*probes, outs, reference, X, name)
+    with own_work(GroupedQueryAttention, name):
+        same_as_reference_module(GroupedQueryAttention, ref.GroupedQueryAttention, (D_IN, d_out, CONTEXT, heads, 2),
+                                 FAMILIES[name], name, grads=True)
 
 
 # generate ------------------------------------------------------------------------------
