@@ -116,6 +116,8 @@ def gqa_class(mistake=None, style="repeat_interleave", mha=False):
                 k, v = k_all, v_all
             else:
                 k, v = split(self.W_key(x), self.g), split(self.W_value(x), self.g)
+                if mistake == "keys half detached":  # right outputs; W_key gets half its gradient
+                    k = 0.5 * k + 0.5 * k.detach()
                 group = h // self.g
                 if mistake == "caches repeated heads":
                     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -235,6 +237,7 @@ WRONG = {
         "no_grad forward": (gqa_class("no_grad forward", mha=True), "carry gradients"),
     },
     "GroupedQueryAttention": {
+        "keys half detached": (gqa_class("keys half detached"), "The gradient of GroupedQueryAttention.W_key.weight"),
         "repeat": (gqa_class("repeat"), "repeat_interleave"),
         "caches repeated heads": (gqa_class("caches repeated heads"), "before they are repeated"),
         "full width kv": (gqa_class("full width kv"), "wrong shape"),
