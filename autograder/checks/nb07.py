@@ -12,7 +12,7 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
                                load_state, own_module, own_work, randn, seeded_state)
 from autograder.checks.cached_layers import (attend, expect_attributes, expect_gradients, expect_probes, expect_steps,
                                              in_float64, run_steps)
-from autograder.checks.harness import Family, Probe, Steps, same_as_reference_module
+from autograder.checks.harness import Family, Probe, Steps, same_as_reference, same_as_reference_module
 from utils.gpt import GPTConfig, GPTModel
 from utils.multihead import merge_heads, split_heads
 
@@ -46,6 +46,14 @@ def _layer_family(kv_heads, head_dim):
 FAMILIES = {
     "CachedMultiHeadAttention": _layer_family(kv_heads=2, head_dim=3),  # d_out 6, 2 heads
     "GroupedQueryAttention": _layer_family(kv_heads=2, head_dim=2),  # d_out 8, 4 heads, 2 groups
+    "generate": Family([
+        Probe("batch", "two prompts that differ, with the cache", lambda: ((_model(), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {}),
+              "两个不同的提示，使用缓存"),
+        Probe("arguments", "use_cache=False", lambda: ((_model(), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {"use_cache": False}),
+              "use_cache=False"),
+        Probe("edges", "a one-token prompt", lambda: ((_model(), torch.tensor([[7], [21]]), 3), {}), "只有一个词元的提示"),
+        Probe("edges", "no new tokens", lambda: ((_model(), torch.tensor([[4, 9, 1]]), 0), {}), "不生成新词元"),
+    ], compares=("values", "shape", "dtype", "device", "inputs")),
     "KVCache": Family([
         Probe("state", "updates of 3, 1 and 2 tokens, a reset, then 1 token",
               lambda: Steps(_updates([3, 1, 2], 80) + [("reset", (), {})] + _updates([1], 90)), "先写入 3、1、2 个词元，重置，再写入 1 个"),
@@ -306,6 +314,8 @@ def check_generate(generate):
            "generate ignores use_cache=True: pass the caches (model.new_caches), feed the prompt once, then only the newest token at each step.",
            "generate 忽略了 use_cache=True：传入缓存（model.new_caches），先送入一次提示，之后每一步只送入最新的词元。",
            f"(tokens, caches given) per model call: {cached}")
+    with own_work(generate, "generate"):
+        same_as_reference(generate, ref.generate, FAMILIES["generate"], "generate")
     plain = [c[:2] for c in seen[False, 0]]
     expect(plain and all(not c for _, c in plain) and [t for t, _ in plain] == list(range(3, 3 + len(plain))),
            "generate ignores use_cache=False: without a cache, run the whole sequence through the model at every step, and pass no caches.",

@@ -176,7 +176,7 @@ def generate_fn(mistake=None, style="plain"):
             else:
                 caches = model.new_caches(B, T + max_new_tokens) if cached or mistake == "positions restart" else None
             ids, fresh = token_ids, token_ids
-            while ids.shape[1] < T + max_new_tokens:
+            while ids.shape[1] < T + max_new_tokens or (mistake == "at least one token" and ids.shape[1] == T):
                 if mistake == "positions restart":
                     x = model.tok_emb(fresh) + model.pos_emb(torch.arange(fresh.shape[1]))
                     for block, cache in zip(model.trf_blocks, caches):
@@ -249,6 +249,7 @@ WRONG = {
         "no_grad forward": (gqa_class("no_grad forward"), "carry gradients"),
     },
     "generate": {
+        "a token even when none is asked": (generate_fn("at least one token"), "no new tokens"),
         "samples": (generate_fn("samples"), "does not sample"),
         "ignores use_cache": (generate_fn("ignores use_cache"), "ignores use_cache=True"),
         "always caches": (generate_fn("always caches"), "ignores use_cache=False"),
