@@ -16,9 +16,8 @@ import torch.nn.functional as F
 import utils.causal as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_module, own_work,
                                randn)
-from autograder.checks.causal_layers import (NEG_INF, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
-                                             load_projections, run_shorter)
-
+from autograder.checks.causal_layers import (NEG_INF, converted, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
+                                             load_projections, run_shorter, split_dtypes)
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
@@ -75,8 +74,12 @@ FAMILIES = {
         Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=423),), {}), "少于 context_length 的词元"),
         Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=424) * 30,), {}),
               "大小为 30 的输入（数百量级的分数）"),
+        # dtype probes run on layers built and then moved with .to(dtype) (causal_layers.converted)
+        *[Probe("dtype", f"{name} inputs, the layer moved with .to(torch.{name})", lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=425).to(dt),), {}),
+                f"{name} 输入，层已用 .to(torch.{name}) 转换") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
 }
+
 
 
 # causal_mask -----------------------------------------------------------------------------
@@ -263,10 +266,16 @@ def check_CausalSelfAttention(CausalSelfAttention):
     expect(isinstance(double, torch.Tensor) and double.dtype == torch.float64,
            f"After .to(torch.float64), {who} must compute in float64: build everything from the input and the registered tensors.",
            f"调用 .to(torch.float64) 之后，{who} 必须用 float64 计算：一切都应由输入和已注册的张量构造。")
+    plain, typed = split_dtypes(FAMILIES[who])
     for bias in (False, True):
         with own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
-            same_as_reference_module(CausalSelfAttention, ref.CausalSelfAttention, (D_IN, D_OUT, CONTEXT), FAMILIES[who], who,
+            same_as_reference_module(CausalSelfAttention, ref.CausalSelfAttention, (D_IN, D_OUT, CONTEXT), plain, who,
                                      grads=True, ctor_kwargs={"qkv_bias": bias})
+    references = {dtype: converted(ref.CausalSelfAttention, dtype) for dtype, _ in typed}  # looked up outside own_work
+    with own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+        for dtype, family in typed:
+            same_as_reference_module(converted(CausalSelfAttention, dtype), references[dtype], (D_IN, D_OUT, CONTEXT), family, who,
+                                     grads=True, ctor_kwargs={"qkv_bias": True})
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

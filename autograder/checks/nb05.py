@@ -15,9 +15,9 @@ from torch import nn
 
 import utils.dropout as ref
 from autograder.checks import (graded_checks, call, expect, expect_raises, expect_tensor, generator, own_module, own_work, randn)
-from autograder.checks.causal_layers import (expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
+from autograder.checks.causal_layers import (converted, expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
                                              expect_mask_buffer, load_projections, probe_tokens, probe_weights,
-                                             run_shorter)
+                                             run_shorter, split_dtypes)
 
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
@@ -50,6 +50,11 @@ FAMILIES = {
         Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=513),), {}), "少于 context_length 的词元"),
         Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=514) * 30,), {}),
               "大小为 30 的输入（数百量级的分数）"),
+        # dtype probes: a layer with dropout=0.3, moved with .to(dtype) and put in eval() (causal_layers.converted)
+        *[Probe("dtype", f"{name} inputs, the layer (dropout=0.3) moved with .to(torch.{name}) in eval()",
+                lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=515).to(dt),), {}),
+                f"{name} 输入，层（dropout=0.3）已用 .to(torch.{name}) 转换并处于 eval()")
+          for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
 }
 _DROPOUT_TARGETS = [(F, "dropout"), (nn, "Dropout"), (torch, "dropout"), (torch, "dropout_"), (torch, "native_dropout")]
@@ -134,10 +139,16 @@ def check_CausalAttention(CausalAttention):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, p, who)
+    plain, typed = split_dtypes(FAMILIES[who])
     for bias in (False, True):
         with guard():
-            same_as_reference_module(CausalAttention, ref.CausalAttention, (D_IN, D_OUT, CONTEXT, 0.0), FAMILIES[who], who,
+            same_as_reference_module(CausalAttention, ref.CausalAttention, (D_IN, D_OUT, CONTEXT, 0.0), plain, who,
                                      grads=True, ctor_kwargs={"qkv_bias": bias})
+    references = {dtype: converted(ref.CausalAttention, dtype, evaluate=True) for dtype, _ in typed}  # looked up outside own_work
+    with guard():
+        for dtype, family in typed:
+            same_as_reference_module(converted(CausalAttention, dtype, evaluate=True), references[dtype], (D_IN, D_OUT, CONTEXT, 0.3),
+                                     family, who, grads=True, ctor_kwargs={"qkv_bias": True})
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

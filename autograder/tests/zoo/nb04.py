@@ -331,6 +331,20 @@ def causal_weights_no_grad():
     return CausalSelfAttention
 
 
+def causal_float32_min_fill():
+    """Blocked scores filled with float32's lowest value whatever the layer's dtype: bfloat16 cannot hold it
+    (torch.finfo(scores.dtype).min can)."""
+    class CausalSelfAttention(causal_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            if T > self.context_length:
+                raise ValueError("too many tokens")
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], torch.finfo(torch.float32).min)
+            return torch.softmax(scores, dim=-1) @ v
+    return CausalSelfAttention
+
+
 def causal_float32_softmax():
     """Softmax in float32, cast back to the input's dtype (Llama, Hugging Face)."""
     class CausalSelfAttention(causal_class()):
@@ -392,6 +406,7 @@ WRONG = {
         "the utils class itself": (ref.CausalSelfAttention, "compute masked attention itself"),
         "keys detached": (causal_keys_detached(), "No gradient reaches CausalSelfAttention.W_key.weight"),
         "weights under no_grad": (causal_weights_no_grad(), "No gradient reaches CausalSelfAttention.W_query.weight"),
+        "float32's lowest value as the fill": (causal_float32_min_fill(), "crashed with RuntimeError"),
         # the reference's code runs while the learner's class runs / 学习者的类运行时，参考实现的代码在运行
         "methods taken from the utils class": (CausalBorrowsMethods, "ran while your code ran"),
     },
