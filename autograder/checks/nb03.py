@@ -44,6 +44,8 @@ FAMILIES = {
               lambda: (_qkv(311), {"mask": _MASK}), "批次项与注意力头各不相同的 (B, H, T, d) 输入，带 (T_q, T_k) 掩码"),
         Probe("arguments", "scale=0.3 and a padding mask (B, 1, 1, T_k)", lambda: (_qkv(314), {"mask": _PADDING, "scale": 0.3}),
               "scale=0.3 与填充掩码 (B, 1, 1, T_k)"),
+        Probe("arguments", "scale=0.0 (every key weighs the same)", lambda: (_qkv(329, lead=(2,)), {"scale": 0.0}),
+              "scale=0.0（每个键的权重相同）"),
         Probe("extreme", "scores of about 140", lambda: ((_far(2, 4, 8, seed=317), _far(2, 6, 8, seed=318), randn(2, 6, 5, seed=319)), {}),
               "约为 140 的分数"),
         Probe("edges", "one key (T_k = 1)", lambda: (_qkv(320, t_q=3, t_k=1, lead=(2,)), {}), "只有一个键（T_k = 1）"),

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 import utils.causal as ref
-from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_module, own_work,
-                               randn)
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, generator, matches, own_module,
+                               own_work, randn)
 from autograder.checks.causal_layers import (NEG_INF, converted, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
                                              load_projections, run_shorter, split_dtypes)
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
@@ -49,6 +49,8 @@ FAMILIES = {
         Probe("arguments", "a padding mask (B, 1, 1, T_k)", lambda: ((_weights(2, 3, 4, 6, seed=402), _PADDING), {}),
               "填充掩码 (B, 1, 1, T_k)"),
         Probe("edges", "one query", lambda: ((_weights(2, 1, 5, seed=403), ref.causal_mask(1, 5)), {}), "只有一个查询"),
+        Probe("edges", "weights whose rows do not sum to 1", lambda: ((torch.rand(2, 4, 6, generator=generator(405)) + 0.1, ref.causal_mask(4, 6)), {}),
+              "每行之和不为 1 的权重"),
         # float64 only: the book's route multiplies by a float32 0/1 mask, which keeps float64 but
         # not bfloat16 (the text says nothing about bfloat16 here).
         Probe("dtype", "float64 weights", lambda: ((_weights(2, 4, 6, seed=404).double(), ref.causal_mask(4, 6)), {}),

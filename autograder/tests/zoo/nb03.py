@@ -310,6 +310,10 @@ def sdpa_values_detached(q, k, v, mask=None, scale=None):  # right values; v nev
     return weights @ v.detach(), weights
 
 
+def sdpa_scale_or_default(q, k, v, mask=None, scale=None):  # `scale or ...` takes scale=0.0 for "not given"
+    return _attend(q, k, v, mask, scale or 1 / math.sqrt(q.shape[-1]))
+
+
 def sdpa_float32_cast_back(q, k, v, mask=None, scale=None):  # Llama, Hugging Face: softmax in float32, cast back
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale
@@ -367,6 +371,7 @@ WRONG = {
         "F.scaled_dot_product_attention": (sdpa_pytorch, "yourself"),
         "calls utils": (sdpa_calls_utils, "yourself"),
         "weights always float32": (sdpa_weights_float32, "output[1] must follow its input's dtype (torch.float64)"),
+        "scale or the default": (sdpa_scale_or_default, "on scale=0.0"),
         "v detached": (sdpa_values_detached, "No gradient reaches input 3 through scaled_dot_product_attention"),
     },
 }

@@ -96,6 +96,10 @@ def renorm_sum_detached(weights, mask):  # right values; the row sum passes no g
     return kept / kept.sum(dim=-1, keepdim=True).detach()
 
 
+def renorm_assumes_unit_rows(weights, mask):  # divides by 1 - (blocked weight): right only when rows summed to 1
+    return weights.masked_fill(mask, 0.0) / (1 - weights.masked_fill(~mask, 0.0).sum(dim=-1, keepdim=True))
+
+
 def renorm_always_float32(weights, mask):
     kept = weights.float().masked_fill(mask, 0.0)
     return kept / kept.sum(dim=-1, keepdim=True)
@@ -374,6 +378,7 @@ WRONG = {
         "softmax of the zeroed weights": (renorm_softmax_again, "exp(0) = 1"),
         "in place on the input": (renorm_in_place, "in place"),
         "the utils function": (ref.mask_and_renormalize, "yourself"),
+        "assumes rows summed to 1": (renorm_assumes_unit_rows, "input 1 through mask_and_renormalize differs"),
         "row sum detached": (renorm_sum_detached, "The gradient of input 1 through mask_and_renormalize differs"),
         "always float32": (renorm_always_float32, "must follow its input's dtype (torch.float64)"),
     },
