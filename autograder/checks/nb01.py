@@ -89,7 +89,7 @@ def check_attention_scores(attention_scores):
     expect(book.shape == (6,),
            "attention_scores must return one score per input token, shape (T,).",
            "attention_scores 必须为每个输入词元返回一个分数，形状为 (T,)。", f"shape {tuple(book.shape)}")
-    if torch.allclose(book.sum(), torch.tensor(1.0), atol=1e-3):
+    if abs(float(book.sum()) - 1.0) < 1e-3:  # any dtype: a float64 result is named by the harness below
         fail("attention_scores returned normalized weights: scores are the raw dot products, the softmax comes later.",
              "attention_scores 返回了归一化后的权重：分数是原始点积，softmax 在之后才做。")
     expect_close(book, BOOK_SCORES,

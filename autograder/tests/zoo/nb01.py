@@ -123,6 +123,10 @@ def scores_always_float32(query, inputs):
     return inputs.float() @ query.float()
 
 
+def scores_always_float64(query, inputs):  # a float64 result once crashed the "already normalized" test
+    return inputs.double() @ query.double()
+
+
 # context_vector --------------------------------------------------------------------------
 def context_raw_scores(query, inputs):
     return (inputs @ query) @ inputs
@@ -267,6 +271,7 @@ WRONG = {
         "hard-coded book numbers": (scores_hard_coded, "5 tokens of width 7"),
         "calls utils": (lambda q, x: ref.attention_scores(q, x), "your own code"),
         "always float32": (scores_always_float32, "must follow its input's dtype (torch.float64)"),
+        "always float64": (scores_always_float64, "must follow its input's dtype (torch.float32)"),
     },
     "softmax": {
         "no max subtracted": (softmax_naive, "subtract each slice's own maximum"),
