@@ -194,3 +194,27 @@ def expect_dropout_on_weights(out, expected, p, who):
         fail(f"{who} applies dropout to the scores before the softmax, which renormalizes the rows again: apply it to the weights, after the softmax.",
              f"{who} 在 softmax 之前对分数做了 dropout，softmax 又把每行重新归一化了：应在 softmax 之后对权重做 dropout。")
     expect_inverted_dropout(seen, expected[:, allowed].expand_as(seen).contiguous(), p, f"{who} in train(), dropout={p}")
+
+
+def converted(cls, dtype, evaluate=False):
+    """A constructor of cls whose module is moved to `dtype` (and put in eval() mode): the harness
+    builds the learner's and the course's layers with it for a family's dtype probes."""
+    def build(*args, **kwargs):
+        module = cls(*args, **kwargs)
+        if isinstance(module, torch.nn.Module):
+            module = module.to(dtype)
+            if evaluate:
+                module.eval()
+        return module
+    build.__name__ = getattr(cls, "__name__", "your class")
+    return build
+
+
+def split_dtypes(family):
+    """(the family without its dtype probes, [(dtype, its probes)]): a layer's dtype probes run on
+    layers built by `converted`, one dtype at a time (a probe names its dtype in its label)."""
+    from autograder.checks.harness import Family
+    plain = Family([p for p in family.probes if p.axis != "dtype"], family.compares)
+    typed = [(dt, Family([p for p in family.probes if p.axis == "dtype" and str(dt).removeprefix("torch.") in p.label], family.compares))
+             for dt in (torch.float64, torch.bfloat16)]
+    return plain, [(dt, f) for dt, f in typed if f.probes]

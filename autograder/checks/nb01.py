@@ -3,6 +3,7 @@ import torch
 
 import utils.attention as ref
 from autograder.checks import graded_checks, BOOK_ATOL, call, expect, expect_close, expect_tensor, fail, own_work, randn
+from autograder.checks.harness import Family, Probe, same_as_reference
 from utils.fixtures import journey_inputs
 
 # Raschka, "Build a Large Language Model (From Scratch)", section 3.3, query "journey" (x[1]).
@@ -14,6 +15,61 @@ _SOFTMAX_TARGETS = [(torch, "softmax"), (torch.nn.functional, "softmax"), (torch
                     (torch.special, "softmax"), (torch, "log_softmax"), (torch.nn.functional, "log_softmax"),
                     (torch.Tensor, "log_softmax")]
 _SDPA = (torch.nn.functional, "scaled_dot_product_attention")
+_SOFTMAX_OWN = ("This exercise asks you to write softmax yourself: use exp, a sum and a division, not torch.softmax or utils.",
+                "本练习要求你自己实现 softmax：使用 exp、求和与除法，而不是 torch.softmax 或 utils。")
+
+
+# Input families: the learner's function against utils.attention on each (checks/harness.py).
+def _big(seed):
+    """Logits of +400 and -400 in alternate rows, spread of order 1..10 within a row (overflow
+    shows; no row saturates, so every gradient is more than rounding)."""
+    return randn(4, 5, seed=seed) * 3 + torch.tensor([400.0, -400.0, 400.0, -400.0])[:, None]
+
+
+def _far(*shape, seed):
+    """Token vectors with a shared coordinate of 20: every dot product is 400 + O(1)."""
+    x = randn(*shape, seed=seed)
+    x[..., 0] = 20.0
+    return x
+
+
+_DTYPES = [(torch.float64, "float64", "float64"), (torch.bfloat16, "bfloat16", "bfloat16")]
+
+
+def _typed(axis_builds):
+    return [Probe("dtype", f"{name} inputs", lambda dt=dt: axis_builds(dt), f"{zh} 输入") for dt, name, zh in _DTYPES]
+
+
+_VECTORS = Family([
+    Probe("edges", "one token (T = 1)", lambda: ((randn(4, seed=101), randn(1, 4, seed=102)), {}), "只有一个词元（T = 1）"),
+    Probe("extreme", "scores in the hundreds", lambda: ((_far(4, seed=103), _far(5, 4, seed=104)), {}), "数百量级的分数"),
+    *_typed(lambda dt: ((randn(4, seed=105).to(dt), randn(5, 4, seed=106).to(dt)), {})),
+], compares=("values", "shape", "dtype", "device", "inputs", "grads"))
+_SEQUENCES = Family([
+    Probe("batch", "(B, H, T, d) inputs whose batch items and heads differ", lambda: ((randn(2, 3, 4, 5, seed=111),), {}),
+          "批次项与注意力头各不相同的 (B, H, T, d) 输入"),
+    Probe("edges", "one token (T = 1)", lambda: ((randn(2, 1, 3, seed=112),), {}), "只有一个词元（T = 1）"),
+    Probe("extreme", "scores in the hundreds", lambda: ((_far(2, 4, 3, seed=113),), {}), "数百量级的分数"),
+    *_typed(lambda dt: ((randn(2, 4, 3, seed=114).to(dt),), {})),
+], compares=("values", "shape", "dtype", "device", "inputs", "grads"))
+FAMILIES = {
+    "attention_scores": _VECTORS,
+    "softmax": Family([
+        Probe("batch", "a (2, 3, 5) tensor with dim=1, slices that differ", lambda: ((randn(2, 3, 5, seed=121),), {"dim": 1}),
+              "dim=1 的 (2, 3, 5) 张量，各切片不同"),
+        Probe("arguments", "dim=0", lambda: ((randn(3, 4, seed=122),), {"dim": 0}), "dim=0"),
+        Probe("extreme", "logits of ±400 in different rows", lambda: ((_big(123),), {}), "不同行分别为 ±400 的 logits"),
+        Probe("extreme", "logits of order 300", lambda: ((randn(3, 5, seed=127) * 300,), {}), "数量级为 300 的 logits"),
+        Probe("edges", "a slice of length 1", lambda: ((randn(3, 1, seed=124),), {}), "长度为 1 的切片"),
+        Probe("edges", "-inf entries", lambda: ((randn(3, 4, seed=125).masked_fill(torch.eye(3, 4, dtype=torch.bool), float("-inf")),), {}),
+              "含 -inf 的元素"),
+        Probe("ties", "equal logits", lambda: ((torch.full((2, 4), 0.7),), {}), "相等的 logits"),
+        *_typed(lambda dt: (((randn(3, 5, seed=126) * 3).to(dt),), {})),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "context_vector": _VECTORS,
+    "self_attention_weights": _SEQUENCES,
+    "self_attention": _SEQUENCES,
+}
 
 
 def _own_work(fn, name, what_en, what_zh, extra=()):
@@ -33,7 +89,7 @@ def check_attention_scores(attention_scores):
     expect(book.shape == (6,),
            "attention_scores must return one score per input token, shape (T,).",
            "attention_scores 必须为每个输入词元返回一个分数，形状为 (T,)。", f"shape {tuple(book.shape)}")
-    if torch.allclose(book.sum(), torch.tensor(1.0), atol=1e-3):
+    if abs(float(book.sum()) - 1.0) < 1e-3:  # any dtype: a float64 result is named by the harness below
         fail("attention_scores returned normalized weights: scores are the raw dot products, the softmax comes later.",
              "attention_scores 返回了归一化后的权重：分数是原始点积，softmax 在之后才做。")
     expect_close(book, BOOK_SCORES,
@@ -42,12 +98,12 @@ def check_attention_scores(attention_scores):
     expect_close(scores, ref.attention_scores(query, inputs),
                  "With 5 tokens of width 7, your scores are wrong: take the dot product along the feature axis (d), once per token.",
                  "当有 5 个宽度为 7 的词元时，你的分数不对：应沿特征维 (d) 做点积，每个词元一次。")
+    with _own_work(attention_scores, "attention_scores", "The scores", "注意力分数"):
+        same_as_reference(attention_scores, ref.attention_scores, FAMILIES["attention_scores"], "attention_scores", grads=True)
 
 
 def check_softmax(softmax):
-    with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS,
-                  en="This exercise asks you to write softmax yourself: use exp, a sum and a division, not torch.softmax or utils.",
-                  zh="本练习要求你自己实现 softmax：使用 exp、求和与除法，而不是 torch.softmax 或 utils。"):
+    with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS, en=_SOFTMAX_OWN[0], zh=_SOFTMAX_OWN[1]):
         book = call(softmax, torch.tensor(BOOK_SCORES), inputs_named=True, name="softmax")
         big = torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -999.0, -998.0]])
         big_copy = big.clone()
@@ -88,6 +144,8 @@ def check_softmax(softmax):
     expect_close(with_inf, ref.softmax(masked),
                  "-inf entries must get weight exactly 0 and the other entries must still sum to 1.",
                  "-inf 的位置必须得到恰好为 0 的权重，其余位置之和仍须为 1。")
+    with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS, en=_SOFTMAX_OWN[0], zh=_SOFTMAX_OWN[1]):
+        same_as_reference(softmax, ref.softmax, FAMILIES["softmax"], "softmax", grads=True)
 
 
 def check_context_vector(context_vector):
@@ -110,6 +168,8 @@ def check_context_vector(context_vector):
     expect_close(other, ref.context_vector(query, inputs),
                  "With 5 tokens of width 7 the context vector is wrong: weight each input row (not the query) by its attention weight.",
                  "当有 5 个宽度为 7 的词元时上下文向量不对：应按注意力权重对每个输入行（而不是查询）加权。")
+    with _own_work(context_vector, "context_vector", "The context vector", "上下文向量", [(ref, "self_attention"), _SDPA]):
+        same_as_reference(context_vector, ref.context_vector, FAMILIES["context_vector"], "context_vector", grads=True)
 
 
 def check_self_attention_weights(self_attention_weights):
@@ -140,6 +200,9 @@ def check_self_attention_weights(self_attention_weights):
     expect_close(four_d, ref.self_attention_weights(deep),
                  "With two leading batch dims (B, H, T, d) the weights are wrong: write the function for any leading dims.",
                  "当有两个前导批维 (B, H, T, d) 时权重不对：请让函数适用于任意前导维度。")
+    with _own_work(self_attention_weights, "self_attention_weights", "The attention weights", "注意力权重", [(ref, "self_attention"), _SDPA]):
+        same_as_reference(self_attention_weights, ref.self_attention_weights, FAMILIES["self_attention_weights"],
+                          "self_attention_weights", grads=True)
 
 
 def check_self_attention(self_attention):
@@ -165,6 +228,8 @@ def check_self_attention(self_attention):
     expect_close(batched, ref.self_attention(batch),
                  "Batched context vectors are wrong: every batch item must use only its own weights and inputs.",
                  "批量上下文向量不对：批中每个样本只能使用它自己的权重和输入。")
+    with _own_work(self_attention, "self_attention", "The context vectors", "上下文向量", [_SDPA]):
+        same_as_reference(self_attention, ref.self_attention, FAMILIES["self_attention"], "self_attention", grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -14,12 +14,74 @@ import torch
 import torch.nn.functional as F
 
 import utils.causal as ref
-from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_module, own_work,
-                               randn)
-from autograder.checks.causal_layers import (NEG_INF, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
-                                             load_projections, run_shorter)
+from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, generator, matches, own_module,
+                               own_work, randn)
+from autograder.checks.causal_layers import (NEG_INF, converted, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
+                                             load_projections, run_shorter, split_dtypes)
+from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
+
+
+# Input families: the learner's code against utils.causal on each (checks/harness.py) -------
+def _weights(*shape, seed):
+    return torch.softmax(randn(*shape, seed=seed) * 2, dim=-1)
+
+
+def _big(seed):
+    """Scores of +400 and -400 in alternate batch items, spread of order 3 within a row."""
+    return randn(2, 4, 6, seed=seed) * 3 + torch.tensor([400.0, -400.0])[:, None, None]
+
+
+_PADDING = torch.tensor([[False] * 6, [False, False, True, False, True, True]])[:, None, None, :]  # (B, 1, 1, T_k)
+_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
+FAMILIES = {
+    "causal_mask": Family([
+        Probe("edges", "one query and one key", lambda: ((1,), {}), "一个查询、一个键"),
+        Probe("edges", "one new query and 6 keys", lambda: ((1, 6), {}), "一个新查询、6 个键"),
+        Probe("arguments", "3 queries, 7 keys, device='cpu'", lambda: ((3, 7), {"device": "cpu"}), "3 个查询、7 个键，device='cpu'"),
+        Probe("extreme", "4 queries at the end of 300 keys", lambda: ((4, 300), {}), "300 个键末尾的 4 个查询"),
+    ]),
+    "mask_and_renormalize": Family([
+        Probe("batch", "(B, H, T_q, T_k) weights whose batch items and heads differ, a (T_q, T_k) mask",
+              lambda: ((_weights(2, 3, 4, 6, seed=401), ref.causal_mask(4, 6)), {}),
+              "批次项与注意力头各不相同的 (B, H, T_q, T_k) 权重，(T_q, T_k) 掩码"),
+        Probe("arguments", "a padding mask (B, 1, 1, T_k)", lambda: ((_weights(2, 3, 4, 6, seed=402), _PADDING), {}),
+              "填充掩码 (B, 1, 1, T_k)"),
+        Probe("edges", "one query", lambda: ((_weights(2, 1, 5, seed=403), ref.causal_mask(1, 5)), {}), "只有一个查询"),
+        Probe("edges", "weights whose rows do not sum to 1", lambda: ((torch.rand(2, 4, 6, generator=generator(405)) + 0.1, ref.causal_mask(4, 6)), {}),
+              "每行之和不为 1 的权重"),
+        # float64 only: the book's route multiplies by a float32 0/1 mask, which keeps float64 but
+        # not bfloat16 (the text says nothing about bfloat16 here).
+        Probe("dtype", "float64 weights", lambda: ((_weights(2, 4, 6, seed=404).double(), ref.causal_mask(4, 6)), {}),
+              "float64 权重"),
+    ], compares=_GRADED),
+    "masked_softmax": Family([
+        Probe("batch", "(B, H, T_q, T_k) scores whose batch items and heads differ, a (T_q, T_k) mask",
+              lambda: ((randn(2, 3, 4, 6, seed=411) * 2, ref.causal_mask(4, 6)), {}),
+              "批次项与注意力头各不相同的 (B, H, T_q, T_k) 分数，(T_q, T_k) 掩码"),
+        Probe("arguments", "dim=-2 with the transposed mask", lambda: ((randn(2, 6, 4, seed=412), ref.causal_mask(4, 6).T), {"dim": -2}),
+              "dim=-2 与转置的掩码"),
+        Probe("extreme", "scores of ±400", lambda: ((_big(413), ref.causal_mask(4, 6)), {}), "±400 的分数"),
+        Probe("extreme", "scores of order 300", lambda: ((randn(2, 4, 6, seed=414) * 300, ref.causal_mask(4, 6)), {}),
+              "数量级为 300 的分数"),
+        Probe("edges", "one query", lambda: ((randn(2, 1, 5, seed=415), ref.causal_mask(1, 5)), {}), "只有一个查询"),
+        *[Probe("dtype", f"{name} scores", lambda dt=dt: ((randn(2, 4, 6, seed=416).to(dt), ref.causal_mask(4, 6)), {}), f"{name} 分数")
+          for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+    ], compares=_GRADED),
+    "CausalSelfAttention": Family([
+        Probe("batch", f"two batch items that differ, T = context_length = {CONTEXT}", lambda: ((randn(2, CONTEXT, D_IN, seed=421),), {}),
+              f"两个不同的批次项，T = context_length = {CONTEXT}"),
+        Probe("edges", "one token", lambda: ((randn(2, 1, D_IN, seed=422),), {}), "只有一个词元"),
+        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=423),), {}), "少于 context_length 的词元"),
+        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=424) * 30,), {}),
+              "大小为 30 的输入（数百量级的分数）"),
+        # dtype probes run on layers built and then moved with .to(dtype) (causal_layers.converted)
+        *[Probe("dtype", f"{name} inputs, the layer moved with .to(torch.{name})", lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=425).to(dt),), {}),
+                f"{name} 输入，层已用 .to(torch.{name}) 转换") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+}
+
 
 
 # causal_mask -----------------------------------------------------------------------------
@@ -73,6 +135,8 @@ def check_causal_mask(causal_mask):
     expect(torch.equal(equal, ref.causal_mask(4)) and torch.equal(on_cpu, ref.causal_mask(2, 5)),
            "causal_mask must give the same mask when a device is passed.",
            "传入 device 时 causal_mask 必须给出同样的掩码。")
+    with own_work(causal_mask, "causal_mask"):
+        same_as_reference(causal_mask, ref.causal_mask, FAMILIES["causal_mask"], "causal_mask")
 
 
 # mask_and_renormalize --------------------------------------------------------------------
@@ -120,6 +184,9 @@ def check_mask_and_renormalize(mask_and_renormalize):
     expect_close(square, ref.mask_and_renormalize(square_w, square_m),
                  "mask_and_renormalize is wrong for a batch of square (5, 5) weights: the (T, T) mask must apply to every batch item.",
                  "对一批方形 (5, 5) 权重，mask_and_renormalize 不对：(T, T) 的掩码必须作用于每个样本。")
+    with own_work(mask_and_renormalize, "mask_and_renormalize"):
+        same_as_reference(mask_and_renormalize, ref.mask_and_renormalize, FAMILIES["mask_and_renormalize"],
+                          "mask_and_renormalize", grads=True)
 
 
 # masked_softmax --------------------------------------------------------------------------
@@ -166,6 +233,8 @@ def check_masked_softmax(masked_softmax):
     expect_close(cols, expected.transpose(-2, -1),
                  "masked_softmax ignores its dim argument: with dim=-2 each column must sum to 1 (pass dim on to the softmax).",
                  "masked_softmax 忽略了 dim 参数：dim=-2 时每一列之和必须为 1（把 dim 传给 softmax）。")
+    with own_work(masked_softmax, "masked_softmax"):
+        same_as_reference(masked_softmax, ref.masked_softmax, FAMILIES["masked_softmax"], "masked_softmax", grads=True)
 
 
 # CausalSelfAttention ---------------------------------------------------------------------
@@ -199,6 +268,15 @@ def check_CausalSelfAttention(CausalSelfAttention):
     expect(isinstance(double, torch.Tensor) and double.dtype == torch.float64,
            f"After .to(torch.float64), {who} must compute in float64: build everything from the input and the registered tensors.",
            f"调用 .to(torch.float64) 之后，{who} 必须用 float64 计算：一切都应由输入和已注册的张量构造。")
+    # qkv_bias=True in float32 (every bias's gradient too), False on the layers moved to another dtype
+    plain, typed = split_dtypes(FAMILIES[who])
+    references = {dtype: converted(ref.CausalSelfAttention, dtype) for dtype, _ in typed}  # looked up outside own_work
+    with own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+        same_as_reference_module(CausalSelfAttention, ref.CausalSelfAttention, (D_IN, D_OUT, CONTEXT), plain, who,
+                                 grads=True, ctor_kwargs={"qkv_bias": True})
+        for dtype, family in typed:
+            same_as_reference_module(converted(CausalSelfAttention, dtype), references[dtype], (D_IN, D_OUT, CONTEXT), family, who,
+                                     grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -13,12 +13,50 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import utils.dropout as ref
 from autograder.checks import (graded_checks, call, expect, expect_raises, expect_tensor, generator, own_module, own_work, randn)
-from autograder.checks.causal_layers import (expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
+from autograder.checks.causal_layers import (converted, expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
                                              expect_mask_buffer, load_projections, probe_tokens, probe_weights,
-                                             run_shorter)
+                                             run_shorter, split_dtypes)
+
+from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
+
+
+# Input families: the learner's code against utils.dropout on each (checks/harness.py) -----
+def _drop(dtype, p=0.3, training=True, seed=500):
+    weights = torch.softmax(randn(2, 3, 4, 6, seed=seed), dim=-1).to(dtype)
+    return (weights, p), {"training": training, "generator": generator(seed + 1)}
+
+
+FAMILIES = {
+    # Which entries are dropped is the learner's draw (the contract fixes the rate, not the
+    # order of the random numbers), so values are left to the statistics above: the family
+    # compares what every draw must keep (shape, dtype, device, inputs unchanged).
+    "attention_dropout": Family([
+        Probe("dtype", "float64 weights, p=0.3", lambda: _drop(torch.float64), "float64 权重，p=0.3"),
+        Probe("dtype", "bfloat16 weights, p=0.3", lambda: _drop(torch.bfloat16), "bfloat16 权重，p=0.3"),
+        Probe("arguments", "float64 weights with training=False", lambda: _drop(torch.float64, training=False),
+              "training=False 的 float64 权重"),
+        Probe("edges", "bfloat16 weights with p=0", lambda: _drop(torch.bfloat16, p=0.0), "p=0 的 bfloat16 权重"),
+    ], compares=("shape", "dtype", "device", "inputs")),
+    # Built with dropout=0.0, so that training mode is deterministic and every value and
+    # gradient can be compared with the course's (dropout itself is checked above).
+    "CausalAttention": Family([
+        Probe("batch", f"two batch items that differ, T = context_length = {CONTEXT}", lambda: ((randn(2, CONTEXT, D_IN, seed=511),), {}),
+              f"两个不同的批次项，T = context_length = {CONTEXT}"),
+        Probe("edges", "one token", lambda: ((randn(2, 1, D_IN, seed=512),), {}), "只有一个词元"),
+        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=513),), {}), "少于 context_length 的词元"),
+        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=514) * 30,), {}),
+              "大小为 30 的输入（数百量级的分数）"),
+        # dtype probes: a layer with dropout=0.3, moved with .to(dtype) and put in eval() (causal_layers.converted)
+        *[Probe("dtype", f"{name} inputs, the layer (dropout=0.3) moved with .to(torch.{name}) in eval()",
+                lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=515).to(dt),), {}),
+                f"{name} 输入，层（dropout=0.3）已用 .to(torch.{name}) 转换并处于 eval()")
+          for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+}
 _DROPOUT_TARGETS = [(F, "dropout"), (nn, "Dropout"), (torch, "dropout"), (torch, "dropout_"), (torch, "native_dropout")]
 _BY_HAND = ("This exercise asks you to write dropout by hand (a random keep mask and a rescaling), not to call F.dropout, nn.Dropout, torch.dropout or utils.",
             "本练习要求你手写 dropout（随机保留掩码加上重新缩放），而不是调用 F.dropout、nn.Dropout、torch.dropout 或 utils。")
@@ -59,6 +97,8 @@ def check_attention_dropout(attention_dropout):
     expect(torch.equal(out, again) and not torch.equal(out, other),
            "attention_dropout must draw its random numbers from the generator argument (torch.rand(..., generator=generator)): the same seed must give the same mask.",
            "attention_dropout 必须从 generator 参数中抽取随机数（torch.rand(..., generator=generator)）：相同的种子必须给出相同的掩码。")
+    with own_work(attention_dropout, "attention_dropout", extra=_DROPOUT_TARGETS, en=_BY_HAND[0], zh=_BY_HAND[1]):
+        same_as_reference(attention_dropout, ref.attention_dropout, FAMILIES["attention_dropout"], "attention_dropout")
 
 
 # CausalAttention -------------------------------------------------------------------------
@@ -99,6 +139,15 @@ def check_CausalAttention(CausalAttention):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, p, who)
+    # qkv_bias=True in float32 (every bias's gradient too), False on the layers moved to another dtype
+    plain, typed = split_dtypes(FAMILIES[who])
+    references = {dtype: converted(ref.CausalAttention, dtype, evaluate=True) for dtype, _ in typed}  # looked up outside own_work
+    with guard():
+        same_as_reference_module(CausalAttention, ref.CausalAttention, (D_IN, D_OUT, CONTEXT, 0.0), plain, who,
+                                 grads=True, ctor_kwargs={"qkv_bias": True})
+        for dtype, family in typed:
+            same_as_reference_module(converted(CausalAttention, dtype, evaluate=True), references[dtype], (D_IN, D_OUT, CONTEXT, 0.3),
+                                     family, who, grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -98,6 +98,35 @@ def softmax_max_values(x, dim=-1):
     return e / torch.sum(e, dim=dim, keepdim=True)
 
 
+def softmax_first_shift(x, dim=-1):  # right while a row's spread stays small (logits of order 1)
+    e = torch.exp(x - x.narrow(dim, 0, 1))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_always_float32(x, dim=-1):
+    x = x.float()
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_in_float32_cast_back(x, dim=-1):  # Llama, Hugging Face: compute in float32, return the input's dtype
+    e = torch.exp(x.float() - x.float().amax(dim=dim, keepdim=True))
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+
+
+def softmax_max_detached(x, dim=-1):  # the shift cancels, so its gradient is not needed
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True).detach())
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def scores_always_float32(query, inputs):
+    return inputs.float() @ query.float()
+
+
+def scores_always_float64(query, inputs):  # a float64 result once crashed the "already normalized" test
+    return inputs.double() @ query.double()
+
+
 # context_vector --------------------------------------------------------------------------
 def context_raw_scores(query, inputs):
     return (inputs @ query) @ inputs
@@ -130,6 +159,17 @@ def context_loop(query, inputs):
     for w, x in zip(weights, inputs):
         total = total + w * x
     return total
+
+
+def context_weights_no_grad(query, inputs):
+    with torch.no_grad():  # the weights never train the scores
+        weights = torch.softmax(inputs @ query, dim=-1)
+    return weights @ inputs
+
+
+def context_float32_softmax(query, inputs):
+    weights = torch.softmax((inputs @ query).float(), dim=-1).to(inputs.dtype)
+    return weights @ inputs
 
 
 # self_attention_weights ------------------------------------------------------------------
@@ -169,6 +209,14 @@ def weights_mT(inputs):
     return torch.softmax(inputs @ inputs.mT, dim=-1)
 
 
+def weights_keys_detached(inputs):
+    return torch.softmax(inputs @ inputs.detach().transpose(-2, -1), dim=-1)
+
+
+def weights_float32_softmax(inputs):
+    return torch.softmax((inputs @ inputs.transpose(-2, -1)).float(), dim=-1).to(inputs.dtype)
+
+
 # self_attention --------------------------------------------------------------------------
 def attention_transposed_weights(inputs):
     return ref.self_attention_weights(inputs).transpose(-2, -1) @ inputs
@@ -200,6 +248,20 @@ def attention_einsum(inputs):
     return torch.einsum("...ij,...jd->...id", weights, inputs)
 
 
+def attention_always_float32(inputs):
+    inputs = inputs.float()
+    return torch.softmax(inputs @ inputs.transpose(-2, -1), dim=-1) @ inputs
+
+
+def attention_values_detached(inputs):
+    return torch.softmax(inputs @ inputs.transpose(-2, -1), dim=-1) @ inputs.detach()
+
+
+def attention_float32_softmax(inputs):
+    weights = torch.softmax((inputs @ inputs.transpose(-2, -1)).float(), dim=-1).to(inputs.dtype)
+    return weights @ inputs
+
+
 WRONG = {
     "attention_scores": {
         "softmax applied already": (scores_softmaxed, "raw dot products"),
@@ -208,6 +270,8 @@ WRONG = {
         "query @ inputs": (scores_query_first, "crashed"),
         "hard-coded book numbers": (scores_hard_coded, "5 tokens of width 7"),
         "calls utils": (lambda q, x: ref.attention_scores(q, x), "your own code"),
+        "always float32": (scores_always_float32, "must follow its input's dtype (torch.float64)"),
+        "always float64": (scores_always_float64, "must follow its input's dtype (torch.float32)"),
     },
     "softmax": {
         "no max subtracted": (softmax_naive, "subtract each slice's own maximum"),
@@ -222,6 +286,8 @@ WRONG = {
         "-inf turned into 0": (softmax_inf_to_zero, "-inf entries must get weight exactly 0"),
         "calls utils": (lambda x, dim=-1: ref.softmax(x, dim), "write softmax yourself"),
         "functools.partial of utils": (functools.partial(ref.softmax), "write softmax yourself"),
+        "subtracts the first entry, not the max": (softmax_first_shift, "differs from the course's (on logits of order 300)"),
+        "always float32": (softmax_always_float32, "must follow its input's dtype (torch.float64)"),
     },
     "context_vector": {
         "raw scores as weights": (context_raw_scores, "raw scores"),
@@ -229,6 +295,7 @@ WRONG = {
         "plain mean": (context_mean, "softmax weights times the input rows"),
         "returns the weights": (context_returns_weights, "inputs' width d"),
         "calls utils": (context_calls_utils, "your own code"),
+        "weights under no_grad": (context_weights_no_grad, "No gradient reaches input 1 through context_vector"),
     },
     "self_attention_weights": {
         "softmax over queries": (weights_softmax_dim0, "must sum to 1"),
@@ -238,6 +305,7 @@ WRONG = {
         "no softmax": (weights_no_softmax, "must sum to 1"),
         "scaled by sqrt(d)": (weights_scaled, "book's weights"),
         "calls utils": (weights_calls_utils, "your own code"),
+        "keys detached": (weights_keys_detached, "The gradient of input 1 through self_attention_weights differs"),
     },
     "self_attention": {
         "transposed weights": (attention_transposed_weights, "transposed weights"),
@@ -247,13 +315,18 @@ WRONG = {
         "flattens the batch": (attention_flattens_batch, "Batched"),
         "calls utils": (attention_calls_utils, "your own code"),
         "functools.partial of utils": (functools.partial(ref.self_attention), "your own code"),
+        "always float32": (attention_always_float32, "must follow its input's dtype (torch.float64)"),
+        "values detached": (attention_values_detached, "The gradient of input 1 through self_attention differs"),
     },
 }
 
 RIGHT = {
     "attention_scores": {"loop": scores_loop, "einsum": scores_einsum, "broadcast": scores_broadcast},
-    "softmax": {"logsumexp": softmax_logsumexp, "max().values": softmax_max_values},
-    "context_vector": {"inputs.T @ weights": context_transposed_product, "loop": context_loop},
-    "self_attention_weights": {"einsum": weights_einsum, ".mT": weights_mT},
-    "self_attention": {"einsum": attention_einsum},
+    "softmax": {"logsumexp": softmax_logsumexp, "max().values": softmax_max_values,
+                "float32 then cast back": softmax_in_float32_cast_back, "max detached": softmax_max_detached},
+    "context_vector": {"inputs.T @ weights": context_transposed_product, "loop": context_loop,
+                       "softmax in float32, cast back": context_float32_softmax},
+    "self_attention_weights": {"einsum": weights_einsum, ".mT": weights_mT,
+                               "softmax in float32, cast back": weights_float32_softmax},
+    "self_attention": {"einsum": attention_einsum, "softmax in float32, cast back": attention_float32_softmax},
 }

@@ -141,6 +141,15 @@ def jacobian_eye(p):
     return p[:, None] * (torch.eye(len(p), device=p.device) - p[None, :])
 
 
+def jacobian_always_float32(p):
+    p = p.float()
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def jacobian_outer_detached(p):  # right values; the p pᵀ term passes half its gradient
+    return torch.diag(p) - torch.outer(p, p.detach())
+
+
 # scaled_dot_product_attention ------------------------------------------------------------
 def _attend(q, k, v, mask=None, scale=None, divide_by=None, dim=-1, transpose=lambda k: k.transpose(-2, -1)):
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -287,6 +296,33 @@ def sdpa_loop_over_keys(q, k, v, mask=None, scale=None):
     return weights @ v, weights
 
 
+def sdpa_weights_float32(q, k, v, mask=None, scale=None):  # the weights come back in float32 whatever q's dtype
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    return weights.to(v.dtype) @ v, weights
+
+
+def sdpa_values_detached(q, k, v, mask=None, scale=None):  # right values; v never trains
+    context, weights = _attend(q, k, v, mask, scale)
+    return weights @ v.detach(), weights
+
+
+def sdpa_scale_or_default(q, k, v, mask=None, scale=None):  # `scale or ...` takes scale=0.0 for "not given"
+    return _attend(q, k, v, mask, scale or 1 / math.sqrt(q.shape[-1]))
+
+
+def sdpa_float32_cast_back(q, k, v, mask=None, scale=None):  # Llama, Hugging Face: softmax in float32, cast back
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return weights @ v, weights
+
+
 WRONG = {
     "dot_product_variance": {
         "divides by d": (variance_divides_by_d, "instead of sqrt(d)"),
@@ -311,6 +347,8 @@ WRONG = {
         "softmax applied again": (jacobian_softmax_again, "already a probability vector"),
         "autograd jacobian": (jacobian_autograd, "yourself"),
         "calls utils": (jacobian_calls_utils, "yourself"),
+        "always float32": (jacobian_always_float32, "must follow its input's dtype (torch.float64)"),
+        "p pᵀ half detached": (jacobian_outer_detached, "input 1 through softmax_jacobian"),
     },
     "scaled_dot_product_attention": {
         # it scales the caller's queries in place / 它原地缩放了调用者的查询
@@ -332,6 +370,9 @@ WRONG = {
         "naive softmax overflows": (sdpa_naive_softmax, "stable softmax"),
         "F.scaled_dot_product_attention": (sdpa_pytorch, "yourself"),
         "calls utils": (sdpa_calls_utils, "yourself"),
+        "weights always float32": (sdpa_weights_float32, "output[1] must follow its input's dtype (torch.float64)"),
+        "scale or the default": (sdpa_scale_or_default, "on scale=0.0"),
+        "v detached": (sdpa_values_detached, "No gradient reaches input 3 through scaled_dot_product_attention"),
     },
 }
 
@@ -341,5 +382,6 @@ RIGHT = {
     "softmax_jacobian": {"diag_embed and broadcasting": jacobian_broadcast, "loops": jacobian_loop,
                          "p (I - pᵀ)": jacobian_eye},
     "scaled_dot_product_attention": {"einsum": sdpa_einsum, "torch.where and .mT": sdpa_where,
-                                     "finfo.min fill": sdpa_large_negative, "loop over keys": sdpa_loop_over_keys},
+                                     "finfo.min fill": sdpa_large_negative, "loop over keys": sdpa_loop_over_keys,
+                                     "softmax in float32, cast back": sdpa_float32_cast_back},
 }

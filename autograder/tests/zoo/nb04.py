@@ -91,6 +91,20 @@ def renorm_via_log(weights, mask):  # softmax(log w) == w / sum(w): the same thi
     return torch.softmax(weights.log().masked_fill(mask, NEG_INF), dim=-1)
 
 
+def renorm_sum_detached(weights, mask):  # right values; the row sum passes no gradient
+    kept = weights.masked_fill(mask, 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True).detach()
+
+
+def renorm_assumes_unit_rows(weights, mask):  # divides by 1 - (blocked weight): right only when rows summed to 1
+    return weights.masked_fill(mask, 0.0) / (1 - weights.masked_fill(~mask, 0.0).sum(dim=-1, keepdim=True))
+
+
+def renorm_always_float32(weights, mask):
+    kept = weights.float().masked_fill(mask, 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
 # masked_softmax --------------------------------------------------------------------------
 def softmax_fill_zero(scores, mask, dim=-1):
     return torch.softmax(scores.masked_fill(mask, 0.0), dim=dim)
@@ -133,6 +147,19 @@ def softmax_by_hand(scores, mask, dim=-1):
     s = scores.masked_fill(mask, NEG_INF)
     e = (s - s.amax(dim=dim, keepdim=True)).exp()
     return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_max_before_mask(scores, mask, dim=-1):  # the shift includes blocked scores: right while scores stay of order 1
+    e = (scores - scores.amax(dim=dim, keepdim=True)).masked_fill(mask, NEG_INF).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def softmax_always_float32(scores, mask, dim=-1):
+    return torch.softmax(scores.float().masked_fill(mask, NEG_INF), dim=dim)
+
+
+def softmax_float32_cast_back(scores, mask, dim=-1):  # Llama, Hugging Face: softmax in float32, the input's dtype out
+    return torch.softmax(scores.float().masked_fill(mask, NEG_INF), dim=dim).to(scores.dtype)
 
 
 # CausalSelfAttention ---------------------------------------------------------------------
@@ -281,6 +308,60 @@ class CausalBorrowsMethods(nn.Module):
     attention_weights = ref.CausalSelfAttention.attention_weights
 
 
+def causal_keys_detached():
+    """Right outputs; the keys come from a detached projection, so W_key never trains."""
+    class CausalSelfAttention(causal_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            if T > self.context_length:
+                raise ValueError("too many tokens")
+            q, k, v = self.W_query(x), self.W_key(x).detach(), self.W_value(x)
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF)
+            return torch.softmax(scores, dim=-1) @ v
+    return CausalSelfAttention
+
+
+def causal_weights_no_grad():
+    """Right outputs; the attention weights are computed under no_grad, so neither W_query nor W_key trains."""
+    class CausalSelfAttention(causal_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            if T > self.context_length:
+                raise ValueError("too many tokens")
+            with torch.no_grad():
+                q, k = self.W_query(x), self.W_key(x)
+                weights = torch.softmax((q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF), dim=-1)
+            return weights @ self.W_value(x)
+    return CausalSelfAttention
+
+
+def causal_float32_min_fill():
+    """Blocked scores filled with float32's lowest value whatever the layer's dtype: bfloat16 cannot hold it
+    (torch.finfo(scores.dtype).min can)."""
+    class CausalSelfAttention(causal_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            if T > self.context_length:
+                raise ValueError("too many tokens")
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], torch.finfo(torch.float32).min)
+            return torch.softmax(scores, dim=-1) @ v
+    return CausalSelfAttention
+
+
+def causal_float32_softmax():
+    """Softmax in float32, cast back to the input's dtype (Llama, Hugging Face)."""
+    class CausalSelfAttention(causal_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            if T > self.context_length:
+                raise ValueError("too many tokens")
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF)
+            return torch.softmax(scores.float(), dim=-1).to(x.dtype) @ v
+    return CausalSelfAttention
+
+
 WRONG = {
     "causal_mask": {
         "diagonal masked": (mask_with_diagonal, "blocks the diagonal"),
@@ -297,6 +378,9 @@ WRONG = {
         "softmax of the zeroed weights": (renorm_softmax_again, "exp(0) = 1"),
         "in place on the input": (renorm_in_place, "in place"),
         "the utils function": (ref.mask_and_renormalize, "yourself"),
+        "assumes rows summed to 1": (renorm_assumes_unit_rows, "input 1 through mask_and_renormalize differs"),
+        "row sum detached": (renorm_sum_detached, "The gradient of input 1 through mask_and_renormalize differs"),
+        "always float32": (renorm_always_float32, "must follow its input's dtype (torch.float64)"),
     },
     "masked_softmax": {
         "filled with 0 instead of -inf": (softmax_fill_zero, "filled with 0"),
@@ -307,6 +391,8 @@ WRONG = {
         "no mask": (softmax_no_mask, "nothing was masked"),
         "exp without the maximum": (softmax_naive_exp, "NaN or inf"),
         "the utils function": (ref.masked_softmax, "yourself"),
+        "maximum taken over blocked scores too": (softmax_max_before_mask, "differs from the course's (on scores of order 300)"),
+        "always float32": (softmax_always_float32, "must follow its input's dtype (torch.float64)"),
     },
     "CausalSelfAttention": {
         "diagonal masked": (causal_class("diagonal"), "diagonal is masked"),
@@ -323,6 +409,9 @@ WRONG = {
         "ignores qkv_bias": (causal_class(honour_bias=False), "qkv_bias=True"),
         "F.scaled_dot_product_attention": (causal_class("sdpa"), "compute masked attention itself"),
         "the utils class itself": (ref.CausalSelfAttention, "compute masked attention itself"),
+        "keys detached": (causal_keys_detached(), "No gradient reaches CausalSelfAttention.W_key.weight"),
+        "weights under no_grad": (causal_weights_no_grad(), "No gradient reaches CausalSelfAttention.W_query.weight"),
+        "float32's lowest value as the fill": (causal_float32_min_fill(), "crashed with RuntimeError"),
         # the reference's code runs while the learner's class runs / 学习者的类运行时，参考实现的代码在运行
         "methods taken from the utils class": (CausalBorrowsMethods, "ran while your code ran"),
     },
@@ -333,7 +422,7 @@ RIGHT = {
     "mask_and_renormalize": {"torch.where": renorm_where, "multiply by the allowed mask": renorm_multiply,
                              "softmax of log weights": renorm_via_log},
     "masked_softmax": {"torch.where": softmax_where, "finfo.min fill and F.softmax": softmax_finfo_min,
-                       "softmax by hand": softmax_by_hand},
+                       "softmax by hand": softmax_by_hand, "softmax in float32, cast back": softmax_float32_cast_back},
     "CausalSelfAttention": {
         "the notebook's solution": causal_class(),
         "register_buffer(persistent=True)": causal_class(persistent=True),
@@ -342,5 +431,6 @@ RIGHT = {
         "einsum and torch.where": causal_einsum_where(),
         "utils.causal mask and masked_softmax": causal_uses_course_kernels(),
         "subclass of notebook 02's SelfAttentionV2": causal_extends_v2(),
+        "softmax in float32, cast back": causal_float32_softmax(),
     },
 }

@@ -77,6 +77,15 @@ def dropout_uniform_(weights, p, training=True, generator=None):
     return weights * (u > p).to(weights.dtype) / (1.0 - p)
 
 
+def dropout_float32_mask(weights, p, training=True, generator=None):  # a float32 keep mask promotes bfloat16 weights
+    if not 0 <= p < 1:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    if not training or p == 0:
+        return weights
+    keep = (torch.rand(weights.shape, generator=generator, device=weights.device) >= p).float()
+    return weights * keep / (1 - p)
+
+
 # CausalAttention -------------------------------------------------------------------------
 def attention_class(mistake=None, store="buffer", slice_mask=True, persistent=True):
     class CausalAttention(nn.Module):
@@ -177,6 +186,28 @@ def attention_extends_04():
     return CausalAttention
 
 
+def attention_values_detached():
+    """Right outputs; the values come from a detached projection, so W_value never trains."""
+    class CausalAttention(attention_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x).detach()
+            scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF)
+            return self.dropout(torch.softmax(scores, dim=-1)) @ v
+    return CausalAttention
+
+
+def attention_float32_softmax():
+    """Softmax in float32, cast back to the input's dtype (Llama, Hugging Face)."""
+    class CausalAttention(attention_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], NEG_INF)
+            return self.dropout(torch.softmax(scores.float(), dim=-1).to(x.dtype)) @ v
+    return CausalAttention
+
+
 WRONG = {
     "attention_dropout": {
         "no 1/(1-p) scaling": (dropout_factory("no scaling"), "not scaled by 1/(1-p)"),
@@ -191,6 +222,7 @@ WRONG = {
         "nn.Dropout": (dropout_module, "by hand"),
         "torch.dropout": (dropout_torch, "by hand"),
         "the utils function": (ref.attention_dropout, "by hand"),
+        "float32 keep mask": (dropout_float32_mask, "must follow its input's dtype (torch.bfloat16)"),
     },
     "CausalAttention": {
         "dropout on the scores before masking": (attention_class("on scores"), "scores before the softmax"),
@@ -205,6 +237,7 @@ WRONG = {
         "mask is a plain attribute": (attention_class(store="attribute"), "registered buffer"),
         "mask not sliced": (attention_class(slice_mask=False), "self.mask[:T, :T]"),
         "the utils class itself": (ref.CausalAttention, "compute masked attention itself"),
+        "values detached": (attention_values_detached(), "No gradient reaches CausalAttention.W_value.weight"),
     },
 }
 
@@ -215,5 +248,6 @@ RIGHT = {
                         "register_buffer(persistent=False)": attention_class(persistent=False),
                         "the book's listing 3.3": attention_book(),
                         "torch.where and a differently named dropout": attention_where_named(),
-                        "subclass of notebook 04's CausalSelfAttention": attention_extends_04()},
+                        "subclass of notebook 04's CausalSelfAttention": attention_extends_04(),
+                        "softmax in float32, cast back": attention_float32_softmax()},
 }
