@@ -102,7 +102,7 @@ def _where(probe) -> tuple:
     return f" (on {probe.label})", f"（在{probe.zh or probe.label}上）"
 
 
-def compare_outputs(out, expected, probe, who, explain=None, path="output", values=True):
+def compare_outputs(out, expected, probe, who, explain=None, path="output", values=True, dtype=True):
     """out must have expected's structure, and each tensor its shape, dtype, device and values
     (not the values when `values` is False: a random draw the contract does not fix)."""
     en_on, zh_on = _where(probe)
@@ -111,7 +111,7 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
                f"{who} must return {len(expected)} results{en_on}.", f"{who} 必须返回 {len(expected)} 个结果{zh_on}。",
                f"got {type(out).__name__}")
         for i, (a, b) in enumerate(zip(out, expected)):
-            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]", values)
+            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]", values, dtype)
         return
     if not isinstance(expected, torch.Tensor):
         if not values:
@@ -128,13 +128,13 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
            f"{who} 的 {path} 应该是 torch.Tensor{zh_on}。", f"got {type(out).__name__}")
     expect(tuple(out.shape) == tuple(expected.shape), f"{who}'s {path} has the wrong shape{en_on}.",
            f"{who} 的 {path} 形状不对{zh_on}。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
-    expect(out.dtype == expected.dtype,
+    expect(out.dtype == expected.dtype or not dtype and out.is_floating_point() == expected.is_floating_point(),
            f"{who}'s {path} must follow its input's dtype ({expected.dtype}){en_on}: build every tensor from the input's dtype, or cast the result back.",
            f"{who} 的 {path} 必须沿用输入的 dtype（{expected.dtype}）{zh_on}：按输入的 dtype 构造每个张量，或把结果转换回来。",
            f"got {out.dtype}")
     expect(out.device == expected.device, f"{who}'s {path} must be on its input's device{en_on}.",
            f"{who} 的 {path} 必须与输入在同一设备上{zh_on}。", f"got {out.device}, expected {expected.device}")
-    atol, rtol = TOLERANCE.get(expected.dtype, (0, 0))
+    atol, rtol = TOLERANCE.get(expected.dtype, (0, 0))  # where the dtype is free, the course's dtype sets it
     a, b = out.detach().double(), expected.detach().double()
     if values and not torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True):
         diff = (a - b).abs().nan_to_num(nan=math.inf)
@@ -207,7 +207,7 @@ def same_as_reference(fn, reference, family: Family, who: str, explain=None, gra
             expected = reference(*ref_args, **ref_kwargs)
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
-        compare_outputs(out, expected, probe, who, explain, values="values" in family.compares)
+        compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares)
         if grads_here:
             ref_leaves = [t for t in list(ref_args) + list(ref_kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
             with course_runs():
@@ -248,7 +248,7 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
             target = obj if method == "__call__" else getattr(obj, method)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
-            compare_outputs(out, expected, probe, who, explain, values="values" in family.compares)
+            compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares)
         if grads and isinstance(reference, nn.Module) and not _is_steps(built) and probe.axis not in NO_GRADS:
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():

@@ -18,9 +18,41 @@ from torch import nn
 import utils.quantize as ref
 from autograder.checks import graded_checks, Shortcut, call, course_runs, course_versions, expect, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks import int8_layers as il
+from autograder.checks.harness import Family, Probe, same_as_reference
 from autograder.checks import quant_probes as qp
 
 FP8 = qp.FP8
+
+
+def _bf16(*shape, seed):
+    return randn(*shape, seed=seed).bfloat16()
+
+
+_NO_GRADS = ("values", "shape", "dtype", "device", "inputs")  # rounding has no gradient to compare
+_SCALE_FREE = ("values", "shape", "device", "inputs")  # a float64 scale is as right as float32's (the zoo's "float64")
+FAMILIES = {
+    "absmax_quantize": Family([
+        Probe("batch", "rows that differ, one scale per row", lambda: ((randn(3, 2, 16, seed=120),), {"dim": -1}), "各行不同，每行一个 scale"),
+        Probe("arguments", "one scale per column (dim=0)", lambda: ((randn(5, 7, seed=121),), {"dim": 0}), "每列一个 scale（dim=0）"),
+        Probe("extreme", "values in the thousands", lambda: ((3000 * randn(4, 9, seed=122),), {}), "数千量级的数值"),
+        Probe("dtype", "a bfloat16 input", lambda: ((_bf16(4, 32, seed=123),), {"dim": 1}), "bfloat16 输入"),
+    ], compares=_SCALE_FREE),
+    "dequantize": Family([
+        Probe("batch", "rows that differ", lambda: (ref.absmax_quantize(randn(3, 2, 16, seed=124), dim=-1), {}), "各行不同"),
+        Probe("arguments", "one scale per column", lambda: (ref.absmax_quantize(randn(5, 7, seed=125), dim=0), {}), "每列一个 scale"),
+    ], compares=_SCALE_FREE),
+    "fp8_block_dequantize": Family([
+        Probe("edges", "a ragged edge (70 x 130, blocks of 32)",
+              lambda: (ref.fp8_block_quantize(randn(70, 130, seed=126), 32), {"block_size": 32}), "不整齐的边缘（70 x 130，32 的块）"),
+        Probe("edges", "one block larger than the matrix", lambda: (ref.fp8_block_quantize(randn(5, 3, seed=127), 8), {"block_size": 8}),
+              "一个比矩阵还大的块"),
+    ], compares=_NO_GRADS),
+    "fp8_activation_quantize": Family([
+        Probe("batch", "tokens of a batch that differ", lambda: ((randn(2, 3, 64, seed=128),), {"block_size": 32}), "批次中各不相同的词元"),
+        Probe("extreme", "activations in the thousands", lambda: ((2000 * randn(4, 64, seed=129),), {"block_size": 16}), "数千量级的激活"),
+        Probe("dtype", "a bfloat16 input", lambda: ((_bf16(3, 64, seed=130),), {"block_size": 32}), "bfloat16 输入"),
+    ], compares=_NO_GRADS),
+}
 
 
 def check_absmax_quantize(absmax_quantize):
@@ -65,6 +97,8 @@ def check_absmax_quantize(absmax_quantize):
     for (qz, sz), made_nan, zero_q, zero_s, what in [(zero_rows, nan_rows, lambda q: q[1], lambda s: s[1], ("row", "行")),
                                                     (zeros, nan_all, lambda q: q, lambda s: s, ("tensor", "张量"))]:
         qp.expect_zero_guarded(qz, sz, zero_q(qz), zero_s(sz), made_nan, who, *what)
+    with own_work(absmax_quantize, "absmax_quantize"):
+        same_as_reference(absmax_quantize, ref.absmax_quantize, FAMILIES["absmax_quantize"], "absmax_quantize")
 
 
 def check_dequantize(dequantize):
@@ -85,6 +119,8 @@ def check_dequantize(dequantize):
             f"{who} must return q * scale, with the scale broadcast over its slice.", f"{who} 必须返回 q * scale，scale 广播到它的切片上。")
         expect(bool(((out.float() - x).abs() <= s / 2 + 1e-6).all()),
                "Every dequantized value must be within scale / 2 of the original.", "每个反量化后的值与原值之差必须不超过 scale / 2。")
+    with own_work(dequantize, "dequantize"):
+        same_as_reference(dequantize, ref.dequantize, FAMILIES["dequantize"], "dequantize")
 
 
 # FP8 -----------------------------------------------------------------------------------------
@@ -137,6 +173,8 @@ def check_fp8_block_dequantize(fp8_block_dequantize):
              "fp8_block_dequantize 除以了 scale：weight_scale_inv 是用来乘的，w = w_fp8 * scale。")],
             "Every element must be multiplied by the scale of ITS block (row // block_size, column // block_size), ragged edge included.",
             "每个元素必须乘以它所在块的 scale（行 // block_size，列 // block_size），包括不整齐的边缘。")
+    with own_work(fp8_block_dequantize, "fp8_block_dequantize"):
+        same_as_reference(fp8_block_dequantize, ref.fp8_block_dequantize, FAMILIES["fp8_block_dequantize"], "fp8_block_dequantize")
 
 
 def check_fp8_activation_quantize(fp8_activation_quantize):
@@ -173,6 +211,8 @@ def check_fp8_activation_quantize(fp8_activation_quantize):
                "x_fp8 * scale must give back x within FP8's rounding: divide each token's block by its own scale.",
                "x_fp8 * scale 必须在 FP8 的舍入误差内还原 x：把每个词元的每个块除以它自己的 scale。")
     qp.expect_scale_in_float32(qp.expect_fp8_pair(in_bf16, half, who, "x_fp8")[1], ref.fp8_activation_quantize(half, 32)[1], "scale", "scale", who)
+    with own_work(fp8_activation_quantize, "fp8_activation_quantize"):
+        same_as_reference(fp8_activation_quantize, ref.fp8_activation_quantize, FAMILIES["fp8_activation_quantize"], "fp8_activation_quantize")
 
 
 # int8 weight-only linear ---------------------------------------------------------------------

@@ -164,6 +164,8 @@ def fp8_act(mistake=None):
             amax = tiles.abs().amax().expand(tiles.shape[:-1])
         elif mistake == "per token":
             amax = tiles.abs().amax(dim=(-2, -1))[..., None]
+        elif mistake == "shared by the batch" and x.dim() > 2:  # one scale per position and block, over all batch items
+            amax = tiles.abs().amax(dim=(0, -1), keepdim=True).squeeze(-1).expand(tiles.shape[:-1])
         else:
             amax = tiles.abs().amax(dim=-1)
         if mistake != "no guard":
@@ -404,6 +406,7 @@ WRONG = {
         "tile": (fp8_deq("tile"), "ITS block"),
     },
     "fp8_activation_quantize": {
+        "scales shared by the batch's items": (fp8_act("shared by the batch"), "tokens of a batch that differ"),
         "per tensor": (fp8_act("per tensor"), "whole tensor"),
         "per token": (fp8_act("per token"), "per token AND per block"),
         "127": (fp8_act("127"), "448"),
