@@ -406,7 +406,7 @@ WRONG = {
         "tile": (fp8_deq("tile"), "ITS block"),
     },
     "fp8_activation_quantize": {
-        "scales shared by the batch's items": (fp8_act("shared by the batch"), "tokens of a batch that differ"),
+        "scales shared by the batch's items": (fp8_act("shared by the batch"), "over that token's block"),
         "per tensor": (fp8_act("per tensor"), "whole tensor"),
         "per token": (fp8_act("per token"), "per token AND per block"),
         "127": (fp8_act("127"), "448"),
