@@ -15,6 +15,7 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
 from autograder.checks.causal_layers import (QKV, causal_attention, expect_dropout_on_weights, load_projections,
                                              probe_tokens, probe_weights)
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.saturated import split_saturated
 
 D_IN, CONTEXT = 5, 6
 X = randn(2, 4, D_IN, seed=60)  # T = 4 < context_length, batch items differ
@@ -259,10 +260,12 @@ def check_MultiHeadAttention(MultiHeadAttention):
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, P, who)
     reference = ref.MultiHeadAttention  # looked up before own_work blocks it
+    graded, steep = split_saturated(FAMILIES[who])
     for heads, bias in ((2, False), (3, True)):  # head_dim 3 and 2
         with _guard(MultiHeadAttention, who):
-            same_as_reference_module(MultiHeadAttention, reference, (D_IN, d_out, CONTEXT, 0.0, heads), FAMILIES[who],
-                                     who, grads=True, ctor_kwargs={"qkv_bias": bias})
+            for family, grads in ((graded, True), (steep, False)):
+                same_as_reference_module(MultiHeadAttention, reference, (D_IN, d_out, CONTEXT, 0.0, heads), family,
+                                         who, grads=grads, ctor_kwargs={"qkv_bias": bias})
 
 
 def check_mha_parameter_count(mha_parameter_count):
