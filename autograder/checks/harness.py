@@ -49,8 +49,13 @@ TOLERANCE = {torch.float32: (ATOL, RTOL), torch.float64: (ATOL, RTOL),
              torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)}
 
 
+# copy.deepcopy caches __slotnames__ on a class the first time it copies one of its objects; the
+# kernel guard deep-copies each checks module's data (FAMILIES) and would then see this module
+# changed and load it afresh before every test cell (a Steps built from the old class is then no
+# Steps for the new one). Declared here, the cache is never written.
 @dataclass(frozen=True)
 class Probe:
+    __slotnames__ = []
     axis: str  # a key of AXES
     label: str  # this member, in English ("two batch items that differ")
     build: Callable  # () -> (args, kwargs), or Steps for a call sequence
@@ -64,11 +69,13 @@ class Probe:
 @dataclass(frozen=True)
 class Steps:
     """A call sequence on one object: [(method name, args, kwargs), ...]."""
+    __slotnames__ = []
     calls: list = field(default_factory=list)
 
 
 @dataclass
 class Family:
+    __slotnames__ = []
     probes: list
     compares: tuple = ("values", "shape", "dtype", "device", "inputs")
 
@@ -150,7 +157,7 @@ def _loss(out, seed):
     """sum(w * out) over every floating tensor of out, w fixed by the seed."""
     tensors = [t for t in (out if isinstance(out, (tuple, list)) else [out])
                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
-    return sum((t * randn(*t.shape, seed=seed + i).to(t.dtype)).sum() for i, t in enumerate(tensors))
+    return sum((t * randn(t.numel(), seed=seed + i).view(t.shape).to(t.dtype)).sum() for i, t in enumerate(tensors))
 
 
 def compare_grads(own, want, names, probe, who):

@@ -121,6 +121,14 @@ class Block(nn.Module):  # right
         return x + self.ffn(self.ffn_norm(x))
 
 
+class BlockFfnNoGrad(Block):  # the feed-forward sublayer never trains
+    def forward(self, x, start_pos=0, absorb=False):
+        x = x + self.attn(self.attn_norm(x), start_pos, absorb)
+        with torch.no_grad():
+            update = self.ffn(self.ffn_norm(x))
+        return x + update
+
+
 class BlockPostNorm(Block):
     def forward(self, x, start_pos=0, absorb=False):
         x = self.attn_norm(x + self.attn(x, start_pos, absorb))
@@ -297,6 +305,19 @@ def loss_by_hand(logits, tokens):  # right: log-softmax and gather
 def loss_shifted_in_place(logits, tokens):  # right value; subtracting the max writes into the caller's logits
     logits -= logits.amax(-1, keepdim=True).detach()
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def loss_log_of_softmax(logits, tokens):  # right only while the logits stay small: softmax underflows to 0
+    p = logits[:, :-1].softmax(-1)
+    return -p.gather(-1, tokens[:, 1:, None]).log().mean()
+
+
+def loss_in_float32(logits, tokens):  # a float32 loss whatever the logits' dtype
+    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def loss_float32_cast_back(logits, tokens):  # right: computed in float32, returned in the logits' dtype
+    return loss_in_float32(logits, tokens).to(logits.dtype)
 
 
 # MTPModule -------------------------------------------------------------------------------
@@ -493,6 +514,10 @@ def mtp_loss_report_over_T(mtp_logits, tokens, lam=0.3):  # the report's 1/T in 
     return lam / len(mtp_logits) * total
 
 
+def mtp_loss_later_detached(mtp_logits, tokens, lam=0.3):  # depths after the first never train
+    return _loss([mtp_logits[0]] + [lg.detach() for lg in mtp_logits[1:]], tokens, lam)
+
+
 def mtp_loss_stacked(mtp_logits, tokens, lam=0.3):  # right: a mean over depths of per-depth means
     losses = torch.stack([F.cross_entropy(lg[:, :-1].transpose(1, 2), tokens[:, k + 1:])
                           for k, lg in enumerate(mtp_logits, start=1)])
@@ -546,6 +571,7 @@ WRONG = {
         "absorb-always": (BlockAlwaysAbsorbed, "do not fix absorb"),
         "dense-at-n-dense-layers": (BlockDenseBoundary, "layer_id >= n_dense_layers uses a mixture of experts"),
         "dense-layer-0-only": (BlockDenseFirstOnly, "layer_id < n_dense_layers has a dense"),
+        "feed-forward under no_grad": (BlockFfnNoGrad, "part of the output does not train"),
     },
     "MiniDeepSeek": {
         "no-final-norm": (ModelNoFinalNorm, "final norm is missing"),
@@ -563,6 +589,8 @@ WRONG = {
         "backwards": (loss_backwards, "wrong way"),
         "sum": (loss_sum, "is a sum"),
         "shift-two": (loss_shift_two, "shifted by two"),
+        "log of softmax": (loss_log_of_softmax, "logits of order 300"),
+        "float32 whatever the dtype": (loss_in_float32, "must follow its input's dtype"),
     },
     "MTPModule": {
         "paper-order": (MTPPaperOrder, "paper's order"),
@@ -595,6 +623,7 @@ WRONG = {
         "lam-ignored": (mtp_loss_no_lam, "lam is ignored"),
         "default-lam-0.1": (mtp_loss_default_lam, "default lam"),
         "report-sum-over-T": (mtp_loss_report_over_T, "as the report writes L_k"),
+        "later depths detached": (mtp_loss_later_detached, "No gradient reaches input 2"),
     },
 }
 
@@ -602,7 +631,8 @@ RIGHT = {
     "RMSNorm": {"reference-style": RMSNorm, "sqrt-and-divide": NormDivideSqrt},
     "Block": {"reference-style": Block, "keyword-arguments": BlockKeywords},
     "MiniDeepSeek": {"reference-style": MiniDeepSeek, "indexed-loop": ModelSequential},
-    "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand},
+    "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand,
+                        "float32 then cast back": loss_float32_cast_back},
     "MTPModule": {"reference-style": MTPModule, "split-projection": MTPSplitProjection},
     "mtp_forward": {"reference-style": mtp_forward, "model-call-and-index-loop": mtp_forward_model_call},
     "mtp_loss": {"stacked-mean": mtp_loss_stacked},
