@@ -54,6 +54,15 @@ FAMILIES = {
         Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=624) * 30,), {}),
               "大小为 30 的输入（数百量级的分数）"),
     ], compares=_GRADED),
+    "mha_parameter_count": Family([
+        Probe("arguments", "qkv_bias=True, d_in != d_out", lambda: ((64, 32, 4), {"qkv_bias": True}), "qkv_bias=True，d_in != d_out"),
+        Probe("edges", "one head", lambda: ((5, 6, 1), {}), "只有一个头"),
+        Probe("edges", "head_dim 1 (as many heads as d_out)", lambda: ((10, 8, 8), {}), "head_dim 为 1（头数等于 d_out）"),
+    ], compares=("values",)),
+    "attention_parameter_count": Family([
+        Probe("edges", "one layer of one head", lambda: ((16, 1, 4, 1), {}), "一层、一个头"),
+        Probe("arguments", "head_dim != d_model / n_heads", lambda: ((10, 3, 4, 2), {}), "head_dim != d_model / n_heads"),
+    ], compares=("values",)),
 }
 
 _ATTENTION = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
@@ -297,6 +306,9 @@ def check_mha_parameter_count(mha_parameter_count):
            "GPT-2 small itself has biases on its query, key and value projections (qkv_bias=True): 2,362,368 parameters, 3 x 768 more.",
            "GPT-2 small 本身的查询、键、值投影带有偏置（qkv_bias=True）：2,362,368 个参数，多出 3 x 768 个。",
            f"got {gpt2_biased}")
+    reference = ref.mha_parameter_count  # looked up before own_work blocks it
+    with own_work(mha_parameter_count, "mha_parameter_count"):
+        same_as_reference(mha_parameter_count, reference, FAMILIES["mha_parameter_count"], "mha_parameter_count")
 
 
 def check_attention_parameter_count(attention_parameter_count):
@@ -319,6 +331,9 @@ def check_attention_parameter_count(attention_parameter_count):
                f"attention_parameter_count{args} is wrong: 4 * d_model * head_dim per head, times heads and layers.",
                f"attention_parameter_count{args} 不对：每个头 4 * d_model * head_dim，再乘以头数和层数。",
                f"got {got}, expected {ref.attention_parameter_count(*args)}")
+    reference = ref.attention_parameter_count  # looked up before own_work blocks it
+    with own_work(attention_parameter_count, "attention_parameter_count"):
+        same_as_reference(attention_parameter_count, reference, FAMILIES["attention_parameter_count"], "attention_parameter_count")
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

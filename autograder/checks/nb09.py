@@ -17,7 +17,7 @@ import utils.mla as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
                                randn, seeded_state)
 from autograder.checks.cost import MatmulCost
-from autograder.checks.harness import Family, Probe, Steps, same_as_reference_module
+from autograder.checks.harness import Family, Probe, Steps, same_as_reference, same_as_reference_module
 from autograder.checks.saturated import split_saturated
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.rope import apply_rope
@@ -55,7 +55,17 @@ def _mla_family(dim: int, seed: int) -> Family:
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state"))
 
 
-FAMILIES = {"MultiHeadLatentAttention": _mla_family(CONFIGS[0][0].dim, 901)}
+FAMILIES = {
+    "MultiHeadLatentAttention": _mla_family(CONFIGS[0][0].dim, 901),
+    "mla_cache_elements_per_token": Family([
+        Probe("edges", "one layer", lambda: ((1, 7, 2), {}), "只有一层"),
+        Probe("arguments", "DeepSeek-V3's 61 layers, 512 + 64", lambda: ((61, 512, 64), {}), "DeepSeek-V3 的 61 层，512 + 64"),
+    ], compares=("values",)),
+    "kv_cache_elements_per_token": Family([
+        Probe("edges", "one layer, one KV head (MQA)", lambda: ((1, 1, 128), {}), "一层、一个键值头（MQA）"),
+        Probe("arguments", "GQA: 8 KV heads over 95 layers", lambda: ((95, 8, 128), {}), "GQA：95 层、8 个键值头"),
+    ], compares=("values",)),
+}
 _FAMILY_WQ = _mla_family(CONFIGS[1][0].dim, 905)  # the second config: no query compression (wq)
 
 MISTAKES = {  # name: (English, Chinese)
@@ -310,6 +320,9 @@ def check_mla_cache_elements_per_token(mla_cache_elements_per_token):
             fail("The shared rope key is cached too: add qk_rope_head_dim per layer.", "共享的 rope 键也要缓存：每层加上 qk_rope_head_dim。")
         fail(f"mla_cache_elements_per_token{args} is wrong: the latent and the rope key, per layer.",
              f"mla_cache_elements_per_token{args} 不对：每层是潜在向量加 rope 键。", f"got {got}, expected {want}")
+    reference = ref.mla_cache_elements_per_token  # looked up before own_work blocks it
+    with own_work(fn, "mla_cache_elements_per_token"):
+        same_as_reference(fn, reference, FAMILIES["mla_cache_elements_per_token"], "mla_cache_elements_per_token")
 
 
 def check_kv_cache_elements_per_token(kv_cache_elements_per_token):
@@ -326,6 +339,9 @@ def check_kv_cache_elements_per_token(kv_cache_elements_per_token):
             fail("The count must cover every layer: multiply by n_layers.", "计数必须覆盖所有层：乘以 n_layers。")
         fail(f"kv_cache_elements_per_token{args} is wrong: 2 * n_layers * n_kv_heads * head_dim.",
              f"kv_cache_elements_per_token{args} 不对：2 * n_layers * n_kv_heads * head_dim。", f"got {got}, expected {want}")
+    reference = ref.kv_cache_elements_per_token  # looked up before own_work blocks it
+    with own_work(fn, "kv_cache_elements_per_token"):
+        same_as_reference(fn, reference, FAMILIES["kv_cache_elements_per_token"], "kv_cache_elements_per_token")
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

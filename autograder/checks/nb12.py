@@ -71,6 +71,23 @@ FAMILIES = {
                 if (x := inputs(2, 6, 1213)) is not None else None,
                 f"先预填充 4 个词元，再在 start_pos 4 输入 2 个（absorb={absorb}）") for absorb in (False, True)],
     ], compares=_GRADED + ("state",)),
+    "MiniDeepSeek": Family([
+        Probe("batch", "two sequences that differ, 8 tokens", lambda: ((_tokens(2, 8, CFG.vocab_size, 1241),), {}), "两个不同的序列，8 个词元"),
+        Probe("edges", "one token", lambda: ((_tokens(2, 1, CFG.vocab_size, 1242),), {}), "只有一个词元"),
+        *[Probe("state", f"a prefill of 5 tokens, then 3 at start_pos 5 (absorb={absorb})",
+                lambda absorb=absorb: Steps([("__call__", (t[:, :5].clone(), 0, absorb), {}), ("__call__", (t[:, 5:].clone(), 5, absorb), {})])
+                if (t := _tokens(2, 8, CFG.vocab_size, 1243)) is not None else None,
+                f"先预填充 5 个词元，再在 start_pos 5 输入 3 个（absorb={absorb}）") for absorb in (False, True)],
+    ], compares=_GRADED + ("state",)),
+    "MTPModule": Family([
+        Probe("batch", "hidden states and embeddings of different scales, two batch items that differ",
+              lambda: ((inputs(2, 6, 1251) * 0.3, randn(2, 6, CFG.dim, seed=1252) * 3), {}), "尺度不同的隐藏状态与嵌入，两个不同的批次项"),
+        Probe("edges", "one position", lambda: ((inputs(2, 1, 1253), randn(2, 1, CFG.dim, seed=1254)), {}), "只有一个位置"),
+        Probe("state", "4 positions, then 2 at start_pos 4",
+              lambda: Steps([("__call__", (h[:, :4].clone(), e[:, :4].clone(), 0), {}), ("__call__", (h[:, 4:].clone(), e[:, 4:].clone(), 4), {})])
+              if (h := inputs(2, 6, 1255)) is not None and (e := randn(2, 6, CFG.dim, seed=1256)) is not None else None,
+              "先 4 个位置，再在 start_pos 4 输入 2 个"),
+    ], compares=_GRADED + ("state",)),
     "next_token_loss": Family([
         Probe("batch", "(3, 6, 7) logits whose batch items differ", lambda: ((randn(3, 6, 7, seed=1221) * 2, _tokens(3, 6, 7, 1221)), {}),
               "批次项各不相同的 (3, 6, 7) logits"),
@@ -248,6 +265,9 @@ def check_MiniDeepSeek(MiniDeepSeek):
     expect_close(torch.cat(absorbed, dim=1), expected[:1],
                  "With absorb=True a prefill and a call with start_pos must give the logits of one call: pass start_pos and absorb to every block.",
                  "absorb=True 时，先预填充、再以 start_pos 调用，logits 必须与一次调用相同：把 start_pos 和 absorb 传给每个 block。")
+    reference_cls = ref.MiniDeepSeek  # looked up before own_work blocks it
+    with own_work(MiniDeepSeek, who), course_parts(MiniDeepSeek):
+        same_as_reference_module(MiniDeepSeek, reference_cls, (CFG,), FAMILIES[who], who, grads=True, state_seed=1245)
 
 
 # next_token_loss -------------------------------------------------------------------------
@@ -304,6 +324,9 @@ def check_MTPModule(MTPModule):
     expect_close(torch.cat([first, rest], dim=1), expected,
                  "With start_pos=4 after 4 positions the module must continue its cache: pass start_pos to self.block.",
                  "在 4 个位置之后以 start_pos=4 调用时，模块必须接着使用它的缓存：把 start_pos 传给 self.block。")
+    reference_cls = ref_mtp.MTPModule  # looked up before own_work blocks it
+    with own_work(MTPModule, who), course_parts(MTPModule, ("Block", "RMSNorm")):
+        same_as_reference_module(MTPModule, reference_cls, (CFG, layer_id), FAMILIES[who], who, grads=True, state_seed=1257)
 
 
 def check_mtp_forward(mtp_forward):

@@ -219,6 +219,15 @@ class ModelNoFinalNorm(MiniDeepSeek):
         return self.head(x)
 
 
+class ModelFrozenEmbedding(MiniDeepSeek):  # the embedding is read under no_grad: it never trains
+    def forward(self, tokens, start_pos=0, absorb=False):
+        with torch.no_grad():
+            x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, start_pos, absorb)
+        return self.head(self.norm(x))
+
+
 class ModelSoftmax(MiniDeepSeek):
     def forward(self, tokens, start_pos=0, absorb=False):
         return super().forward(tokens, start_pos, absorb).softmax(-1)
@@ -330,6 +339,12 @@ class MTPModule(nn.Module):  # right
 
     def forward(self, h_prev, next_embeddings, start_pos=0):
         return self.block(self.eh_proj(torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], -1)), start_pos)
+
+
+class MTPDetachedNorms(MTPModule):  # the norms' outputs are detached: enorm and hnorm never train
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        both = torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], -1).detach()
+        return self.block(self.eh_proj(both), start_pos)
 
 
 class MTPPaperOrder(MTPModule):
@@ -581,6 +596,7 @@ WRONG = {
         "no-start-pos": (ModelNoStartPos, "pass start_pos to every block"),
         "drops-absorb": (ModelDropsAbsorb, "must pass absorb to every block"),
         "tied-head": (ModelTiedHead, "does not tie"),
+        "embedding under no_grad": (ModelFrozenEmbedding, "No gradient reaches MiniDeepSeek.embed.weight"),
     },
     "next_token_loss": {
         # it shifts the caller's logits in place / 它原地平移了调用者的 logits
@@ -602,6 +618,7 @@ WRONG = {
         "residual": (MTPResidual, "no extra residual"),
         "no-start-pos": (MTPNoStartPos, "pass start_pos to self.block"),
         "proj-bias": (MTPProjBias, "eh_proj has no bias"),
+        "norms detached": (MTPDetachedNorms, "No gradient reaches MTPModule.enorm.weight"),
     },
     "mtp_forward": {
         "embedding-one-early": (mtp_forward_one_early, "reads token i + k - 1"),
