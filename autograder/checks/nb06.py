@@ -14,10 +14,56 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
                                matches, own_work, randn)
 from autograder.checks.causal_layers import (QKV, causal_attention, expect_dropout_on_weights, load_projections,
                                              probe_tokens, probe_weights)
+from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.saturated import split_saturated
 
 D_IN, CONTEXT = 5, 6
 X = randn(2, 4, D_IN, seed=60)  # T = 4 < context_length, batch items differ
 P = 0.3  # the dropout rate of the training-mode probes
+
+# Input families: the learner's code against utils.multihead on each (checks/harness.py) ------
+_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
+
+
+def _dtypes(shape, seed, extra=()):
+    """A float64 and a bfloat16 probe of the same input."""
+    return [Probe("dtype", f"{name} input", lambda dt=dt: ((randn(*shape, seed=seed).to(dt), *extra), {}), f"{name} 输入")
+            for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))]
+
+
+FAMILIES = {
+    "split_heads": Family([
+        Probe("batch", "(3, 5, 12) inputs whose batch items differ, 4 heads", lambda: ((randn(3, 5, 12, seed=601), 4), {}),
+              "批次项各不相同的 (3, 5, 12) 输入，4 个头"),
+        Probe("edges", "one token, one head", lambda: ((randn(2, 1, 6, seed=602), 1), {}), "一个词元、一个头"),
+        Probe("edges", "head_dim 1 (as many heads as features)", lambda: ((randn(2, 3, 4, seed=603), 4), {}),
+              "head_dim 为 1（头数等于特征数）"),
+        *_dtypes((2, 3, 6), 604, (2,)),
+    ], compares=_GRADED),
+    "merge_heads": Family([
+        Probe("batch", "(2, 3, 4, 2) inputs whose batch items and heads differ", lambda: ((randn(2, 3, 4, 2, seed=611),), {}),
+              "批次项与注意力头各不相同的 (2, 3, 4, 2) 输入"),
+        Probe("edges", "one token, one head", lambda: ((randn(2, 1, 1, 5, seed=612),), {}), "一个词元、一个头"),
+        *_dtypes((2, 2, 3, 3), 613),
+    ], compares=_GRADED),
+    "MultiHeadAttention": Family([
+        Probe("batch", f"two batch items that differ, T = context_length = {CONTEXT}", lambda: ((randn(2, CONTEXT, D_IN, seed=621),), {}),
+              f"两个不同的批次项，T = context_length = {CONTEXT}"),
+        Probe("edges", "one token", lambda: ((randn(2, 1, D_IN, seed=622),), {}), "只有一个词元"),
+        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=623),), {}), "少于 context_length 的词元"),
+        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=624) * 30,), {}),
+              "大小为 30 的输入（数百量级的分数）"),
+    ], compares=_GRADED),
+    "mha_parameter_count": Family([
+        Probe("arguments", "qkv_bias=True, d_in != d_out", lambda: ((64, 32, 4), {"qkv_bias": True}), "qkv_bias=True，d_in != d_out"),
+        Probe("edges", "one head", lambda: ((5, 6, 1), {}), "只有一个头"),
+        Probe("edges", "head_dim 1 (as many heads as d_out)", lambda: ((10, 8, 8), {}), "head_dim 为 1（头数等于 d_out）"),
+    ], compares=("values",)),
+    "attention_parameter_count": Family([
+        Probe("edges", "one layer of one head", lambda: ((16, 1, 4, 1), {}), "一层、一个头"),
+        Probe("arguments", "head_dim != d_model / n_heads", lambda: ((10, 3, 4, 2), {}), "head_dim != d_model / n_heads"),
+    ], compares=("values",)),
+}
 
 _ATTENTION = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
 
@@ -97,6 +143,9 @@ def check_split_heads(split_heads):
     expect_close(other_out, other.view(3, 5, 4, 3).transpose(1, 2),
                  "split_heads must work for any batch, length, width and number of heads.",
                  "split_heads 必须适用于任意批大小、长度、宽度和头数。")
+    reference = ref.split_heads  # looked up before own_work blocks it
+    with own_work(split_heads, "split_heads"):
+        same_as_reference(split_heads, reference, FAMILIES["split_heads"], "split_heads", grads=True)
 
 
 def check_merge_heads(merge_heads):
@@ -121,6 +170,9 @@ def check_merge_heads(merge_heads):
              "头沿错误的轴合并了：在展平最后两维之前，先 transpose(1, 2) 回到 (B, T, H, hd)。")
     expect_close(out, expected, "merge_heads must undo split_heads: token t gets head 0's features, then head 1's, and so on.",
                  "merge_heads 必须是 split_heads 的逆操作：词元 t 先放第 0 个头的特征，再放第 1 个头的，依此类推。")
+    reference = ref.merge_heads  # looked up before own_work blocks it
+    with own_work(merge_heads, "merge_heads"):
+        same_as_reference(merge_heads, reference, FAMILIES["merge_heads"], "merge_heads", grads=True)
 
 
 def _mha_mistakes(layers, out_proj, num_heads, x):
@@ -216,6 +268,13 @@ def check_MultiHeadAttention(MultiHeadAttention):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, P, who)
+    reference = ref.MultiHeadAttention  # looked up before own_work blocks it
+    graded, steep = split_saturated(FAMILIES[who])
+    for heads, bias in ((2, False), (3, True)):  # head_dim 3 and 2
+        with _guard(MultiHeadAttention, who):
+            for family, grads in ((graded, True), (steep, False)):
+                same_as_reference_module(MultiHeadAttention, reference, (D_IN, d_out, CONTEXT, 0.0, heads), family,
+                                         who, grads=grads, ctor_kwargs={"qkv_bias": bias})
 
 
 def check_mha_parameter_count(mha_parameter_count):
@@ -247,6 +306,9 @@ def check_mha_parameter_count(mha_parameter_count):
            "GPT-2 small itself has biases on its query, key and value projections (qkv_bias=True): 2,362,368 parameters, 3 x 768 more.",
            "GPT-2 small 本身的查询、键、值投影带有偏置（qkv_bias=True）：2,362,368 个参数，多出 3 x 768 个。",
            f"got {gpt2_biased}")
+    reference = ref.mha_parameter_count  # looked up before own_work blocks it
+    with own_work(mha_parameter_count, "mha_parameter_count"):
+        same_as_reference(mha_parameter_count, reference, FAMILIES["mha_parameter_count"], "mha_parameter_count")
 
 
 def check_attention_parameter_count(attention_parameter_count):
@@ -269,6 +331,9 @@ def check_attention_parameter_count(attention_parameter_count):
                f"attention_parameter_count{args} is wrong: 4 * d_model * head_dim per head, times heads and layers.",
                f"attention_parameter_count{args} 不对：每个头 4 * d_model * head_dim，再乘以头数和层数。",
                f"got {got}, expected {ref.attention_parameter_count(*args)}")
+    reference = ref.attention_parameter_count  # looked up before own_work blocks it
+    with own_work(attention_parameter_count, "attention_parameter_count"):
+        same_as_reference(attention_parameter_count, reference, FAMILIES["attention_parameter_count"], "attention_parameter_count")
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -9,8 +9,10 @@ import math
 import torch
 
 import utils.rope as ref
-from autograder.checks import (graded_checks, call, course_runs, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
+from autograder.checks import (graded_checks, call, course_runs, course_versions, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
                                own_work, randn, seeded_state)
+from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.saturated import split_saturated
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.kv_cache import KVCache
 from utils.multihead import merge_heads, split_heads
@@ -43,6 +45,61 @@ def rope(x, positions, theta=10000.0, interleaved=False, **kw):
     return rope_complex(x, positions, theta, kw.get("freqs")) if interleaved else rope_rotate_half(x, positions, theta, **kw)
 
 
+# Input families: the learner's code against utils.rope on each (checks/harness.py) ----------
+_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
+_FLOATS = ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))
+FAMILIES = {
+    # Positions stay below 100: float32 angles of a right solution computed another way (float64,
+    # exp-log) stay within float32's tolerance there.
+    "sinusoidal_positions": Family([
+        Probe("edges", "one position, d_model 2", lambda: ((1, 2), {}), "一个位置，d_model 为 2"),
+        Probe("arguments", "base=100, 12 positions, d_model 8", lambda: ((12, 8), {"base": 100.0}), "base=100，12 个位置，d_model 为 8"),
+        Probe("extreme", "90 positions, d_model 16", lambda: ((90, 16), {}), "90 个位置，d_model 为 16"),
+    ], compares=("values", "shape", "dtype", "device")),
+    "rope_inverse_frequencies": Family([
+        Probe("edges", "head_dim 2", lambda: ((2,), {}), "head_dim 为 2"),
+        Probe("arguments", "head_dim 128, theta=500000 (Llama 3)", lambda: ((128,), {"theta": 500000.0}),
+              "head_dim 为 128，theta=500000（Llama 3）"),
+        Probe("arguments", "head_dim 6, theta 50 given by position", lambda: ((6, 50.0), {}), "head_dim 为 6，theta 50 按位置传入"),
+    ], compares=("values", "shape", "dtype", "device")),
+    "apply_rope": Family([
+        *[Probe("batch", f"(B, H, T, hd) heads whose batch items and heads differ, interleaved={lay}",
+                lambda lay=lay: ((randn(2, 3, 5, 8, seed=801), torch.tensor([3, 4, 5, 6, 9]), 100.0), {"interleaved": lay}),
+                f"批次项与注意力头各不相同的 (B, H, T, hd)，interleaved={lay}") for lay in (False, True)],
+        Probe("edges", "(T, head_dim) with one position and head_dim 2", lambda: ((randn(1, 2, seed=802), torch.tensor([5])), {}),
+              "(T, head_dim)，一个位置，head_dim 为 2"),
+        Probe("edges", "heads split by a transpose (non-contiguous)",
+              lambda: ((randn(2, 4, 3, 6, seed=803).transpose(1, 2), torch.arange(4)), {"interleaved": True}), "经 transpose 拆分出的头（非连续）"),
+        *[Probe("extreme", f"positions near 4000 in bfloat16, interleaved={lay}",
+                lambda lay=lay: ((randn(2, 2, 4, 8, seed=804).bfloat16(), torch.arange(4000, 4004)), {"interleaved": lay}),
+                f"bfloat16 下接近 4000 的位置，interleaved={lay}") for lay in (False, True)],
+        *[Probe("dtype", f"{name} heads", lambda dt=dt: ((randn(2, 2, 5, 8, seed=805).to(dt), torch.arange(2, 7)), {}), f"{name} 的头")
+          for dt, name in _FLOATS],
+    ], compares=_GRADED),
+    "interleaved_to_half_split": Family([
+        Probe("batch", "a (12, 7) weight of 3 heads whose rows differ", lambda: ((randn(12, 7, seed=811), 3), {}),
+              "3 个头、各行不同的 (12, 7) 权重"),
+        Probe("edges", "a 1-D bias of 2 heads", lambda: ((randn(12, seed=812), 2), {}), "2 个头的一维偏置"),
+        Probe("edges", "head_dim 2", lambda: ((randn(8, 3, seed=813), 4), {}), "head_dim 为 2"),
+        *[Probe("dtype", f"a {name} weight", lambda dt=dt: ((randn(12, 5, seed=814).to(dt), 2), {}), f"{name} 权重")
+          for dt, name in _FLOATS],
+    ], compares=_GRADED),
+    "RoPEMultiHeadAttention": Family([
+        Probe("batch", "two batch items that differ, 9 tokens = context_length", lambda: ((randn(2, 9, 5, seed=821),), {}),
+              "两个不同的批次项，9 个词元 = context_length"),
+        Probe("edges", "one token", lambda: ((randn(2, 1, 5, seed=822),), {}), "只有一个词元"),
+        Probe("extreme", "inputs of size 12 (scores in the hundreds)", lambda: ((randn(2, 6, 5, seed=823) * 12,), {}),
+              "大小为 12 的输入（数百量级的分数）"),
+    ], compares=_GRADED),
+}
+
+
+def _course_parts(fn, *names):
+    """The course's version of the earlier exercises fn reads (by these names), so that a mistake
+    there costs marks in its own exercise only (a wrong exponent once, not three times)."""
+    return course_versions(fn, {name: getattr(ref, name) for name in names})
+
+
 # sinusoidal_positions ------------------------------------------------------------------------
 def check_sinusoidal_positions(sinusoidal_positions):
     with own_work(sinusoidal_positions, "sinusoidal_positions"):
@@ -73,6 +130,9 @@ def check_sinusoidal_positions(sinusoidal_positions):
     expect_close(based, torch.stack((torch.sin(t5 * w8), torch.cos(t5 * w8)), dim=-1).flatten(1),
                  "sinusoidal_positions must use the base it is given (base=100 here), not always 10000.",
                  "sinusoidal_positions 必须使用传入的 base（这里是 100），而不是总用 10000。")
+    reference = ref.sinusoidal_positions  # looked up before own_work blocks it
+    with own_work(sinusoidal_positions, "sinusoidal_positions"):
+        same_as_reference(sinusoidal_positions, reference, FAMILIES["sinusoidal_positions"], "sinusoidal_positions")
 
 
 # rope_inverse_frequencies --------------------------------------------------------------------
@@ -100,6 +160,9 @@ def check_rope_inverse_frequencies(rope_inverse_frequencies):
                  "rope_inverse_frequencies 必须使用传入的 theta（Llama 3：500,000）。", rtol=1e-4)
     expect_close(small, _freqs(6, 50.0), "rope_inverse_frequencies must take theta as its second argument.",
                  "rope_inverse_frequencies 的第二个参数是 theta。")
+    reference = ref.rope_inverse_frequencies  # looked up before own_work blocks it
+    with own_work(rope_inverse_frequencies, "rope_inverse_frequencies"):
+        same_as_reference(rope_inverse_frequencies, reference, FAMILIES["rope_inverse_frequencies"], "rope_inverse_frequencies")
 
 
 # apply_rope ----------------------------------------------------------------------------------
@@ -123,6 +186,11 @@ def _rope_mistakes(x, pos, theta, interleaved):
 
 
 def check_apply_rope(apply_rope):
+    with _course_parts(apply_rope, "rope_inverse_frequencies"):
+        _check_apply_rope(apply_rope)
+
+
+def _check_apply_rope(apply_rope):
     x = randn(2, 3, 5, 8, seed=80)
     pos = torch.tensor([3, 4, 5, 6, 9])
     for interleaved in (False, True):
@@ -151,6 +219,9 @@ def check_apply_rope(apply_rope):
                  "旋转后的查询与键的分数只能取决于它们的偏移：score(7, 107) = score(0, 100)。", atol=1e-4)
     for interleaved in (False, True):
         _expect_rope_probes(apply_rope, interleaved)
+    reference = ref.apply_rope  # looked up before own_work blocks it
+    with own_work(apply_rope, "apply_rope"):
+        same_as_reference(apply_rope, reference, FAMILIES["apply_rope"], "apply_rope", grads=True)
 
 
 def _expect_rope_probes(apply_rope, interleaved):
@@ -205,6 +276,10 @@ def check_interleaved_to_half_split(interleaved_to_half_split):
     expect_close(hf @ hf.transpose(-2, -1), meta @ meta.transpose(-2, -1),
                  "Half-split RoPE on the permuted projection must give the same scores as interleaved RoPE on the original.",
                  "对重排后的投影做前后两半式 RoPE，得到的分数必须与对原投影做相邻配对式 RoPE 的相同。", atol=1e-4)
+    reference = ref.interleaved_to_half_split  # looked up before own_work blocks it
+    with own_work(interleaved_to_half_split, "interleaved_to_half_split"):
+        same_as_reference(interleaved_to_half_split, reference, FAMILIES["interleaved_to_half_split"], "interleaved_to_half_split",
+                          grads=True)
 
 
 # RoPEMultiHeadAttention ----------------------------------------------------------------------
@@ -229,6 +304,11 @@ def _rope_mha(module, x, start, interleaved, theta, mistake=None, cache=None):
 
 
 def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
+    with _course_parts(RoPEMultiHeadAttention, "apply_rope", "rope_inverse_frequencies"):
+        _check_RoPEMultiHeadAttention(RoPEMultiHeadAttention)
+
+
+def _check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
     name, d_in, d_out, H, ctx, theta = "RoPEMultiHeadAttention", 5, 8, 2, 9, 50.0
     x = randn(2, 7, d_in, seed=84)
     chunks = ((0, 3), (3, 4), (4, 5), (5, 7))
@@ -278,6 +358,13 @@ def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
                          f"With a cache, the outputs for tokens {a}..{b - 1} must equal one pass over the whole sequence.",
                          f"有缓存时，词元 {a}..{b - 1} 的输出必须与对整个序列做一次计算的结果相同。")
     _expect_mha_probes(RoPEMultiHeadAttention, name, d_in, d_out, H, ctx, theta)
+    reference = ref.RoPEMultiHeadAttention  # looked up before own_work blocks it
+    graded, steep = split_saturated(FAMILIES[name])
+    for interleaved, bias in ((False, False), (True, True)):
+        with own_work(RoPEMultiHeadAttention, name):
+            for family, grads in ((graded, True), (steep, False)):
+                same_as_reference_module(RoPEMultiHeadAttention, reference, (d_in, d_out, ctx, H), family, name, grads=grads,
+                                         ctor_kwargs={"theta": theta, "interleaved": interleaved, "qkv_bias": bias})
 
 
 def _expect_gpt_attributes(module, num_heads, head_dim):

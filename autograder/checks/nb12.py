@@ -24,6 +24,7 @@ from torch import nn
 
 import utils.mini_deepseek as ref
 import utils.mtp as ref_mtp
+import utils.rmsnorm as utils_rmsnorm
 from autograder.checks import (graded_checks, Shortcut, call, expect, expect_close, expect_known, expect_linear, expect_tensor, load_state,
                                message, own_module, own_work, randn)
 from autograder.checks.capstone_mistakes import (block_mistakes, ce, mtp_forward_mistakes, mtp_loss_reference,
@@ -31,6 +32,87 @@ from autograder.checks.capstone_mistakes import (block_mistakes, ce, mtp_forward
 from autograder.checks.capstone_parts import (BLOCK_NORMS, CFG, CFG_TWO_DENSE, MTP_NORMS, block_structure, cache_paths,
                                               course_parts, expect_path, expect_precision_and_gradients, inputs, mtp_module_structure,
                                               mtp_reference, reference, rms)
+from autograder.checks.harness import Family, Probe, Steps, same_as_reference, same_as_reference_module
+
+
+# Input families: the learner's code against utils.mini_deepseek / utils.mtp on each (checks/harness.py)
+_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
+
+
+def _tokens(B, T, V, seed):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _depths(B, T, V, D, seed, scale=2.0):
+    """mtp_loss's inputs as separate arguments (the harness compares each one's gradient):
+    depth k's logits (B, T - k, V) for k = 1..D, then the tokens."""
+    return (*[randn(B, T - k, V, seed=seed + k) * scale for k in range(1, D + 1)], _tokens(B, T, V, seed))
+
+
+def _x64(args):
+    return tuple(a.double() if a.is_floating_point() else a for a in args)
+
+
+FAMILIES = {
+    "RMSNorm": Family([
+        Probe("batch", "(2, 3, 6) inputs whose rows differ, with a mean far from 0", lambda: ((randn(2, 3, 6, seed=1201) * 0.4 + 0.3,), {}),
+              "各行不同、均值远离 0 的 (2, 3, 6) 输入"),
+        Probe("edges", "inputs near 1e-3 (eps shows)", lambda: ((randn(4, 6, seed=1202) * 1e-3,), {}), "接近 1e-3 的输入（eps 的作用显现）"),
+        Probe("extreme", "float16 inputs whose squares pass 65504", lambda: (((randn(2, 3, 6, seed=1203) * 250).half(),), {}),
+              "平方超过 65504 的 float16 输入"),
+        *[Probe("dtype", f"{name} inputs", lambda dt=dt: ((randn(2, 3, 6, seed=1204).to(dt),), {}), f"{name} 输入")
+          for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+    ], compares=_GRADED),
+    "Block": Family([
+        Probe("batch", "two batch items that differ, 6 tokens", lambda: ((inputs(2, 6, 1211),), {}), "两个不同的批次项，6 个词元"),
+        Probe("edges", "one token", lambda: ((inputs(2, 1, 1212),), {}), "只有一个词元"),
+        *[Probe("state", f"a prefill of 4 tokens, then 2 at start_pos 4 (absorb={absorb})",
+                lambda absorb=absorb: Steps([("__call__", (x[:, :4].clone(), 0, absorb), {}), ("__call__", (x[:, 4:].clone(), 4, absorb), {})])
+                if (x := inputs(2, 6, 1213)) is not None else None,
+                f"先预填充 4 个词元，再在 start_pos 4 输入 2 个（absorb={absorb}）") for absorb in (False, True)],
+    ], compares=_GRADED + ("state",)),
+    "MiniDeepSeek": Family([
+        Probe("batch", "two sequences that differ, 8 tokens", lambda: ((_tokens(2, 8, CFG.vocab_size, 1241),), {}), "两个不同的序列，8 个词元"),
+        Probe("edges", "one token", lambda: ((_tokens(2, 1, CFG.vocab_size, 1242),), {}), "只有一个词元"),
+        *[Probe("state", f"a prefill of 5 tokens, then 3 at start_pos 5 (absorb={absorb})",
+                lambda absorb=absorb: Steps([("__call__", (t[:, :5].clone(), 0, absorb), {}), ("__call__", (t[:, 5:].clone(), 5, absorb), {})])
+                if (t := _tokens(2, 8, CFG.vocab_size, 1243)) is not None else None,
+                f"先预填充 5 个词元，再在 start_pos 5 输入 3 个（absorb={absorb}）") for absorb in (False, True)],
+    ], compares=_GRADED + ("state",)),
+    "MTPModule": Family([
+        Probe("batch", "hidden states and embeddings of different scales, two batch items that differ",
+              lambda: ((inputs(2, 6, 1251) * 0.3, randn(2, 6, CFG.dim, seed=1252) * 3), {}), "尺度不同的隐藏状态与嵌入，两个不同的批次项"),
+        Probe("edges", "one position", lambda: ((inputs(2, 1, 1253), randn(2, 1, CFG.dim, seed=1254)), {}), "只有一个位置"),
+        Probe("state", "4 positions, then 2 at start_pos 4",
+              lambda: Steps([("__call__", (h[:, :4].clone(), e[:, :4].clone(), 0), {}), ("__call__", (h[:, 4:].clone(), e[:, 4:].clone(), 4), {})])
+              if (h := inputs(2, 6, 1255)) is not None and (e := randn(2, 6, CFG.dim, seed=1256)) is not None else None,
+              "先 4 个位置，再在 start_pos 4 输入 2 个"),
+    ], compares=_GRADED + ("state",)),
+    "next_token_loss": Family([
+        Probe("batch", "(3, 6, 7) logits whose batch items differ", lambda: ((randn(3, 6, 7, seed=1221) * 2, _tokens(3, 6, 7, 1221)), {}),
+              "批次项各不相同的 (3, 6, 7) logits"),
+        Probe("edges", "2 tokens (one prediction)", lambda: ((randn(2, 2, 5, seed=1222), _tokens(2, 2, 5, 1222)), {}), "2 个词元（一次预测）"),
+        Probe("extreme", "logits of order 300", lambda: ((randn(2, 5, 7, seed=1223) * 300, _tokens(2, 5, 7, 1223)), {}),
+              "数量级为 300 的 logits"),
+        Probe("ties", "logits all equal", lambda: ((torch.zeros(2, 4, 6), _tokens(2, 4, 6, 1224)), {}), "全部相等的 logits"),
+        Probe("dtype", "float64 logits", lambda: ((randn(2, 5, 7, seed=1225).double(), _tokens(2, 5, 7, 1225)), {}), "float64 logits"),
+    ], compares=_GRADED),
+    "mtp_loss": Family([
+        Probe("batch", "3 depths whose batch items differ, lam=0.1", lambda: (_depths(2, 9, 7, 3, 1231), {"lam": 0.1}),
+              "3 个深度、批次项各不相同，lam=0.1"),
+        Probe("arguments", "2 depths, the default lam", lambda: (_depths(2, 8, 6, 2, 1232), {}), "2 个深度，默认的 lam"),
+        Probe("edges", "one depth, 3 tokens (one target)", lambda: (_depths(2, 3, 5, 1, 1233), {"lam": 0.5}), "一个深度、3 个词元（一个目标）"),
+        Probe("extreme", "logits of order 300", lambda: (_depths(2, 7, 6, 2, 1234, scale=300.0), {"lam": 0.3}), "数量级为 300 的 logits"),
+        Probe("dtype", "float64 logits", lambda: (_x64(_depths(2, 7, 6, 2, 1235)), {}), "float64 logits"),
+    ], compares=_GRADED),
+}
+
+
+def _listed(fn):
+    """mtp_loss(*depths, tokens, lam) as mtp_loss([depths...], tokens, lam): each depth its own argument."""
+    def mtp_loss(*args, **kwargs):
+        return fn(list(args[:-1]), args[-1], **kwargs)
+    return mtp_loss
 
 
 # RMSNorm ---------------------------------------------------------------------------------
@@ -80,6 +162,10 @@ def check_RMSNorm(RMSNorm):
                  "For inputs near 1e-3 the default eps shows: it must be 1e-6 (__init__(self, dim, eps=1e-6)).",
                  "输入在 1e-3 附近时默认 eps 的作用就显现出来：它必须是 1e-6（__init__(self, dim, eps=1e-6)）。")
     expect_precision_and_gradients(norm, x, x_grad, graded, half, half16, loud, ramp)
+    reference_cls = utils_rmsnorm.RMSNorm  # looked up before own_work blocks it
+    for eps in (1e-6, 0.25):
+        with own_work(RMSNorm, who, extra=extra):
+            same_as_reference_module(RMSNorm, reference_cls, (6,), FAMILIES[who], who, grads=True, ctor_kwargs={"eps": eps})
 
 
 # Block -----------------------------------------------------------------------------------
@@ -116,6 +202,10 @@ def check_Block(Block):
         expect_close(torch.cat(absorbed, dim=1), expected3,
                      "With absorb=True a prefill of 4 tokens and a call with start_pos=4 must give the outputs of one call: x = x + attn(attn_norm(x), start_pos, absorb).",
                      "absorb=True 时，先预填充 4 个词元、再以 start_pos=4 调用，结果必须与一次调用相同：x = x + attn(attn_norm(x), start_pos, absorb)。")
+    reference_cls = ref.Block  # looked up before own_work blocks it
+    for layer_id in (0, 2):  # dense, MoE
+        with own_work(Block, who), course_parts(Block, ("RMSNorm",)):
+            same_as_reference_module(Block, reference_cls, (CFG, layer_id), FAMILIES[who], who, grads=True, state_seed=1215 + layer_id)
 
 
 # MiniDeepSeek ----------------------------------------------------------------------------
@@ -175,6 +265,9 @@ def check_MiniDeepSeek(MiniDeepSeek):
     expect_close(torch.cat(absorbed, dim=1), expected[:1],
                  "With absorb=True a prefill and a call with start_pos must give the logits of one call: pass start_pos and absorb to every block.",
                  "absorb=True 时，先预填充、再以 start_pos 调用，logits 必须与一次调用相同：把 start_pos 和 absorb 传给每个 block。")
+    reference_cls = ref.MiniDeepSeek  # looked up before own_work blocks it
+    with own_work(MiniDeepSeek, who), course_parts(MiniDeepSeek):
+        same_as_reference_module(MiniDeepSeek, reference_cls, (CFG,), FAMILIES[who], who, grads=True, state_seed=1245)
 
 
 # next_token_loss -------------------------------------------------------------------------
@@ -203,6 +296,9 @@ def check_next_token_loss(next_token_loss):
     expect_close(short, ce(logits[:1, :1], tokens[:1, 1:2]),
                  "With 2 tokens there is one prediction: logits[:, 0] against tokens[:, 1].",
                  "只有 2 个词元时只有一个预测：logits[:, 0] 对 tokens[:, 1]。")
+    reference_fn = ref.next_token_loss  # looked up before own_work blocks it
+    with own_work(next_token_loss, "next_token_loss"):
+        same_as_reference(next_token_loss, reference_fn, FAMILIES["next_token_loss"], "next_token_loss", grads=True)
 
 
 # Multi-token prediction ------------------------------------------------------------------
@@ -228,6 +324,9 @@ def check_MTPModule(MTPModule):
     expect_close(torch.cat([first, rest], dim=1), expected,
                  "With start_pos=4 after 4 positions the module must continue its cache: pass start_pos to self.block.",
                  "在 4 个位置之后以 start_pos=4 调用时，模块必须接着使用它的缓存：把 start_pos 传给 self.block。")
+    reference_cls = ref_mtp.MTPModule  # looked up before own_work blocks it
+    with own_work(MTPModule, who), course_parts(MTPModule, ("Block", "RMSNorm")):
+        same_as_reference_module(MTPModule, reference_cls, (CFG, layer_id), FAMILIES[who], who, grads=True, state_seed=1257)
 
 
 def check_mtp_forward(mtp_forward):
@@ -308,6 +407,9 @@ def check_mtp_loss(mtp_loss):
                  "lam 的默认值必须是 0.3（DeepSeek-V3 大部分训练中使用的值）。")
     expect_close(one, mtp_loss_reference(deep[:1], tokens, 0.5), "With one depth (D = 1) the loss is lam * cross_entropy(mtp_logits[0][:, :-1], tokens[:, 2:]).",
                  "只有一个深度（D = 1）时，损失是 lam * cross_entropy(mtp_logits[0][:, :-1], tokens[:, 2:])。")
+    reference_fn = ref_mtp.mtp_loss  # looked up before own_work blocks it; "input k" is depth k's logits
+    with own_work(mtp_loss, "mtp_loss"):
+        same_as_reference(_listed(mtp_loss), _listed(reference_fn), FAMILIES["mtp_loss"], "mtp_loss", grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -90,6 +90,19 @@ def test_infinite_loop_costs_only_its_exercise(tmp_path):
     assert exercises["encode"]["score"] == exercises["encode"]["max_score"]
 
 
+def test_wrong_exponent_costs_only_its_exercise(tmp_path):
+    """Issue 29, point 8: a wrong exponent in rope_inverse_frequencies costs marks there only;
+    apply_rope and RoPEMultiHeadAttention, which call it, are graded with the course's version."""
+    wrong = ("def rope_inverse_frequencies(head_dim, theta=10000.0):\n"
+             "    return theta ** (-torch.arange(0, head_dim // 2, dtype=torch.float32) / head_dim)\n")
+    path = with_cells("08_positions_and_rope", tmp_path, rope_inverse_frequencies=wrong)
+    _, exercises = graded(path)
+    assert exercises["rope_inverse_frequencies"]["score"] == 0
+    assert "theta^(-i/d)" in exercises["rope_inverse_frequencies"]["feedback"]
+    for later in ("apply_rope", "RoPEMultiHeadAttention"):
+        assert exercises[later]["score"] == exercises[later]["max_score"], exercises[later]["feedback"]
+
+
 def test_edited_test_cell_is_graded_with_the_original(tmp_path):
     path = with_cells("00_tokens_and_embeddings", tmp_path, source_dir=COURSE,
                       test_encode="print('all tests passed')", test_encode_hidden="pass")

@@ -73,6 +73,16 @@ def merge_flatten(x):
     return x.permute(0, 2, 1, 3).flatten(-2)
 
 
+def split_in_float32(x, num_heads):
+    B, T, D = x.shape
+    return x.float().view(B, T, num_heads, D // num_heads).transpose(1, 2)
+
+
+def merge_detached(x):
+    B, H, T, hd = x.shape
+    return x.detach().transpose(1, 2).reshape(B, T, H * hd)
+
+
 # MultiHeadAttention -------------------------------------------------------------------------
 def mha_class(mistake=None):
     class MHA(nn.Module):
@@ -95,14 +105,25 @@ def mha_class(mistake=None):
         def forward(self, x):
             B, T, _ = x.shape
             H, hd = self.num_heads, self.head_dim
+            if mistake == "keys under no_grad":
+                with torch.no_grad():
+                    k_fixed = self.W_key(x).view(B, T, H, hd).transpose(1, 2)
             if mistake == "split along tokens":
                 q, k, v = (layer(x).reshape(B, H, T, hd) for layer in (self.W_query, self.W_key, self.W_value))
             else:
                 q, k, v = (layer(x).view(B, T, H, hd).transpose(1, 2) for layer in (self.W_query, self.W_key, self.W_value))
             scale = math.sqrt(self.d_out if mistake == "scale by sqrt(d_out)" else hd)
+            if mistake == "keys under no_grad":
+                k = k_fixed
             scores = q @ k.transpose(-2, -1) / scale
             mask = self.mask if mistake == "mask not sliced" else self.mask[:T, :T]
-            weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+            if mistake == "exp without the max":  # right only while the scores stay small
+                e = scores.masked_fill(mask, float("-inf")).exp()
+                weights = e / e.sum(-1, keepdim=True)
+            elif mistake == "float32 softmax cast back":  # Llama's idiom: right
+                weights = torch.softmax(scores.masked_fill(mask, float("-inf")).float(), dim=-1).to(scores.dtype)
+            else:
+                weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
             if mistake == "dropout in eval":
                 weights = F.dropout(weights, 0.5, training=True)
             elif mistake not in ("dropout on the context", "dropout on the output"):
@@ -195,10 +216,12 @@ WRONG = {
     "split_heads": {
         "token axis": (split_token_axis, "wrong axis"),
         "no transpose": (split_no_transpose, "(B, H, T, D // H)"),
+        "float32 whatever the dtype": (split_in_float32, "must follow its input's dtype"),
     },
     "merge_heads": {
         "view after transpose": (merge_view_noncontiguous, "contiguous"),
         "no transpose back": (merge_no_transpose, "wrong axis"),
+        "detached": (merge_detached, "does not depend on anything that trains"),
     },
     "MultiHeadAttention": {
         "scale by sqrt(d_out)": (mha_class("scale by sqrt(d_out)"), "sqrt(head_dim)"),
@@ -213,6 +236,8 @@ WRONG = {
         "ignores qkv_bias": (mha_class("ignores qkv_bias"), "qkv_bias=True"),
         "no divisibility check": (mha_class("no divisibility check"), "must raise ValueError"),
         "F.scaled_dot_product_attention": (mha_sdpa(), "your own code"),
+        "keys under no_grad": (mha_class("keys under no_grad"), "MultiHeadAttention.W_key.weight"),
+        "exp without subtracting the max": (mha_class("exp without the max"), "scores in the hundreds"),
     },
     "mha_parameter_count": {
         "forgets out_proj bias": (count_no_out_bias, "out_proj's bias"),
@@ -230,7 +255,8 @@ RIGHT = {
     "MultiHeadAttentionWrapper": {"the notebook's solution": wrapper_class()},
     "split_heads": {"unflatten": split_unflatten, "reshape + permute": split_einops_style},
     "merge_heads": {"contiguous().view": merge_contiguous_view, "permute + flatten": merge_flatten},
-    "MultiHeadAttention": {"the notebook's solution": mha_class(), "einsum": mha_einsum()},
+    "MultiHeadAttention": {"the notebook's solution": mha_class(), "einsum": mha_einsum(),
+                           "softmax in float32, cast back": mha_class("float32 softmax cast back")},
     "mha_parameter_count": {"count the modules": count_by_modules, "formula": count_formula},
     "attention_parameter_count": {"matrix by matrix": gpt3_per_matrix},
 }

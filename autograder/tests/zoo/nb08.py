@@ -52,6 +52,8 @@ def rope_fn(mistake=None, style="split"):
         exponent = {"i over d": i / hd, "over half": 2 * i / (hd // 2)}.get(mistake, 2 * i / hd)
         inv_freq = (theta ** -exponent).to(positions.device)
         angles = positions.float()[:, None] * inv_freq  # (T, hd/2)
+        if mistake == "angles in x's dtype":  # bfloat16 cannot tell position 4001 from 4000
+            angles = positions.to(x.dtype)[:, None] * inv_freq.to(x.dtype)
         if mistake == "reverse":
             angles = -angles
         if mistake == "always interleaved":
@@ -66,6 +68,9 @@ def rope_fn(mistake=None, style="split"):
             out = rotated(x, angles, interleaved)
         if mistake == "in place":
             return x.copy_(out)
+        if mistake == "second half detached":
+            half = out.shape[-1] // 2
+            out = torch.cat((out[..., :half], out[..., half:].detach()), dim=-1)
         return out if mistake == "float32 result" else out.to(x.dtype)
 
     def rotated(x, angles, interleaved):
@@ -94,6 +99,8 @@ def permute_fn(mistake=None):
             return torch.cat((weight[:, 0::2], weight[:, 1::2]), dim=1)
         if mistake == "identity":
             return weight.clone()
+        if mistake == "float32":
+            weight = weight.float()
         if mistake == "2-D only":  # (H, hd/2, 2, d_in) -> (H, 2, hd/2, d_in)
             return weight.view(num_heads, hd // 2, 2, weight.shape[1]).transpose(1, 2).reshape(weight.shape)
         rows = []
@@ -135,6 +142,11 @@ def rope_mha_class(mistake=None, style="matmul"):
                 q, k = rot(heads(self.W_query(x))), rot(heads(self.W_key(x)))
             if mistake == "detached":
                 k = k.detach()
+            if mistake == "rotated in place under no_grad":  # the values are right, the gradients see no rotation
+                q, k = heads(self.W_query(x)).contiguous(), heads(self.W_key(x)).contiguous()
+                with torch.no_grad():
+                    q.copy_(_rope(q, pos, self.theta, interleaved))
+                    k.copy_(_rope(k, pos, self.theta, interleaved))
             v = heads(self.W_value(x))
             if mistake == "values":
                 v = rot(v)
@@ -154,7 +166,13 @@ def rope_mha_class(mistake=None, style="matmul"):
             else:
                 scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
             allowed = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            if mistake == "exp without the max":  # right only while the scores stay small
+                e = scores.masked_fill(~allowed, float("-inf")).exp()
+                weights = e / e.sum(-1, keepdim=True)
+            elif style == "float32 softmax":  # Llama's idiom: right
+                weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")).float(), dim=-1).to(scores.dtype)
+            else:
+                weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
             return self.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, T, self.h * self.hd))
     return Layer
 
@@ -184,6 +202,8 @@ WRONG = {
         "view on split heads": (rope_fn("view"), "non-contiguous"),
         "writes into x": (rope_fn("in place"), "leave x unchanged"),
         "float32 result for other dtypes": (rope_fn("float32 result"), "input's dtype"),
+        "angles in x's dtype": (rope_fn("angles in x's dtype"), "positions near 4000 in bfloat16"),
+        "second half detached": (rope_fn("second half detached"), "The gradient of input 1 through apply_rope"),
     },
     "interleaved_to_half_split": {
         "across all rows": (permute_fn("global"), "across the whole matrix"),
@@ -191,6 +211,7 @@ WRONG = {
         "columns": (permute_fn("columns"), "columns were permuted"),
         "identity": (permute_fn("identity"), "Within each head"),
         "2-D weights only": (permute_fn("2-D only"), "1-D bias"),
+        "float32 whatever the dtype": (permute_fn("float32"), "must follow its input's dtype"),
     },
     "RoPEMultiHeadAttention": {
         "rotates values": (rope_mha_class("values"), "values are rotated"),
@@ -201,6 +222,8 @@ WRONG = {
         "other attribute names": (rope_mha_class("other names"), "num_heads and head_dim"),
         "keys kept in the module across calls": (rope_mha_class("own cache"), "same output on every call"),
         "keys detached": (rope_mha_class("detached"), "Gradients must reach"),
+        "rotated in place under no_grad": (rope_mha_class("rotated in place under no_grad"), "The gradient of RoPEMultiHeadAttention.W_"),
+        "exp without subtracting the max": (rope_mha_class("exp without the max"), "scores in the hundreds"),
     },
 }
 
@@ -210,5 +233,6 @@ RIGHT = {
     "apply_rope": {"rotate_half / stack": rope_fn(), "complex for interleaved": rope_fn(style="complex")},
     "interleaved_to_half_split": {"index list": permute_fn()},
     "RoPEMultiHeadAttention": {"permute + tril": rope_mha_class(), "einsum": rope_mha_class(style="einsum"),
-                               "SDPA with a bottom-right mask": rope_mha_class(style="sdpa")},
+                               "SDPA with a bottom-right mask": rope_mha_class(style="sdpa"),
+                               "softmax in float32, cast back": rope_mha_class(style="float32 softmax")},
 }

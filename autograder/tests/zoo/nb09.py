@@ -94,6 +94,8 @@ def mla_class(mistake=None, style="einsum"):
             scale = {"scale nope": nope, "scale v": dv}.get(mistake, nope + rope) ** -0.5
             w = (self.wkv_b.weight.data if mistake == "weight data" else self.wkv_b.weight).view(H, nope + dv, c)
             w_k, w_v = (w[:, dv:], w[:, :dv]) if mistake == "values first" else (w[:, :nope], w[:, nope:])
+            if mistake == "value rows from .data" and absorb:  # W_UV never trains on the absorbed path; W_UK does
+                w_v = self.wkv_b.weight.data.view(H, nope + dv, c)[:, nope:]
             if mistake == "only absorbed":
                 absorb = True
             if mistake == "only naive" and absorb:  # fills the latent caches, then computes as the naive path
@@ -140,7 +142,13 @@ def mla_class(mistake=None, style="einsum"):
             scores = scores * scale  # (B, H, T, end)
             if mistake != "no mask":
                 scores = scores.masked_fill(torch.ones(T, end, dtype=torch.bool, device=x.device).triu(1 + start_pos), float("-inf"))
-            weights = torch.softmax(scores.float(), dim=-1)
+            if mistake == "exp without the max":  # right only while the scores stay small
+                e = scores.float().exp()
+                weights = e / e.sum(-1, keepdim=True)
+            elif style == "softmax in the input's dtype":  # as precise in float32, more in float64: right
+                weights = torch.softmax(scores, dim=-1)
+            else:
+                weights = torch.softmax(scores.float(), dim=-1)
             if mistake != "float32 weights":
                 weights = weights.type_as(x)
             if absorb and mistake != "rope on whole head":
@@ -209,6 +217,8 @@ WRONG = {
         "wkv_b.weight.data (no gradient)": (mla_class("weight data"), "Gradients must reach"),
         "softmax weights left in float32": (mla_class("float32 weights"), "dtype of its input"),
         "attends over the detached cache": (mla_class("reads the cache back"), "Gradients must reach"),
+        "absorbed value rows from wkv_b.weight.data": (mla_class("value rows from .data"), "The gradient of MultiHeadLatentAttention.wkv_b.weight"),
+        "exp without subtracting the max": (mla_class("exp without the max"), "inputs of size 30"),
         "subclasses utils": (Borrowed, "yourself"),
     },
     "mla_cache_elements_per_token": {
@@ -230,6 +240,7 @@ RIGHT = {
         "complex-number rope as DeepSeek-V3": mla_class(style="complex rope"),
         "buffers for a fixed max batch": mla_class(style="fixed max batch"),
         "absorbed path with SDPA (MQA in disguise)": mla_class(style="sdpa"),
+        "softmax in the input's dtype": mla_class(style="softmax in the input's dtype"),
     },
     "mla_cache_elements_per_token": {"a sum over layers": cache_right},
     "kv_cache_elements_per_token": {"keys plus values": kv_right},

@@ -121,6 +121,14 @@ class Block(nn.Module):  # right
         return x + self.ffn(self.ffn_norm(x))
 
 
+class BlockFfnNoGrad(Block):  # the feed-forward sublayer never trains
+    def forward(self, x, start_pos=0, absorb=False):
+        x = x + self.attn(self.attn_norm(x), start_pos, absorb)
+        with torch.no_grad():
+            update = self.ffn(self.ffn_norm(x))
+        return x + update
+
+
 class BlockPostNorm(Block):
     def forward(self, x, start_pos=0, absorb=False):
         x = self.attn_norm(x + self.attn(x, start_pos, absorb))
@@ -211,6 +219,15 @@ class ModelNoFinalNorm(MiniDeepSeek):
         return self.head(x)
 
 
+class ModelFrozenEmbedding(MiniDeepSeek):  # the embedding is read under no_grad: it never trains
+    def forward(self, tokens, start_pos=0, absorb=False):
+        with torch.no_grad():
+            x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, start_pos, absorb)
+        return self.head(self.norm(x))
+
+
 class ModelSoftmax(MiniDeepSeek):
     def forward(self, tokens, start_pos=0, absorb=False):
         return super().forward(tokens, start_pos, absorb).softmax(-1)
@@ -299,6 +316,19 @@ def loss_shifted_in_place(logits, tokens):  # right value; subtracting the max w
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
 
 
+def loss_log_of_softmax(logits, tokens):  # right only while the logits stay small: softmax underflows to 0
+    p = logits[:, :-1].softmax(-1)
+    return -p.gather(-1, tokens[:, 1:, None]).log().mean()
+
+
+def loss_in_float32(logits, tokens):  # a float32 loss whatever the logits' dtype
+    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def loss_float32_cast_back(logits, tokens):  # right: computed in float32, returned in the logits' dtype
+    return loss_in_float32(logits, tokens).to(logits.dtype)
+
+
 # MTPModule -------------------------------------------------------------------------------
 class MTPModule(nn.Module):  # right
     def __init__(self, cfg, layer_id):
@@ -309,6 +339,12 @@ class MTPModule(nn.Module):  # right
 
     def forward(self, h_prev, next_embeddings, start_pos=0):
         return self.block(self.eh_proj(torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], -1)), start_pos)
+
+
+class MTPDetachedNorms(MTPModule):  # the norms' outputs are detached: enorm and hnorm never train
+    def forward(self, h_prev, next_embeddings, start_pos=0):
+        both = torch.cat([self.enorm(next_embeddings), self.hnorm(h_prev)], -1).detach()
+        return self.block(self.eh_proj(both), start_pos)
 
 
 class MTPPaperOrder(MTPModule):
@@ -493,6 +529,10 @@ def mtp_loss_report_over_T(mtp_logits, tokens, lam=0.3):  # the report's 1/T in 
     return lam / len(mtp_logits) * total
 
 
+def mtp_loss_later_detached(mtp_logits, tokens, lam=0.3):  # depths after the first never train
+    return _loss([mtp_logits[0]] + [lg.detach() for lg in mtp_logits[1:]], tokens, lam)
+
+
 def mtp_loss_stacked(mtp_logits, tokens, lam=0.3):  # right: a mean over depths of per-depth means
     losses = torch.stack([F.cross_entropy(lg[:, :-1].transpose(1, 2), tokens[:, k + 1:])
                           for k, lg in enumerate(mtp_logits, start=1)])
@@ -546,6 +586,7 @@ WRONG = {
         "absorb-always": (BlockAlwaysAbsorbed, "do not fix absorb"),
         "dense-at-n-dense-layers": (BlockDenseBoundary, "layer_id >= n_dense_layers uses a mixture of experts"),
         "dense-layer-0-only": (BlockDenseFirstOnly, "layer_id < n_dense_layers has a dense"),
+        "feed-forward under no_grad": (BlockFfnNoGrad, "part of the output does not train"),
     },
     "MiniDeepSeek": {
         "no-final-norm": (ModelNoFinalNorm, "final norm is missing"),
@@ -555,6 +596,7 @@ WRONG = {
         "no-start-pos": (ModelNoStartPos, "pass start_pos to every block"),
         "drops-absorb": (ModelDropsAbsorb, "must pass absorb to every block"),
         "tied-head": (ModelTiedHead, "does not tie"),
+        "embedding under no_grad": (ModelFrozenEmbedding, "No gradient reaches MiniDeepSeek.embed.weight"),
     },
     "next_token_loss": {
         # it shifts the caller's logits in place / 它原地平移了调用者的 logits
@@ -563,6 +605,8 @@ WRONG = {
         "backwards": (loss_backwards, "wrong way"),
         "sum": (loss_sum, "is a sum"),
         "shift-two": (loss_shift_two, "shifted by two"),
+        "log of softmax": (loss_log_of_softmax, "logits of order 300"),
+        "float32 whatever the dtype": (loss_in_float32, "must follow its input's dtype"),
     },
     "MTPModule": {
         "paper-order": (MTPPaperOrder, "paper's order"),
@@ -574,6 +618,7 @@ WRONG = {
         "residual": (MTPResidual, "no extra residual"),
         "no-start-pos": (MTPNoStartPos, "pass start_pos to self.block"),
         "proj-bias": (MTPProjBias, "eh_proj has no bias"),
+        "norms detached": (MTPDetachedNorms, "No gradient reaches MTPModule.enorm.weight"),
     },
     "mtp_forward": {
         "embedding-one-early": (mtp_forward_one_early, "reads token i + k - 1"),
@@ -595,6 +640,7 @@ WRONG = {
         "lam-ignored": (mtp_loss_no_lam, "lam is ignored"),
         "default-lam-0.1": (mtp_loss_default_lam, "default lam"),
         "report-sum-over-T": (mtp_loss_report_over_T, "as the report writes L_k"),
+        "later depths detached": (mtp_loss_later_detached, "No gradient reaches input 2"),
     },
 }
 
@@ -602,7 +648,8 @@ RIGHT = {
     "RMSNorm": {"reference-style": RMSNorm, "sqrt-and-divide": NormDivideSqrt},
     "Block": {"reference-style": Block, "keyword-arguments": BlockKeywords},
     "MiniDeepSeek": {"reference-style": MiniDeepSeek, "indexed-loop": ModelSequential},
-    "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand},
+    "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand,
+                        "float32 then cast back": loss_float32_cast_back},
     "MTPModule": {"reference-style": MTPModule, "split-projection": MTPSplitProjection},
     "mtp_forward": {"reference-style": mtp_forward, "model-call-and-index-loop": mtp_forward_model_call},
     "mtp_loss": {"stacked-mean": mtp_loss_stacked},
