@@ -217,7 +217,7 @@ WRONG = {
         "wkv_b.weight.data (no gradient)": (mla_class("weight data"), "Gradients must reach"),
         "softmax weights left in float32": (mla_class("float32 weights"), "dtype of its input"),
         "attends over the detached cache": (mla_class("reads the cache back"), "Gradients must reach"),
-        "absorbed value rows from wkv_b.weight.data": (mla_class("value rows from .data"), "The gradient of MultiHeadLatentAttention.wkv_b.weight"),
+        "absorbed value rows from wkv_b.weight.data": (mla_class("value rows from .data"), "MultiHeadLatentAttention.wkv_b.weight through MultiHeadLatentAttention"),
         "exp without subtracting the max": (mla_class("exp without the max"), "inputs of size 30"),
         "subclasses utils": (Borrowed, "yourself"),
     },
