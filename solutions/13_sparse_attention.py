@@ -361,7 +361,7 @@ class LightningIndexer(nn.Module):
         B, T, _ = x.shape
         H, d, r = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
         end = start_pos + T
-        positions = torch.arange(start_pos, end)
+        positions = torch.arange(start_pos, end, device=x.device)
 
         def rope_first(t):  # the rope part comes first in the indexer
             return torch.cat([apply_rope(t[..., :r], positions, cfg.rope_theta, interleaved=False), t[..., r:]], dim=-1)
@@ -372,7 +372,7 @@ class LightningIndexer(nn.Module):
         w = self.weights_proj(x) * (H ** -0.5 * d ** -0.5)  # (B, T, H)
         scores = torch.relu(torch.einsum("bhtd,bsd->bhts", q, self.keys))
         index = torch.einsum("bhts,bth->bts", scores, w)
-        return index.masked_fill(causal_mask(T, end), float("-inf"))
+        return index.masked_fill(causal_mask(T, end, device=x.device), float("-inf"))
         ### END SOLUTION
 
 
@@ -555,12 +555,12 @@ class SparseMLA(MultiHeadLatentAttention):
         B, T, _ = x.shape
         H, nope, rope, dv = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
         end = start_pos + T
-        positions = torch.arange(start_pos, end)
+        positions = torch.arange(start_pos, end, device=x.device)
         qr = self.q_norm(self.wq_a(x))
         q_nope, q_pe = self.wq_b(qr).view(B, T, H, nope + rope).split([nope, rope], dim=-1)
         q_pe = apply_rope(q_pe.transpose(1, 2), positions, cfg.rope_theta, interleaved=True).transpose(1, 2)
         latent, k_pe = self._latent_and_rope_key(x, positions)
-        blocked = topk_key_mask(self.indexer(x, qr, start_pos), cfg.index_topk) | causal_mask(T, end)  # (B, T, end)
+        blocked = topk_key_mask(self.indexer(x, qr, start_pos), cfg.index_topk) | causal_mask(T, end, device=x.device)  # (B, T, end)
         if absorb:
             w = self.wkv_b.weight.view(H, nope + dv, cfg.kv_lora_rank)
             c, pe = self._write("kv_cache", latent, start_pos), self._write("pe_cache", k_pe, start_pos)

@@ -157,8 +157,8 @@ def compare_grads(own, want, names, probe, who):
         if w is None:
             continue
         atol, rtol = TOLERANCE.get(w.dtype, (ATOL, RTOL))
-        nonzero = lambda t: bool(t.numel()) and bool(t.abs().max() > atol)  # zero up to rounding counts as zero
-        expect(g is not None and nonzero(g) == nonzero(w),
+        nonzero = lambda t: bool(t.numel()) and bool(t.abs().max() > 10 * atol)  # zero up to rounding counts as zero
+        expect(g is not None and (nonzero(g) or not nonzero(w)),
                f"No gradient reaches {name} through {who}{en_on}: no torch.no_grad(), .detach() or .data on the way from it to the output.",
                f"梯度没有经由 {who} 传到 {name}{zh_on}：从它到输出的路径上不能有 torch.no_grad()、.detach() 或 .data。")
         if not torch.allclose(g.double(), w.double(), atol=10 * atol, rtol=10 * rtol):
@@ -214,11 +214,16 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
     for n, probe in enumerate(family.probes):
         with course_runs():
             reference = reference_cls(*ctor, **ctor_kwargs)
-            reference.load_state_dict(seeded_state(reference, state_seed), strict=False)
-        module = own_module(cls, *ctor, **ctor_kwargs)
-        load_state(module, reference.state_dict(), who)
+            if isinstance(reference, nn.Module):
+                reference.load_state_dict(seeded_state(reference, state_seed), strict=False)
+        if isinstance(reference, nn.Module):
+            module = own_module(cls, *ctor, **ctor_kwargs)
+            load_state(module, reference.state_dict(), who)
+        else:  # an object without weights (a cache): compared by its calls and what it holds
+            module = call(cls, *ctor, name=who, **ctor_kwargs)
         built = probe.build()
-        steps = built.calls if isinstance(built, Steps) else [("__call__", *built)]
+        sequence = getattr(built, "calls", None)  # a Steps (read by its field: the grading kernel may reload this module)
+        steps = sequence if sequence is not None else [("__call__", *built)]
         for method, args, kwargs in steps:
             ref_args, ref_kwargs = _fresh((args, kwargs))
             with course_runs(), torch.enable_grad():
@@ -229,14 +234,14 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
             if view:
                 out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain)
-        if grads:
+        if grads and isinstance(reference, nn.Module):
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():
                 want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
             own_params = dict(module.named_parameters())
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
             compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who)
-        if isinstance(built, Steps):
+        if sequence is not None:
             expect_holds_at_most(module, holds(reference), probe, who)
 
 
