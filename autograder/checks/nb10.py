@@ -22,7 +22,7 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
 from autograder.checks.moe_layer import (MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, moe_modules,
                                          run_moe)
 from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, ROUTER_GRAD, canonical,
-                                          drops_assignments, gate_state, restated_gate, routing_grad)
+                                          course_parts, drops_assignments, gate_state, restated_gate, routing_grad)
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
 
@@ -90,6 +90,11 @@ FAMILIES = {
         Probe("batch", "six tokens that differ", lambda: _gate_x(190, 6), "六个各不相同的词元"),
         Probe("edges", "one token", lambda: _gate_x(191, 1), "一个词元"),
         Probe("extreme", "inputs of order 5", lambda: _gate_x(192, 6, scale=5.0), "5 量级的输入"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "MoE": Family([
+        Probe("batch", "a (2, 5, dim) input whose tokens differ", lambda: ((randn(2, 5, 12, seed=195),), {}), "词元各不相同的 (2, 5, dim) 输入"),
+        Probe("edges", "a single token (dim,)", lambda: ((randn(12, seed=196),), {}), "单个词元 (dim,)"),
+        Probe("extreme", "inputs of order 10", lambda: ((randn(6, 12, seed=197) * 10,), {}), "10 量级的输入"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
     "update_expert_bias": Family([
         Probe("ties", "loads exactly at the mean", lambda: ((torch.tensor([0.5, -0.2, 0.0, 0.1]), torch.tensor([4, 8, 2, 2]), 0.05), {}),
@@ -366,6 +371,10 @@ def check_MoE(MoE):
     reference.load_state_dict(crowded)
     load_state(moe, crowded, "MoE")
     expect_close(run_moe(MoE, moe, x), reference(x).detach(), *DROPS)
+    c, reference = MOE_SIZES, ref.MoE  # looked up before own_work blocks it
+    ctor = (c["dim"], c["inter"], c["E"], c["k"], c["shared"], c["groups"], c["limited"], "sigmoid", c["scale"])
+    with own_work(MoE, "MoE"), course_parts(MoE):  # the course's Gate and Expert, as above
+        same_as_reference_module(MoE, reference, ctor, FAMILIES["MoE"], "MoE", grads=True, state_seed=140)
 
 
 # moe_parameter_counts -------------------------------------------------------------------------------

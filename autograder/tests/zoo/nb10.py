@@ -384,6 +384,21 @@ class ExpertReferenceCode(nn.Module):
     forward = types.FunctionType(_REFERENCE_FORWARD, vars(utils.moe), "forward")
 
 
+
+def moe_shared_no_grad():
+    """Right outputs, but the shared experts run under no_grad: they never train."""
+    class MoE(moe_class(style="index_add")):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.shared_experts is not None:
+                inner = self.shared_experts.forward
+
+                def forward(x):
+                    with torch.no_grad():
+                        return inner(x)
+                self.shared_experts.forward = forward
+    return MoE
+
 WRONG = {
     "Expert": {
         # the reference's forward code runs under another function object / 参考实现的 forward 代码换了个函数对象在运行
@@ -454,6 +469,7 @@ WRONG = {
         "drops tokens over capacity": (moe_class("drops tokens over capacity"), "drops or overwrites"),
         "assigns instead of adding": (moe_class("assigns instead of adding"), "drops or overwrites"),
         "subclasses utils": (BorrowedMoE, "yourself"),
+        "shared experts under no_grad": (moe_shared_no_grad(), "No gradient reaches MoE.shared_experts.w1.weight"),
     },
     "moe_parameter_counts": {
         "gate left out": (counts_factory("gate left out"), "gate is part of the layer"),
