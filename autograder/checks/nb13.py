@@ -390,6 +390,14 @@ SPARSE_CFG = ref.DSAConfig(dim=20, n_heads=3, q_lora_rank=10, kv_lora_rank=8, qk
                            v_head_dim=5, max_seq_len=12, rope_theta=100.0, index_n_heads=6, index_head_dim=8, index_topk=3)
 
 
+FAMILIES["SparseMLA"] = Family([
+    Probe("batch", "two texts that differ, more keys than index_topk", lambda: ((randn(2, 6, SPARSE_CFG.dim, seed=270), 0, False), {}),
+          "两段不同的文本，键多于 index_topk"),
+    Probe("arguments", "the absorbed path", lambda: ((randn(2, 6, SPARSE_CFG.dim, seed=271), 0, True), {}), "吸收路径"),
+    Probe("edges", "a one-token text", lambda: ((randn(1, 1, SPARSE_CFG.dim, seed=272), 0, False), {}), "只有一个词元的文本"),
+], compares=GRADED)
+
+
 def check_SparseMLA(SparseMLA):
     cls, cfg = SparseMLA, SPARSE_CFG
     with own_work(cls, "SparseMLA"):
@@ -410,6 +418,9 @@ def check_SparseMLA(SparseMLA):
             expect_known(got, expected[:, start:end], [(out[:, start:end], en, zh) for out, en, zh in mistakes],
                          f"SparseMLA's output is wrong ({'absorbed' if absorb else 'naive'} path, {step}): each query attends with 09's MLA to its index_topk selected keys only.",
                          f"SparseMLA 的输出不对（{'吸收' if absorb else '朴素'}路径，{step}）：每个查询用 09 的 MLA 只关注它被选中的 index_topk 个键。")
+    reference = ref.SparseMLA  # looked up before own_work blocks it
+    with own_work(cls, "SparseMLA"):
+        same_as_reference_module(cls, reference, (cfg,), FAMILIES["SparseMLA"], "SparseMLA", grads=True, state_seed=137)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)
