@@ -399,6 +399,11 @@ def moe_shared_no_grad():
                 self.shared_experts.forward = forward
     return MoE
 
+
+def bias_float32(bias, tokens_per_expert, gamma=0.001):  # the new bias in float32 whatever the bias's dtype
+    load = tokens_per_expert.float()
+    return bias.float() - gamma * torch.sign(load - load.mean())
+
 WRONG = {
     "Expert": {
         # the reference's forward code runs under another function object / 参考实现的 forward 代码换了个函数对象在运行
@@ -456,6 +461,7 @@ WRONG = {
         "fresh bias": (bias_fresh, "current bias"),
         "experts at the mean gain gamma": (bias_at_mean_gains, "exactly at the mean"),
         "integer mean": (bias_integer_mean, "integer division"),
+        "the new bias in float32 whatever the dtype": (bias_float32, "must follow its input's dtype (torch.float64)"),
         "calls utils": (utils.moe.update_expert_bias, "yourself"),
     },
     "MoE": {
