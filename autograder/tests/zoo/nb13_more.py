@@ -192,6 +192,7 @@ def topk_floor_instead_of_inf(index_scores, topk):
 # SparseMLA -------------------------------------------------------------------------------------
 class GatherSparseMLA(MultiHeadLatentAttention):
     """Valid: gathers the selected keys (B, T, topk, ...) instead of masking all of them."""
+    float32_softmax = False
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -216,7 +217,8 @@ class GatherSparseMLA(MultiHeadLatentAttention):
             k, v = self._expand(latent, k_pe)
             k, v = self._write("k_cache", k, start_pos)[b, idx], self._write("v_cache", v, start_pos)[b, idx]
             scores = torch.einsum("bthd,btkhd->bthk", torch.cat([q_nope, q_pe], -1), k)
-        weights = (scores * self.softmax_scale).masked_fill(torch.isneginf(best)[:, :, None], float("-inf")).softmax(-1)
+        scores = (scores * self.softmax_scale).masked_fill(torch.isneginf(best)[:, :, None], float("-inf"))
+        weights = scores.float().softmax(-1).to(scores.dtype) if self.float32_softmax else scores.softmax(-1)
         if absorb:
             return self.wo(torch.einsum("bthk,btkc,hdc->bthd", weights, lat, w[:, nope:]).flatten(2))
         return self.wo(torch.einsum("bthk,btkhd->bthd", weights, v).flatten(2))
@@ -276,6 +278,24 @@ def indexer_head_weights_no_grad():
     return LightningIndexer
 
 
+
+class Float32SoftmaxSparseMLA(GatherSparseMLA):
+    """Valid: the softmax in float32, cast back (Llama, Hugging Face)."""
+    float32_softmax = True
+
+
+class QueryLatentNoGradSparseMLA(GatherSparseMLA):
+    """Right outputs, but the query latent's norm runs under no_grad: wq_a and q_norm never train."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        inner = self.q_norm.forward
+
+        def forward(x):
+            with torch.no_grad():
+                return inner(x)
+        self.q_norm.forward = forward
+
 WRONG = {
     "attention_with_sinks": {
         "sink with the wrong sign": (sinks_lse_column(sinks_sign=-1.0), "not -sinks[h]"),
@@ -297,6 +317,9 @@ WRONG = {
         "key not rotated": (buffered_indexer(mistake="key not rotated"), "the shared key too"),
         "head weights under no_grad": (indexer_head_weights_no_grad(), "No gradient reaches LightningIndexer.weights_proj.weight"),
     },
+    "SparseMLA": {
+        "query latent under no_grad": (QueryLatentNoGradSparseMLA, "No gradient reaches SparseMLA.wq_a.weight"),
+    },
     "topk_key_mask": {
         "top-k across the batch": (topk_across_batch, "not the best of the whole batch"),
         "topk larger than the positions crashes": (topk_no_min, "min(topk, positions)"),
@@ -313,5 +336,5 @@ RIGHT = {
                              "softmax in float32, cast back": sinks_float32_cast_back},
     "LightningIndexer": {"key buffer, rotate_half RoPE, einsum": buffered_indexer()},
     "topk_key_mask": {"argsort then scatter": topk_by_sort},
-    "SparseMLA": {"gather the selected keys": GatherSparseMLA},
+    "SparseMLA": {"gather the selected keys": GatherSparseMLA, "softmax in float32, cast back": Float32SoftmaxSparseMLA},
 }
