@@ -48,6 +48,12 @@ def _router_logits(seed, shift=None, unused=None, N=5, E=6):
     return logits
 
 
+def _spaced_logits(seed, N=4, E=6):
+    """Each row a permutation of logits 0.8 apart: no two probabilities round to the same bfloat16 (a near-tie
+    at the k-th place would let a right solution computed in float32 choose another expert than one in bfloat16)."""
+    return randn(N, E, seed=seed).argsort(-1).float() * 0.8 - 2.0
+
+
 def _tied_logits():  # a tie inside the top k (both kept) and one below it (both dropped)
     return torch.tensor([[2.0, 2.0, 0.0, -1.0, 0.5, -3.0], [4.0, 3.0, 1.0, 1.0, 1.0, -1.0], [0.5, -1.0, 3.0, -2.0, 3.0, 0.0]])
 
@@ -78,7 +84,7 @@ FAMILIES = {
         Probe("edges", "k=1", lambda: ((_router_logits(173, N=3), 1), {}), "k=1"),
         Probe("coverage", "an expert no token picks", lambda: ((_router_logits(174, unused=5), 2), {}), "没有词元选择的专家"),
         Probe("dtype", "float64 logits", lambda: ((_router_logits(175).double(), 2), {}), "float64 的 logits"),
-        Probe("dtype", "bfloat16 logits", lambda: ((_router_logits(176).bfloat16(), 2), {}), "bfloat16 的 logits"),
+        Probe("dtype", "bfloat16 logits", lambda: ((_spaced_logits(176).bfloat16(), 2), {}), "bfloat16 的 logits"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
     "load_balancing_loss": Family([
         Probe("batch", "six tokens, 4 experts, k=2", lambda: _balance_inputs(180, 6, 4, 2), "六个词元、4 个专家、k=2"),
