@@ -200,7 +200,13 @@ def _backward(out, leaves, seed, who=None):
             fail(f"{who}'s output does not depend on anything that trains: no torch.no_grad() or .detach() around it.",
                  f"{who} 的输出不依赖任何可训练的量：不要用 torch.no_grad() 或 .detach() 包住它。")
         return [None] * len(leaves)
-    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    try:
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    except RuntimeError as e:
+        if not who:
+            raise
+        fail(f"{who}'s output cannot be backpropagated through: check for in-place writes into tensors autograd needs.",
+             f"无法对 {who} 的输出做反向传播：检查是否对自动求导需要的张量做了原地写入。", f"{type(e).__name__}: {e}")
     return [None if g is None else g.detach() for g in grads]
 
 

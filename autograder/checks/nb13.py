@@ -215,7 +215,11 @@ def _expect_sink_gradient_and_dtype(fn, q, k, v, sinks):
     expect(isinstance(out, torch.Tensor) and out.requires_grad,
            "The sinks are learned parameters: compute with the sinks tensor itself (no .item(), no new tensor built from it) so that a gradient reaches it.",
            "sink 是可学习的参数：要直接用 sinks 张量计算（不要 .item()，也不要用它新建张量），这样梯度才能传到它。")
-    out.sum().backward()
+    try:
+        out.sum().backward()
+    except RuntimeError as e:
+        fail("attention_with_sinks's output cannot be backpropagated through: check for in-place writes into tensors autograd needs.",
+             "无法对 attention_with_sinks 的输出做反向传播：检查是否对自动求导需要的张量做了原地写入。", f"{type(e).__name__}: {e}")
     expect(learned.grad is not None and bool(learned.grad.abs().gt(0).all()),
            "The sinks are learned parameters: compute with the sinks tensor itself (no .item(), no new tensor built from it) so that a gradient reaches it.",
            "sink 是可学习的参数：要直接用 sinks 张量计算（不要 .item()，也不要用它新建张量），这样梯度才能传到它。", f"grad {learned.grad}")

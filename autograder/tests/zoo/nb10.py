@@ -54,6 +54,15 @@ class ExpertBatchedOnly(ExpertUpNoGrad):  # right only for (B, T, dim) inputs
         up = torch.einsum("btd,hd->bth", x, self.w3.weight)
         return torch.einsum("bth,dh->btd", F.silu(gate) * up, self.w2.weight)
 
+
+class ExpertSigmoidInPlace(ExpertUpNoGrad):  # x * sigmoid(x) written into sigmoid's output: backward refuses
+    def forward(self, x):
+        gate = self.w1(x)
+        silu = torch.sigmoid(gate)
+        silu.mul_(gate)
+        return self.w2(silu * self.w3(x))
+
+
 class BorrowedExpert(utils.moe.Expert):
     pass
 
@@ -417,6 +426,7 @@ WRONG = {
         # the harness's gradients and edges / 由 harness 的梯度与边界情况发现
         "up projection under no_grad": (ExpertUpNoGrad, "No gradient reaches Expert.w3.weight"),
         "only (B, T, dim) inputs": (ExpertBatchedOnly, "crashed"),
+        "SiLU written in place into sigmoid's output": (ExpertSigmoidInPlace, "cannot be backpropagated through"),
     },
     "topk_router": {
         # it shifts the caller's logits in place / 它原地平移了调用者的 logits

@@ -263,6 +263,16 @@ def sinks_float32_cast_back(q, k, v, sinks, mask=None):  # the softmax in float3
     return weights @ v
 
 
+def sinks_softmax_scaled_in_place(q, k, v, sinks, mask=None):  # right values; the softmax's output changed in place
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat((scores, sink), -1), -1)
+    weights.mul_(1.0)  # softmax's backward needs its output as it was
+    return weights[..., :-1] @ v
+
+
 class _NoGradLinear(nn.Linear):
     def forward(self, x):
         with torch.no_grad():
@@ -304,6 +314,7 @@ WRONG = {
         "keys scaled in place": (sinks_key_scaled_in_place, "in place"),
         "scores from a detached q": (sinks_scores_detached, "No gradient reaches input 1"),
         "exp without the maximum": (sinks_exp_unshifted, "on logits and sinks in the hundreds"),
+        "softmax's output changed in place": (sinks_softmax_scaled_in_place, "cannot be backpropagated through"),
     },
     "RollingKVCache": {
         "device ignored": (DeviceIgnoredCache, "device=..."),
