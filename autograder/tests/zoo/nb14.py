@@ -193,6 +193,11 @@ def forward_in_float64(q, k, v, causal=False, block_q=64, block_k=64):
     return out.to(q.dtype), lse.to(q.dtype)
 
 
+def forward_in_float32(q, k, v, causal=False, block_q=64, block_k=64):  # float32 whatever the inputs, cast back
+    out, lse = _forward(q.float(), k.float(), v.float(), causal, block_q, block_k)
+    return out.to(q.dtype), lse.to(q.dtype)
+
+
 # flash_attention_backward ----------------------------------------------------------------
 def _backward(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64, D="dO * O", p_for_dv="lse",
               scale="d", use_causal=True, skip=True, p="exp(s - lse)"):
@@ -427,6 +432,11 @@ def backward_exp_over_exp(q, k, v, out, lse, grad_out, causal=False, block_q=64,
             dk[..., j0:j1, :] += ds.transpose(-2, -1) @ q_i * scale
     return dq, dk, dv
 
+
+def backward_in_float32(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):  # float32, cast back
+    grads = _backward(*(t.float() for t in (q, k, v, out, lse, grad_out)), causal, block_q, block_k)
+    return tuple(g.to(q.dtype) for g in grads)
+
 WRONG = {
     "online_softmax": {
         "running sum not rescaled": (partial(_online, rescale=False), "running sum was not rescaled"),
@@ -502,9 +512,11 @@ RIGHT = {
                                 "one head at a time": forward_per_head,
                                 "running log-sum-exp, transposed k, break at the diagonal": forward_running_lse,
                                 "computed in float64": forward_in_float64,
+                                "computed in float32, cast back": forward_in_float32,
                                 "key tiles from the last, -inf guarded": _forward_with(key_order=-1)},
     "flash_attention_backward": {"query blocks outside, einsum": backward_queries_outside,
-                                 "one head at a time, in float64": backward_per_head_in_float64},
+                                 "one head at a time, in float64": backward_per_head_in_float64,
+                                 "computed in float32, cast back": backward_in_float32},
     "FlashAttention": {"zoo forward and backward": _function(),
                        "einsum kernels, FA-1 loop order": _function(forward_keys_outside, backward_queries_outside),
                        "lse kept as a ctx attribute, running log-sum-exp": _function(forward_running_lse, keep="lse on ctx")},
