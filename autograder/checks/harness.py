@@ -24,6 +24,7 @@ of computing a softmax in float32 and casting back (Llama, Hugging Face) stays c
 bfloat16 probe is graded at bfloat16's tolerance against the reference run in float32.
 """
 import collections
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, field
@@ -169,9 +170,26 @@ def compare_grads(own, want, names, probe, who):
                  "或由 .detach() / .data 计算）或计算方式不同。", f"largest difference {diff:.4g}")
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """Probes are tiny: one thread computes them fastest, and a loaded machine's thread handoffs
+    (tens of milliseconds per operation) stay out of submit's time."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0, view=None):
     """fn(*args) against reference(*args) on every probe of the family. `view`, when given, maps
     both outputs to what the contract fixes before they are compared (e.g. a set's order sorted)."""
+    with _one_thread():
+        _same_as_reference(fn, reference, family, who, explain, grads, seed, view)
+
+
+def _same_as_reference(fn, reference, family, who, explain, grads, seed, view):
     for n, probe in enumerate(family.probes):
         args, kwargs = probe.build()
         if grads:
@@ -215,6 +233,11 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
     """Learner's cls(*ctor) and reference_cls(*ctor) with the same weights (the reference's
     seeded state, loaded by name), on every probe: forward (or a Steps sequence), outputs,
     every parameter's gradient, and what the object holds after the sequence."""
+    with _one_thread():
+        _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, grads, seed, ctor_kwargs, state_seed, view)
+
+
+def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, grads, seed, ctor_kwargs, state_seed, view):
     from autograder.checks import own_module
     ctor_kwargs = ctor_kwargs or {}
     for n, probe in enumerate(family.probes):
