@@ -25,6 +25,7 @@ of computing a softmax in float32 and casting back (Llama, Hugging Face) stays c
 bfloat16 probe is graded at bfloat16's tolerance against the reference run in float32.
 """
 import collections
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, field
@@ -200,9 +201,26 @@ def compare_grads(own, want, names, probe, who):
                  "或由 .detach() / .data 计算）或计算方式不同。", f"largest difference {diff:.4g}, allowed {bound:.4g}")
 
 
-def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0):
-    """fn(*args) against reference(*args) on every probe of the family."""
-    reference = _real(reference)
+@contextlib.contextmanager
+def _one_thread():
+    """Probes are tiny: one thread computes them fastest, and a loaded machine's thread handoffs
+    (tens of milliseconds per operation) stay out of submit's time."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0, view=None):
+    """fn(*args) against reference(*args) on every probe of the family. `view`, when given, maps
+    both outputs to what the contract fixes before they are compared (e.g. a set's order sorted)."""
+    with _one_thread():
+        _same_as_reference(fn, _real(reference), family, who, explain, grads, seed, view)
+
+
+def _same_as_reference(fn, reference, family, who, explain, grads, seed, view):
     for n, probe in enumerate(family.probes):
         args, kwargs = probe.build()
         grads_here = grads and probe.axis not in NO_GRADS
@@ -213,6 +231,8 @@ def same_as_reference(fn, reference, family: Family, who: str, explain=None, gra
             expected = reference(*ref_args, **ref_kwargs)
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
+        if view:
+            out, expected = view(out), view(expected)
         compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares)
         if grads_here:
             ref_leaves = [t for t in list(ref_args) + list(ref_kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -230,16 +250,27 @@ def _backward(out, leaves, seed, who=None):
             fail(f"{who}'s output does not depend on anything that trains: no torch.no_grad() or .detach() around it.",
                  f"{who} 的输出不依赖任何可训练的量：不要用 torch.no_grad() 或 .detach() 包住它。")
         return [None] * len(leaves)
-    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    try:
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    except RuntimeError as e:
+        if not who:
+            raise
+        fail(f"{who}'s output cannot be backpropagated through: check for in-place writes into tensors autograd needs.",
+             f"无法对 {who} 的输出做反向传播：检查是否对自动求导需要的张量做了原地写入。", f"{type(e).__name__}: {e}")
     return [None if g is None else g.detach() for g in grads]
 
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
-                             grads=False, seed=0, ctor_kwargs=None, state_seed=1):
+                             grads=False, seed=0, ctor_kwargs=None, state_seed=1, view=None):
     """Learner's cls(*ctor) and reference_cls(*ctor) (an nn.Module gets the reference's seeded
     weights, loaded by name), on every probe: forward (or a Steps sequence of method calls),
     outputs, every parameter's gradient, and what the object holds after a sequence."""
-    ctor_kwargs, reference_cls = ctor_kwargs or {}, _real(reference_cls)
+    with _one_thread():
+        _same_as_reference_module(cls, _real(reference_cls), ctor, family, who, explain, grads, seed, ctor_kwargs or {},
+                                  state_seed, view)
+
+
+def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, grads, seed, ctor_kwargs, state_seed, view):
     for n, probe in enumerate(family.probes):
         built = probe.build()
         steps = built.calls if _is_steps(built) else [("__call__", *built)]
@@ -254,6 +285,8 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
             target = obj if method == "__call__" else getattr(obj, method)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
+            if view:
+                out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares)
         if grads and isinstance(reference, nn.Module) and not _is_steps(built) and probe.axis not in NO_GRADS:
             names = [k for k, p in reference.named_parameters() if p.requires_grad]

@@ -22,7 +22,101 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
 from autograder.checks.moe_layer import (MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, moe_modules,
                                          run_moe)
 from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, ROUTER_GRAD, canonical,
-                                          drops_assignments, gate_state, restated_gate, routing_grad)
+                                          course_parts, drops_assignments, gate_state, restated_gate, routing_grad)
+from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+
+
+def _routed(result):
+    """(weights, indices) with each token's experts sorted by number: the order of a token's k is free."""
+    if (isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, torch.Tensor) for t in result)
+            and result[0].dim() == 2 and result[0].shape == result[1].shape and not result[1].is_floating_point()):
+        return canonical(*result)
+    return result
+
+
+def _scalar(loss):
+    """One number, whatever its shape (a scalar or (1,))."""
+    return loss.reshape(()) if isinstance(loss, torch.Tensor) and loss.numel() == 1 else loss
+
+
+def _router_logits(seed, shift=None, unused=None, N=5, E=6):
+    logits = randn(N, E, seed=seed) * 2
+    if shift is not None:
+        logits = logits + torch.tensor(shift)[:, None]
+    if unused is not None:
+        logits[:, unused] -= 20.0
+    return logits
+
+
+def _spaced_logits(seed, N=4, E=6):
+    """Each row a permutation of logits 0.8 apart: no two probabilities round to the same bfloat16 (a near-tie
+    at the k-th place would let a right solution computed in float32 choose another expert than one in bfloat16)."""
+    return randn(N, E, seed=seed).argsort(-1).float() * 0.8 - 2.0
+
+
+def _tied_logits():  # a tie inside the top k (both kept) and one below it (both dropped)
+    return torch.tensor([[2.0, 2.0, 0.0, -1.0, 0.5, -3.0], [4.0, 3.0, 1.0, 1.0, 1.0, -1.0], [0.5, -1.0, 3.0, -2.0, 3.0, 0.0]])
+
+
+def _balance_inputs(seed, N, E, k, unused=False):  # float32 only: the text fixes no other dtype
+    probs = torch.softmax(randn(N, E, seed=seed) * 2, -1)
+    steer = torch.linspace(0.0, 0.3, E)  # the choice made with a bias, as DeepSeek's
+    chosen = (probs + steer)[:, :E - 1] if unused else probs + steer  # expert E - 1 left unused
+    return (probs, chosen.topk(k, -1).indices, E), {}
+
+
+def _gate_x(seed, N, dim=12, scale=1.0):
+    return (randn(N, dim, seed=seed) * scale,), {}
+
+
+FAMILIES = {
+    "Expert": Family([
+        Probe("batch", "a (2, 3, dim) input whose tokens differ", lambda: ((randn(2, 3, 6, seed=160),), {}), "词元各不相同的 (2, 3, dim) 输入"),
+        Probe("edges", "a single token (dim,)", lambda: ((randn(6, seed=161),), {}), "单个词元 (dim,)"),
+        Probe("extreme", "inputs of order 30", lambda: ((randn(4, 6, seed=162) * 30,), {}), "30 量级的输入"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "topk_router": Family([
+        Probe("batch", "five tokens whose logits differ, k=2", lambda: ((_router_logits(170), 2), {}), "五个 logits 各不相同的词元，k=2"),
+        Probe("extreme", "logits in the hundreds (±500, 300)", lambda: ((_router_logits(171, [500.0, -500.0, 300.0, 0.0, -300.0]), 3), {}),
+              "数百量级的 logits（±500、300）"),
+        Probe("ties", "tied logits inside and below the top k", lambda: ((_tied_logits(), 2), {}), "在前 k 个之内和之下的并列 logits"),
+        Probe("edges", "k equal to the number of experts, one token", lambda: ((_router_logits(172, N=1), 6), {}), "k 等于专家数，只有一个词元"),
+        Probe("edges", "k=1", lambda: ((_router_logits(173, N=3), 1), {}), "k=1"),
+        Probe("coverage", "an expert no token picks", lambda: ((_router_logits(174, unused=5), 2), {}), "没有词元选择的专家"),
+        Probe("dtype", "float64 logits", lambda: ((_router_logits(175).double(), 2), {}), "float64 的 logits"),
+        Probe("dtype", "bfloat16 logits", lambda: ((_spaced_logits(176).bfloat16(), 2), {}), "bfloat16 的 logits"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "load_balancing_loss": Family([
+        Probe("batch", "six tokens, 4 experts, k=2", lambda: _balance_inputs(180, 6, 4, 2), "六个词元、4 个专家、k=2"),
+        Probe("coverage", "an expert no token picks", lambda: _balance_inputs(181, 6, 5, 2, unused=True), "没有词元选择的专家"),
+        Probe("arguments", "k=3 of 6 experts", lambda: _balance_inputs(182, 5, 6, 3), "6 个专家中选 k=3"),
+        Probe("edges", "one token, k=1", lambda: _balance_inputs(183, 1, 4, 1), "一个词元，k=1"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "Gate": Family([
+        Probe("batch", "six tokens that differ", lambda: _gate_x(190, 6), "六个各不相同的词元"),
+        Probe("edges", "one token", lambda: _gate_x(191, 1), "一个词元"),
+        Probe("extreme", "inputs of order 5", lambda: _gate_x(192, 6, scale=5.0), "5 量级的输入"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "MoE": Family([
+        Probe("batch", "a (2, 5, dim) input whose tokens differ", lambda: ((randn(2, 5, 12, seed=195),), {}), "词元各不相同的 (2, 5, dim) 输入"),
+        Probe("edges", "a single token (dim,)", lambda: ((randn(12, seed=196),), {}), "单个词元 (dim,)"),
+        Probe("extreme", "inputs of order 10", lambda: ((randn(6, 12, seed=197) * 10,), {}), "10 量级的输入"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "update_expert_bias": Family([
+        Probe("ties", "loads exactly at the mean", lambda: ((torch.tensor([0.5, -0.2, 0.0, 0.1]), torch.tensor([4, 8, 2, 2]), 0.05), {}),
+              "正好等于平均值的负载"),
+        Probe("coverage", "an expert with no token", lambda: ((torch.tensor([0.1, 0.0, -0.1]), torch.tensor([7, 0, 3]), 0.01), {}),
+              "没有词元的专家"),
+        Probe("arguments", "the default gamma", lambda: ((torch.zeros(3), torch.tensor([5, 0, 1])), {}), "默认的 gamma"),
+        Probe("dtype", "a float64 bias", lambda: ((torch.tensor([0.5, -0.2, 0.3], dtype=torch.float64), torch.tensor([9, 1, 2]), 0.05), {}),
+              "float64 的偏置"),
+    ], compares=("values", "shape", "dtype", "device", "inputs")),
+    "moe_parameter_counts": Family([
+        Probe("arguments", "DeepSeek-V3's sizes", lambda: ((7168, 2048, 256, 8, 1), {}), "DeepSeek-V3 的尺寸"),
+        Probe("edges", "no shared expert", lambda: ((12, 5, 8, 2, 0), {}), "没有共享专家"),
+        Probe("arguments", "one activated, three shared", lambda: ((10, 3, 6, 1, 3), {}), "一个激活专家、三个共享专家"),
+    ], compares=("values",)),
+}
 
 
 # Expert ------------------------------------------------------------------------------------
@@ -56,6 +150,9 @@ def check_Expert(Expert):
     ]
     expect_known(out, reference(x).detach(), mistakes, "Expert's output is wrong: w2(silu(w1(x)) * w3(x)).",
                  "Expert 的输出不对：w2(silu(w1(x)) * w3(x))。")
+    reference = ref.Expert  # looked up before own_work blocks it
+    with own_work(Expert, "Expert"):
+        same_as_reference_module(Expert, reference, (6, 10), FAMILIES["Expert"], "Expert", grads=True)
 
 
 # topk_router -------------------------------------------------------------------------------
@@ -93,6 +190,9 @@ def check_topk_router(topk_router):
         got = routing_grad(*call(topk_router, leaf, 3, name="topk_router"), leaf, probe)
     expect(got is not None, *ROUTER_GRAD, "no gradient reached the logits")
     expect_close(got, routing_grad(*ref.topk_router(leaf, 3), leaf, probe), *ROUTER_GRAD)
+    reference = ref.topk_router  # looked up before own_work blocks it
+    with own_work(topk_router, "topk_router"):
+        same_as_reference(topk_router, reference, FAMILIES["topk_router"], "topk_router", grads=True, view=_routed)
 
 
 # load_balancing_loss -------------------------------------------------------------------------
@@ -135,6 +235,9 @@ def check_load_balancing_loss(load_balancing_loss):
         one = call(fn, balanced, torch.tensor([[0, 1], [2, 3]] * 4), 4, name="load_balancing_loss")
     expect_close(one.detach().reshape(()), torch.tensor(1.0), "A perfectly balanced router (k = 2) gives exactly 1.",
                  "完全均衡的路由器（k = 2）给出的结果正好是 1。")
+    reference = ref.load_balancing_loss  # looked up before own_work blocks it
+    with own_work(fn, "load_balancing_loss"):
+        same_as_reference(fn, reference, FAMILIES["load_balancing_loss"], "load_balancing_loss", grads=True, view=_scalar)
 
 
 # Gate ----------------------------------------------------------------------------------------
@@ -205,6 +308,10 @@ def check_Gate(Gate):
         got = routing_grad(weights, indices, gate.weight, probe)
     expect(got is not None, *ROUTER_GRAD, "no gradient reached Gate.weight")
     expect_close(got, routing_grad(*reference(x), reference.weight, probe), *ROUTER_GRAD)
+    reference = ref.Gate  # looked up before own_work blocks it
+    with own_work(Gate, "Gate"):
+        for ctor in ((12, 16, 3, 4, 2, "sigmoid", 2.5), (12, 12, 2, 3, 1, "softmax", 1.5)):
+            same_as_reference_module(Gate, reference, ctor, FAMILIES["Gate"], "Gate", grads=True, view=_routed)
 
 
 # update_expert_bias ----------------------------------------------------------------------------
@@ -241,6 +348,9 @@ def check_update_expert_bias(update_expert_bias):
         default = call(fn, torch.zeros(3), torch.tensor([5, 0, 1]), name="update_expert_bias")
     expect_close(default, torch.tensor([-0.001, 0.001, 0.001]), "The default gamma is 0.001, DeepSeek-V3's.",
                  "gamma 的默认值是 DeepSeek-V3 的 0.001。")
+    reference = ref.update_expert_bias  # looked up before own_work blocks it
+    with own_work(fn, "update_expert_bias"):
+        same_as_reference(fn, reference, FAMILIES["update_expert_bias"], "update_expert_bias")
 
 
 # MoE ---------------------------------------------------------------------------------------------
@@ -267,6 +377,10 @@ def check_MoE(MoE):
     reference.load_state_dict(crowded)
     load_state(moe, crowded, "MoE")
     expect_close(run_moe(MoE, moe, x), reference(x).detach(), *DROPS)
+    c, reference = MOE_SIZES, ref.MoE  # looked up before own_work blocks it
+    ctor = (c["dim"], c["inter"], c["E"], c["k"], c["shared"], c["groups"], c["limited"], "sigmoid", c["scale"])
+    with own_work(MoE, "MoE"), course_parts(MoE):  # the course's Gate and Expert, as above
+        same_as_reference_module(MoE, reference, ctor, FAMILIES["MoE"], "MoE", grads=True, state_seed=140)
 
 
 # moe_parameter_counts -------------------------------------------------------------------------------
@@ -300,6 +414,10 @@ def check_moe_parameter_counts(moe_parameter_counts):
         fail(f"moe_parameter_counts{args} is wrong: total = (routed + shared) experts x 3 x dim x moe_inter_dim + the gate; active = (activated + shared) experts + the gate.",
              f"moe_parameter_counts{args} 不对：total = (路由 + 共享) 专家数 x 3 x dim x moe_inter_dim + 路由门控；active = (激活 + 共享) 专家数 + 路由门控。",
              f"got {tuple(got)}, expected {want}")
+    reference = ref.moe_parameter_counts  # looked up before own_work blocks it
+    with own_work(fn, "moe_parameter_counts"):
+        same_as_reference(fn, reference, FAMILIES["moe_parameter_counts"], "moe_parameter_counts",
+                          view=lambda counts: tuple(counts) if isinstance(counts, (tuple, list)) else counts)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

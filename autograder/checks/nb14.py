@@ -28,8 +28,79 @@ from autograder.checks.flash_variants import expect_dtype, expect_grads, expect_
 from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
                                             watched_apply_and_backward, directional_error, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_skips, expect_tiles, work_of
+from autograder.checks.harness import Family, Probe, same_as_reference
 
 NEG_INF = float("-inf")
+_ROWS = ("values", "shape", "dtype", "device", "inputs")
+
+
+def _rows(seed, shape=(2, 3, 11), scale=1.0, block=4, dtype=torch.float32, shift=None):
+    x = randn(*shape, seed=seed) * scale
+    if shift is not None:  # rows far from 0: exp overflows (or underflows to 0 / 0) without the running maximum
+        x = x + torch.tensor(shift).view(-1, *[1] * (x.dim() - 1))
+    return (x.to(dtype), block), {}
+
+
+def _qkv(seed, B=2, H=2, T_q=5, T_k=7, d=4, d_v=3, scale=1.0, dtype=torch.float32):
+    q, k, v = heads_layout(B, H, T_q, d, seed) * scale, heads_layout(B, H, T_k, d, seed + 1), heads_layout(B, H, T_k, d_v, seed + 2)
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+def _forward_args(seed, causal, blocks=(2, 3), **sizes):
+    return _qkv(seed, **sizes), dict(causal=causal, **({} if blocks is None else dict(block_q=blocks[0], block_k=blocks[1])))
+
+
+def _backward_args(seed, causal, blocks=(2, 3), **sizes):
+    """q, k, v, the out and lse the forward saved (PyTorch's own; built inside the check, where SDPA is blocked), and grad_out."""
+    q, k, v = _qkv(seed, **sizes)
+    scores = scaled_scores(q, k, causal)
+    out, lse = torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
+    g = heads_layout(q.shape[0], q.shape[1], q.shape[2], v.shape[-1], seed + 3).to(q.dtype)
+    return (q, k, v, out, lse, g), dict(causal=causal, **({} if blocks is None else dict(block_q=blocks[0], block_k=blocks[1])))
+
+
+def _apply_args(seed, causal, **sizes):
+    return _qkv(seed, **sizes) + (causal,), {}
+
+
+def _flash_apply(cls):
+    def apply(q, k, v, causal):
+        return cls.apply(q, k, v, causal)
+    return apply
+
+
+FAMILIES = {
+    "online_softmax": Family([
+        Probe("batch", "rows that differ, blocks of 4", lambda: _rows(300), "各不相同的行，块大小 4"),
+        Probe("extreme", "rows shifted by ±1000 and scaled by 300", lambda: _rows(301, (3, 9), scale=300.0, shift=[1000.0, -1000.0, 0.0]),
+              "平移 ±1000、放大 300 倍的行"),
+        Probe("edges", "a block longer than the row", lambda: _rows(302, (2, 5), block=64), "比行更长的块"),
+        Probe("edges", "rows of length 1", lambda: _rows(303, (3, 1), block=2), "长度为 1 的行"),
+        Probe("dtype", "float64", lambda: _rows(304, dtype=torch.float64, scale=4.0), "float64"),
+        Probe("dtype", "bfloat16", lambda: _rows(305, dtype=torch.bfloat16, scale=4.0), "bfloat16"),
+    ], compares=_ROWS),
+    "flash_attention_forward": Family([
+        Probe("batch", "batch items and heads that differ", lambda: _forward_args(310, False), "各不相同的批次项与注意力头"),
+        Probe("arguments", "causal=True with T_q < T_k", lambda: _forward_args(311, True), "causal=True 且 T_q < T_k"),
+        Probe("extreme", "scores in the hundreds", lambda: _forward_args(312, True, scale=100.0), "数百量级的分数"),
+        Probe("edges", "one query, the default blocks", lambda: _forward_args(313, True, blocks=None, T_q=1), "一个查询，默认分块大小"),
+        Probe("dtype", "float64", lambda: _forward_args(314, True, dtype=torch.float64), "float64"),
+    ], compares=_ROWS),
+    "flash_attention_backward": Family([
+        Probe("batch", "batch items and heads that differ", lambda: _backward_args(320, False), "各不相同的批次项与注意力头"),
+        Probe("arguments", "causal=True with T_q < T_k", lambda: _backward_args(321, True), "causal=True 且 T_q < T_k"),
+        # scores near 100: larger ones make the gradients so large that float32's rounding exceeds its tolerance
+        Probe("extreme", "scores near 100", lambda: _backward_args(322, True, scale=40.0), "接近 100 的分数"),
+        Probe("edges", "one query, the default blocks", lambda: _backward_args(323, True, blocks=None, T_q=1), "一个查询，默认分块大小"),
+        Probe("dtype", "float64", lambda: _backward_args(324, True, dtype=torch.float64), "float64"),
+    ], compares=_ROWS),
+    "FlashAttention": Family([
+        Probe("batch", "batch items and heads that differ", lambda: _apply_args(330, False), "各不相同的批次项与注意力头"),
+        Probe("arguments", "causal=True with T_q < T_k", lambda: _apply_args(331, True), "causal=True 且 T_q < T_k"),
+        Probe("extreme", "scores in the hundreds", lambda: _apply_args(332, True, scale=100.0), "数百量级的分数"),
+        Probe("dtype", "float64", lambda: _apply_args(333, True, dtype=torch.float64), "float64"),
+    ], compares=_ROWS + ("grads",)),
+}
 _SDPA = [(torch.nn.functional, "scaled_dot_product_attention")]
 _SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
 _AUTOGRAD = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward")]
@@ -96,6 +167,9 @@ def check_online_softmax(online_softmax):
            f"float64 input gave {getattr(double, 'dtype', type(double).__name__)}")
     expect_close(double, torch.softmax(x.double(), dim=-1), "online_softmax is wrong on a float64 x.",
                  "online_softmax 在 float64 的 x 上不对。")
+    reference = ref.online_softmax  # looked up before own_work blocks it
+    with own_work(online_softmax, who):
+        same_as_reference(online_softmax, reference, FAMILIES[who], who)
 
 
 # flash_attention_forward -----------------------------------------------------------------------
@@ -174,6 +248,9 @@ def check_flash_attention_forward(flash_attention_forward):
                  f"{who} 在 float64 输入上不对。")
     expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
     expect_skips(work[True], work[False], who, _SQUARE)
+    reference = ref.flash_attention_forward  # looked up before own_work blocks it
+    with own_work(fn, who, extra=_SDPA, en=en, zh=zh):
+        same_as_reference(fn, reference, FAMILIES[who], who)
 
 
 # flash_attention_backward ----------------------------------------------------------------------
@@ -223,6 +300,9 @@ def check_flash_attention_backward(flash_attention_backward):
                      f"{who} 在 float64 输入上不对：{name} 与 autograd 的结果不同。", atol=1e-4, rtol=1e-4)
     expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
     expect_skips(work[True], work[False], who, _SQUARE)
+    reference = ref.flash_attention_backward  # looked up before own_work blocks it
+    with own_work(fn, who, extra=[*_SDPA, *_AUTOGRAD], en=en, zh=zh):
+        same_as_reference(fn, reference, FAMILIES[who], who)
 
 
 # FlashAttention --------------------------------------------------------------------------------
@@ -279,6 +359,9 @@ def check_FlashAttention(FlashAttention):
                f"In float64 the gradients of {who} disagree with finite differences (causal={causal}), what torch.autograd.gradcheck checks: keep every tensor in the inputs' dtype.",
                f"在 float64 下 {who} 的梯度与有限差分不一致（causal={causal}），而这正是 torch.autograd.gradcheck 检查的：让每个张量保持输入的 dtype。",
                f"largest relative error {error:.2g}")
+    reference = _flash_apply(ref.FlashAttention)  # its forward and backward call utils' kernels: no extra blocked here
+    with own_work(FlashAttention, who):
+        same_as_reference(_flash_apply(FlashAttention), reference, FAMILIES[who], who, grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

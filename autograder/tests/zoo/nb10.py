@@ -34,6 +34,35 @@ def expert_class(mistake=None, style="layers"):
     return Expert
 
 
+
+class ExpertUpNoGrad(nn.Module):  # the up projection computed under no_grad: w3 never trains
+    def __init__(self, dim, inter_dim):
+        super().__init__()
+        self.w1 = nn.Linear(dim, inter_dim, bias=False)
+        self.w2 = nn.Linear(inter_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, inter_dim, bias=False)
+
+    def forward(self, x):
+        with torch.no_grad():
+            up = self.w3(x)
+        return self.w2(F.silu(self.w1(x)) * up)
+
+
+class ExpertBatchedOnly(ExpertUpNoGrad):  # right only for (B, T, dim) inputs
+    def forward(self, x):
+        gate = torch.einsum("btd,hd->bth", x, self.w1.weight)
+        up = torch.einsum("btd,hd->bth", x, self.w3.weight)
+        return torch.einsum("bth,dh->btd", F.silu(gate) * up, self.w2.weight)
+
+
+class ExpertSigmoidInPlace(ExpertUpNoGrad):  # x * sigmoid(x) written into sigmoid's output: backward refuses
+    def forward(self, x):
+        gate = self.w1(x)
+        silu = torch.sigmoid(gate)
+        silu.mul_(gate)
+        return self.w2(silu * self.w3(x))
+
+
 class BorrowedExpert(utils.moe.Expert):
     pass
 
@@ -79,6 +108,30 @@ def router_sorted_by_index(logits, k):
     return kept / kept.sum(-1, keepdim=True), indices
 
 
+
+def router_float32_probs(logits, k):  # the probabilities in float32 whatever the logits' dtype
+    probs = torch.softmax(logits.float(), -1)
+    top, indices = probs.topk(k, -1)
+    return top / top.sum(-1, keepdim=True), indices
+
+
+def router_float32_cast_back(logits, k):  # the softmax in float32, cast back (Llama, Hugging Face)
+    probs = torch.softmax(logits.float(), -1)
+    top, indices = probs.topk(k, -1)
+    return (top / top.sum(-1, keepdim=True)).to(logits.dtype), indices
+
+
+def router_masks_every_maximum(logits, k):  # picks the maximum k times, but masks every expert equal to it
+    probs = torch.softmax(logits, -1)
+    left, chosen = probs.detach().clone(), []
+    for _ in range(k):
+        best = left.argmax(-1, keepdim=True)
+        chosen.append(best)
+        left = left.masked_fill(left == left.gather(1, best), -1.0)  # a tied expert goes with it
+    indices = torch.cat(chosen, -1)
+    top = probs.gather(1, indices)
+    return top / top.sum(-1, keepdim=True), indices
+
 # load_balancing_loss -----------------------------------------------------------------------------
 def lb_no_factor(router_probs, expert_indices, num_experts):
     f = torch.bincount(expert_indices.flatten(), minlength=num_experts).float() / expert_indices.numel()
@@ -111,6 +164,12 @@ def lb_one_hot(router_probs, expert_indices, num_experts):
     f = F.one_hot(expert_indices, num_experts).float().sum(1).mean(0) / expert_indices.shape[1]
     return num_experts * torch.dot(f, router_probs.mean(0))
 
+
+
+def lb_experts_from_indices(router_probs, expert_indices, num_experts):  # E counted from the experts that were used
+    used = expert_indices.unique().numel()
+    f = torch.bincount(expert_indices.flatten(), minlength=num_experts).float() / expert_indices.numel()
+    return used * (f * router_probs.mean(0)).sum()
 
 # Gate --------------------------------------------------------------------------------------------
 def gate_class(mistake=None, style="masked_fill"):
@@ -334,6 +393,26 @@ class ExpertReferenceCode(nn.Module):
     forward = types.FunctionType(_REFERENCE_FORWARD, vars(utils.moe), "forward")
 
 
+
+def moe_shared_no_grad():
+    """Right outputs, but the shared experts run under no_grad: they never train."""
+    class MoE(moe_class(style="index_add")):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.shared_experts is not None:
+                inner = self.shared_experts.forward
+
+                def forward(x):
+                    with torch.no_grad():
+                        return inner(x)
+                self.shared_experts.forward = forward
+    return MoE
+
+
+def bias_float32(bias, tokens_per_expert, gamma=0.001):  # the new bias in float32 whatever the bias's dtype
+    load = tokens_per_expert.float()
+    return bias.float() - gamma * torch.sign(load - load.mean())
+
 WRONG = {
     "Expert": {
         # the reference's forward code runs under another function object / 参考实现的 forward 代码换了个函数对象在运行
@@ -344,6 +423,10 @@ WRONG = {
         "silu after the product": (expert_class("silu after the product"), "before the product"),
         "layers with bias": (expert_class("bias"), "without bias"),
         "subclasses utils": (BorrowedExpert, "yourself"),
+        # the harness's gradients and edges / 由 harness 的梯度与边界情况发现
+        "up projection under no_grad": (ExpertUpNoGrad, "No gradient reaches Expert.w3.weight"),
+        "only (B, T, dim) inputs": (ExpertBatchedOnly, "crashed"),
+        "SiLU written in place into sigmoid's output": (ExpertSigmoidInPlace, "cannot be backpropagated through"),
     },
     "topk_router": {
         # it shifts the caller's logits in place / 它原地平移了调用者的 logits
@@ -353,6 +436,9 @@ WRONG = {
         "softmax without the max": (router_unstable_softmax, "overflows"),
         "calls utils": (utils.moe.topk_router, "yourself"),
         "weights detached": (router_detached, "carry the gradient back"),
+        # the harness's dtypes and ties / 由 harness 的 dtype 与并列值发现
+        "probabilities in float32 whatever the dtype": (router_float32_probs, "must follow its input's dtype"),
+        "masks every expert tied with the maximum": (router_masks_every_maximum, "on tied logits"),
     },
     "load_balancing_loss": {
         "no factor E": (lb_no_factor, "factor E"),
@@ -361,6 +447,7 @@ WRONG = {
         "f and P swapped": (lb_swapped, "f and P are swapped"),
         "chooses the experts again": (lb_chooses_again, "expert_indices"),
         "calls utils": (utils.moe.load_balancing_loss, "yourself"),
+        "E counted from the experts used": (lb_experts_from_indices, "on an expert no token picks"),
     },
     "Gate": {
         "softmax where sigmoid": (gate_class("softmax"), "not a softmax"),
@@ -384,6 +471,7 @@ WRONG = {
         "fresh bias": (bias_fresh, "current bias"),
         "experts at the mean gain gamma": (bias_at_mean_gains, "exactly at the mean"),
         "integer mean": (bias_integer_mean, "integer division"),
+        "the new bias in float32 whatever the dtype": (bias_float32, "must follow its input's dtype (torch.float64)"),
         "calls utils": (utils.moe.update_expert_bias, "yourself"),
     },
     "MoE": {
@@ -397,6 +485,7 @@ WRONG = {
         "drops tokens over capacity": (moe_class("drops tokens over capacity"), "drops or overwrites"),
         "assigns instead of adding": (moe_class("assigns instead of adding"), "drops or overwrites"),
         "subclasses utils": (BorrowedMoE, "yourself"),
+        "shared experts under no_grad": (moe_shared_no_grad(), "No gradient reaches MoE.shared_experts.w1.weight"),
     },
     "moe_parameter_counts": {
         "gate left out": (counts_factory("gate left out"), "gate is part of the layer"),
@@ -412,7 +501,8 @@ WRONG = {
 RIGHT = {
     "Expert": {"einsum with x * sigmoid(x)": expert_class(style="einsum")},
     "topk_router": {"softmax of the top-k logits": router_softmax_of_top_logits,
-                    "log-softmax, indices sorted": router_sorted_by_index},
+                    "log-softmax, indices sorted": router_sorted_by_index,
+                    "softmax in float32, cast back": router_float32_cast_back},
     "load_balancing_loss": {"one-hot counts": lb_one_hot},
     "Gate": {"torch.where, indices sorted": gate_class(style="where")},
     "update_expert_bias": {"torch.where": bias_where, "in place": bias_in_place},

@@ -167,7 +167,7 @@ def topk_by_sort(index_scores, topk):
 
 
 def topk_by_kth_value(index_scores, topk):
-    """Valid without ties: keep the finite scores at least the k-th best."""
+    """Wrong on ties (right without them): every score equal to the k-th is kept, more than topk keys."""
     kth = index_scores.topk(min(topk, index_scores.shape[-1]), -1).values[..., -1:]
     return ~((index_scores >= kth) & torch.isfinite(index_scores))
 
@@ -192,6 +192,7 @@ def topk_floor_instead_of_inf(index_scores, topk):
 # SparseMLA -------------------------------------------------------------------------------------
 class GatherSparseMLA(MultiHeadLatentAttention):
     """Valid: gathers the selected keys (B, T, topk, ...) instead of masking all of them."""
+    float32_softmax = False
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -216,11 +217,94 @@ class GatherSparseMLA(MultiHeadLatentAttention):
             k, v = self._expand(latent, k_pe)
             k, v = self._write("k_cache", k, start_pos)[b, idx], self._write("v_cache", v, start_pos)[b, idx]
             scores = torch.einsum("bthd,btkhd->bthk", torch.cat([q_nope, q_pe], -1), k)
-        weights = (scores * self.softmax_scale).masked_fill(torch.isneginf(best)[:, :, None], float("-inf")).softmax(-1)
+        scores = (scores * self.softmax_scale).masked_fill(torch.isneginf(best)[:, :, None], float("-inf"))
+        weights = scores.float().softmax(-1).to(scores.dtype) if self.float32_softmax else scores.softmax(-1)
         if absorb:
             return self.wo(torch.einsum("bthk,btkc,hdc->bthd", weights, lat, w[:, nope:]).flatten(2))
         return self.wo(torch.einsum("bthk,btkhd->bthd", weights, v).flatten(2))
 
+
+# Caught by the families of checks/harness.py --------------------------------------------------
+class DictCache(SlotLoopCache):
+    """Right outputs, but every position ever seen stays in a dict: a window that keeps everything."""
+
+    def __init__(self, batch_size, window, num_kv_heads, head_dim, dtype=torch.float32, device=None):
+        super().__init__(batch_size, window, num_kv_heads, head_dim, dtype, device)
+        self.seen = {}
+
+    def update(self, k_new, v_new):
+        for t in range(k_new.shape[2]):
+            self.seen[self.seq_len + t] = (k_new[:, :, t].clone(), v_new[:, :, t].clone())
+        return super().update(k_new, v_new)
+
+
+def sinks_scores_detached(q, k, v, sinks, mask=None):  # the scores from a detached q: q never trains
+    scores = q.detach() @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat((scores, sink), -1), -1)[..., :-1] @ v
+
+
+def sinks_exp_unshifted(q, k, v, sinks, mask=None):  # exp without the maximum: right only for small logits
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    e = scores.exp()
+    if mask is not None:
+        e = e.masked_fill(mask, 0.0)
+    return (e / (e.sum(-1, keepdim=True) + sinks.exp().view(1, -1, 1, 1))) @ v
+
+
+def sinks_float32_cast_back(q, k, v, sinks, mask=None):  # the softmax in float32, cast back (Llama, Hugging Face)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    sink = sinks.view(1, -1, 1, 1).expand(*scores.shape[:-1], 1).to(scores.dtype)
+    weights = torch.softmax(torch.cat((scores, sink), -1).float(), -1)[..., :-1].to(q.dtype)
+    return weights @ v
+
+
+def sinks_softmax_scaled_in_place(q, k, v, sinks, mask=None):  # right values; the softmax's output changed in place
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat((scores, sink), -1), -1)
+    weights.mul_(1.0)  # softmax's backward needs its output as it was
+    return weights[..., :-1] @ v
+
+
+class _NoGradLinear(nn.Linear):
+    def forward(self, x):
+        with torch.no_grad():
+            return super().forward(x)
+
+
+def indexer_head_weights_no_grad():
+    """Right scores, but the head weights computed under no_grad: weights_proj never trains."""
+    class LightningIndexer(indexer_cls(style="einsum")):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            self.weights_proj = _NoGradLinear(cfg.dim, cfg.index_n_heads, bias=False)
+    return LightningIndexer
+
+
+
+class Float32SoftmaxSparseMLA(GatherSparseMLA):
+    """Valid: the softmax in float32, cast back (Llama, Hugging Face)."""
+    float32_softmax = True
+
+
+class QueryLatentNoGradSparseMLA(GatherSparseMLA):
+    """Right outputs, but the query latent's norm runs under no_grad: wq_a and q_norm never train."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        inner = self.q_norm.forward
+
+        def forward(x):
+            with torch.no_grad():
+                return inner(x)
+        self.q_norm.forward = forward
 
 WRONG = {
     "attention_with_sinks": {
@@ -228,9 +312,13 @@ WRONG = {
         "sink multiplied by sqrt(d)": (sinks_times_root, "not the sink"),
         "sink not exponentiated": (sinks_not_exponentiated, "exp(sinks[h])"),
         "keys scaled in place": (sinks_key_scaled_in_place, "in place"),
+        "scores from a detached q": (sinks_scores_detached, "No gradient reaches input 1"),
+        "exp without the maximum": (sinks_exp_unshifted, "on logits and sinks in the hundreds"),
+        "softmax's output changed in place": (sinks_softmax_scaled_in_place, "cannot be backpropagated through"),
     },
     "RollingKVCache": {
         "device ignored": (DeviceIgnoredCache, "device=..."),
+        "every position kept in a dict": (DictCache, "holds more than it needs"),
     },
     "LightningIndexer": {
         "head weights scaled by index_head_dim**-0.5 only": (buffered_indexer(lambda H, d: d ** -0.5), "both factors"),
@@ -238,19 +326,26 @@ WRONG = {
         "head weights scaled by sqrt(index_head_dim / index_n_heads)": (buffered_indexer(lambda H, d: (d / H) ** 0.5), "no other factor"),
         "k_norm after RoPE": (buffered_indexer(mistake="k_norm after rope"), "BEFORE RoPE"),
         "key not rotated": (buffered_indexer(mistake="key not rotated"), "the shared key too"),
+        "head weights under no_grad": (indexer_head_weights_no_grad(), "No gradient reaches LightningIndexer.weights_proj.weight"),
+    },
+    "SparseMLA": {
+        "query latent under no_grad": (QueryLatentNoGradSparseMLA, "No gradient reaches SparseMLA.wq_a.weight"),
     },
     "topk_key_mask": {
         "top-k across the batch": (topk_across_batch, "not the best of the whole batch"),
         "topk larger than the positions crashes": (topk_no_min, "min(topk, positions)"),
         "-inf replaced by -1e9 (future chosen on ties)": (topk_floor_instead_of_inf, "never be selected"),
+        # keeps every score equal to the k-th: more than topk keys on ties / 并列时保留的键多于 topk 个
+        "k-th value threshold (more than topk on ties)": (topk_by_kth_value, "on ties at the k-th place"),
     },
 }
 
 RIGHT = {
     "sliding_window_mask": {"broadcast distance": mask_distance, "triu | tril": mask_triu_or_tril},
     "RollingKVCache": {"torch.roll, newest last": RolledCache, "slot p % window, one position at a time": SlotLoopCache},
-    "attention_with_sinks": {"softmax by hand": sinks_by_hand, "log-sum-exp with the sink column": sinks_lse_column()},
+    "attention_with_sinks": {"softmax by hand": sinks_by_hand, "log-sum-exp with the sink column": sinks_lse_column(),
+                             "softmax in float32, cast back": sinks_float32_cast_back},
     "LightningIndexer": {"key buffer, rotate_half RoPE, einsum": buffered_indexer()},
-    "topk_key_mask": {"argsort then scatter": topk_by_sort, "k-th value threshold": topk_by_kth_value},
-    "SparseMLA": {"gather the selected keys": GatherSparseMLA},
+    "topk_key_mask": {"argsort then scatter": topk_by_sort},
+    "SparseMLA": {"gather the selected keys": GatherSparseMLA, "softmax in float32, cast back": Float32SoftmaxSparseMLA},
 }

@@ -193,6 +193,11 @@ def forward_in_float64(q, k, v, causal=False, block_q=64, block_k=64):
     return out.to(q.dtype), lse.to(q.dtype)
 
 
+def forward_in_float32(q, k, v, causal=False, block_q=64, block_k=64):  # float32 whatever the inputs, cast back
+    out, lse = _forward(q.float(), k.float(), v.float(), causal, block_q, block_k)
+    return out.to(q.dtype), lse.to(q.dtype)
+
+
 # flash_attention_backward ----------------------------------------------------------------
 def _backward(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64, D="dO * O", p_for_dv="lse",
               scale="d", use_causal=True, skip=True, p="exp(s - lse)"):
@@ -363,6 +368,75 @@ def _backward_with(**mistake):
     return partial(_backward, **mistake)
 
 
+# Caught by the families of checks/harness.py --------------------------------------------------
+def softmax_float32_state(x, block_size):
+    """The running maximum and sum made in float32 whatever x's dtype: a bfloat16 x comes back float32."""
+    m = torch.full(x.shape[:-1], NEG_INF, device=x.device)
+    l = torch.zeros(x.shape[:-1], device=x.device)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = m_new.masked_fill(m_new == NEG_INF, 0.0)
+        l = l * torch.exp(m - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)
+        m = m_new
+    return torch.exp(x - m.masked_fill(m == NEG_INF, 0.0)[..., None]) / l[..., None]
+
+
+def softmax_float32_cast_back(x, block_size):  # computed in float32, cast back (Llama, Hugging Face)
+    return softmax_padded_blocks(x.float(), block_size).to(x.dtype)
+
+
+def forward_tile_max(q, k, v, causal=False, block_q=64, block_k=64):
+    """One maximum per tile, shared by every row, batch item and head: right while their scores are close."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    offset, scale = T_k - T_q, 1.0 / math.sqrt(q.shape[-1])
+    out, lse = q.new_zeros(*q.shape[:-1], v.shape[-1]), q.new_zeros(q.shape[:-1])
+    for i0 in range(0, T_q, block_q):
+        i1 = min(i0 + block_q, T_q)
+        m = q.new_full((*q.shape[:-2], i1 - i0), NEG_INF)
+        l, o = torch.zeros_like(m), q.new_zeros(*q.shape[:-2], i1 - i0, v.shape[-1])
+        for j0 in range(0, T_k, block_k):
+            j1 = min(j0 + block_k, T_k)
+            if causal and j0 > i1 - 1 + offset:
+                break
+            s = q[..., i0:i1, :] @ k[..., j0:j1, :].transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(_mask(i0, i1, j0, j1, offset, device=s.device), NEG_INF)
+            m_new = torch.maximum(m, s.max())  # one number for the whole tile
+            p, c = torch.exp(s - m_new[..., None]), torch.exp(m - m_new)
+            l, o, m = c * l + p.sum(-1), c[..., None] * o + p @ v[..., j0:j1, :], m_new
+        out[..., i0:i1, :], lse[..., i0:i1] = o / l[..., None], m + l.log()
+    return out, lse
+
+
+def backward_exp_over_exp(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):
+    """P = exp(s) / exp(lse): the same number while the scores are small, inf / inf past exp's range."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    offset, scale = T_k - T_q, 1.0 / math.sqrt(q.shape[-1])
+    D = (grad_out * out).sum(-1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for i0 in range(0, T_q, block_q):
+        i1 = min(i0 + block_q, T_q)
+        q_i, g_i = q[..., i0:i1, :], grad_out[..., i0:i1, :]
+        for j0 in range(0, T_k, block_k):
+            j1 = min(j0 + block_k, T_k)
+            if causal and j0 > i1 - 1 + offset:
+                break
+            s = q_i @ k[..., j0:j1, :].transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(_mask(i0, i1, j0, j1, offset, device=s.device), NEG_INF)
+            p = torch.exp(s) / torch.exp(lse[..., i0:i1, None])
+            dv[..., j0:j1, :] += p.transpose(-2, -1) @ g_i
+            ds = p * (g_i @ v[..., j0:j1, :].transpose(-2, -1) - D[..., i0:i1, None])
+            dq[..., i0:i1, :] += ds @ k[..., j0:j1, :] * scale
+            dk[..., j0:j1, :] += ds.transpose(-2, -1) @ q_i * scale
+    return dq, dk, dv
+
+
+def backward_in_float32(q, k, v, out, lse, grad_out, causal=False, block_q=64, block_k=64):  # float32, cast back
+    grads = _backward(*(t.float() for t in (q, k, v, out, lse, grad_out)), causal, block_q, block_k)
+    return tuple(g.to(q.dtype) for g in grads)
+
 WRONG = {
     "online_softmax": {
         "running sum not rescaled": (partial(_online, rescale=False), "running sum was not rescaled"),
@@ -372,9 +446,11 @@ WRONG = {
         "ignores block_size": (lambda x, block_size: _online(x, 8), "more than block_size entries of a row at once"),
         "torch.softmax": (lambda x, block_size: torch.softmax(x, dim=-1), "more than block_size entries of a row at once"),
         "calls utils": (lambda x, block_size: ref.online_softmax(x, block_size), "yourself"),
+        "running state in float32 whatever the dtype": (softmax_float32_state, "must follow its input's dtype (torch.bfloat16)"),
     },
     "flash_attention_forward": {
         "running sum not rescaled": (_forward_with(rescale_l=False), "running sum l was not rescaled"),
+        "one maximum per tile for every row and head": (forward_tile_max, "Scores in the hundreds give NaN or inf"),
         "accumulator not rescaled": (_forward_with(rescale_acc=False), "output accumulator was not rescaled"),
         "divides by the sum inside the loop": (_forward_with(divide_inside=True), "inside the loop"),
         "scores not scaled": (_forward_with(scale="none"), "multiplied by 1/sqrt(d)"),
@@ -399,6 +475,7 @@ WRONG = {
         "calls utils": (forward_calls_utils, "yourself"),
     },
     "flash_attention_backward": {
+        "P as exp(s) / exp(lse)": (backward_exp_over_exp, "on scores near 100"),
         "D from P": (_backward_with(D="P * dP"), "D was computed from one tile"),
         "D left out": (_backward_with(D="none"), "D was left out"),
         "P normalised within the tile": (_backward_with(p="softmax(s)"), "normalised within each tile"),
@@ -429,14 +506,17 @@ WRONG = {
 }
 
 RIGHT = {
-    "online_softmax": {"running log-sum-exp": softmax_logaddexp, "padded blocks, torch.max": softmax_padded_blocks},
+    "online_softmax": {"running log-sum-exp": softmax_logaddexp, "padded blocks, torch.max": softmax_padded_blocks,
+                       "in float32, cast back": softmax_float32_cast_back},
     "flash_attention_forward": {"key blocks outside, normalised output, einsum": forward_keys_outside,
                                 "one head at a time": forward_per_head,
                                 "running log-sum-exp, transposed k, break at the diagonal": forward_running_lse,
                                 "computed in float64": forward_in_float64,
+                                "computed in float32, cast back": forward_in_float32,
                                 "key tiles from the last, -inf guarded": _forward_with(key_order=-1)},
     "flash_attention_backward": {"query blocks outside, einsum": backward_queries_outside,
-                                 "one head at a time, in float64": backward_per_head_in_float64},
+                                 "one head at a time, in float64": backward_per_head_in_float64,
+                                 "computed in float32, cast back": backward_in_float32},
     "FlashAttention": {"zoo forward and backward": _function(),
                        "einsum kernels, FA-1 loop order": _function(forward_keys_outside, backward_queries_outside),
                        "lse kept as a ctx attribute, running log-sum-exp": _function(forward_running_lse, keep="lse on ctx")},
