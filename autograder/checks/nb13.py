@@ -258,7 +258,7 @@ FAMILIES = {
         Probe("edges", "a fully blocked row", lambda: _sink_inputs(241, _blocked_row()), "完全被屏蔽的一行"),
         Probe("arguments", "a (B, 1, T_q, T_k) sliding-window mask", lambda: _sink_inputs(242, ref_mask(4, 6, 3).expand(2, 1, 4, 6)),
               "(B, 1, T_q, T_k) 的滑动窗口掩码"),
-        Probe("extreme", "logits and sinks in the hundreds", lambda: _sink_inputs(243, scale=40.0, sinks=(300.0, -300.0, 0.0)),
+        Probe("extreme", "logits and sinks in the hundreds", lambda: _sink_inputs(243, scale=100.0, sinks=(300.0, -300.0, 0.0)),
               "数百量级的 logits 和 sink"),
         Probe("dtype", "float64 inputs", lambda: _sink_inputs(244, ref_mask(4, 6, 2), dtype=torch.float64), "float64 输入"),
         Probe("dtype", "bfloat16 inputs", lambda: _sink_inputs(245, dtype=torch.bfloat16), "bfloat16 输入"),
