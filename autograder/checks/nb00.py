@@ -23,6 +23,12 @@ def _ids(*rows):
 
 
 FAMILIES = {
+    "encode": Family([
+        Probe("edges", "one character", lambda: (("x",), {}), "一个字符"),
+        Probe("extreme", "a long text of repeated words", lambda: (("attention " * 200,), {}), "由重复单词组成的长文本"),
+        Probe("batch", "newlines, emoji and mixed scripts", lambda: (("line one\nline two 🙂 注意力 Ünïcödé",), {}),
+              "换行、表情符号与混合文字"),
+    ], compares=("values",)),
     "embed": Family([
         Probe("batch", "two id sequences that differ", lambda: ((_ids([3, 0, 10, 3], [1, 9, 2, 5]), randn(11, 4, seed=1)), {}),
               "两个不同的 id 序列"),
@@ -59,6 +65,8 @@ def check_encode(encode):
         fail(f"encode({text!r}) gave different ids from GPT-2's tokenizer: keep spaces and case as they are, and encode the whole text at once.",
              f"encode({text!r}) 的结果与 GPT-2 分词器不同：保留原有的空格和大小写，并一次性编码整段文本。",
              f"got {ids[:8]}, expected {expected[:8]}")
+    with own_work(encode, "encode"):
+        same_as_reference(encode, utils.tokenizer.encode, FAMILIES["encode"], "encode")
 
 
 def check_embed(embed):

@@ -54,6 +54,13 @@ FAMILIES = {
         Probe("edges", "a one-token prompt", lambda: ((_model(), torch.tensor([[7], [21]]), 3), {}), "只有一个词元的提示"),
         Probe("edges", "no new tokens", lambda: ((_model(), torch.tensor([[4, 9, 1]]), 0), {}), "不生成新词元"),
     ], compares=("values", "shape", "dtype", "device", "inputs")),
+    "kv_cache_bytes": Family([
+        Probe("edges", "sizes of one", lambda: ((1, 1, 1, 1, 1), {}), "全部为 1 的大小"),
+        Probe("arguments", "bytes_per_element=1 (FP8) and 4 (float32)", lambda: ((2, 5, 3, 4, 16), {"bytes_per_element": 1}),
+              "bytes_per_element=1（FP8）和 4（float32）"),
+        Probe("extreme", "DeepSeek-V3's size at 128K tokens, batch 8", lambda: ((8, 131072, 61, 128, 128), {"bytes_per_element": 4}),
+              "DeepSeek-V3 的规模，128K 词元，批大小 8"),
+    ], compares=("values",)),
     "KVCache": Family([
         Probe("state", "updates of 3, 1 and 2 tokens, a reset, then 1 token",
               lambda: Steps(_updates([3, 1, 2], 80) + [("reset", (), {})] + _updates([1], 90)), "先写入 3、1、2 个词元，重置，再写入 1 个"),
@@ -352,6 +359,8 @@ def check_kv_cache_bytes(kv_cache_bytes):
     expect(default == 131072,
            "bytes_per_element defaults to 2 (bf16): Llama-3-8B (32 layers, 8 KV heads of 128) caches 131,072 bytes per token.",
            "bytes_per_element 默认为 2（bf16）：Llama-3-8B（32 层，8 个 128 维的 KV 头）每个词元缓存 131,072 字节。", f"got {default}")
+    with own_work(kv_cache_bytes, "kv_cache_bytes"):
+        same_as_reference(kv_cache_bytes, ref.kv_cache_bytes, FAMILIES["kv_cache_bytes"], "kv_cache_bytes")
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)
