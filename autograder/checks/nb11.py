@@ -41,6 +41,13 @@ FAMILIES = {
         Probe("batch", "rows that differ", lambda: (ref.absmax_quantize(randn(3, 2, 16, seed=124), dim=-1), {}), "各行不同"),
         Probe("arguments", "one scale per column", lambda: (ref.absmax_quantize(randn(5, 7, seed=125), dim=0), {}), "每列一个 scale"),
     ], compares=_SCALE_FREE),
+    "fp8_block_quantize": Family([
+        Probe("edges", "a ragged edge (70 x 130, blocks of 32)", lambda: ((randn(70, 130, seed=131),), {"block_size": 32}),
+              "不整齐的边缘（70 x 130，32 的块）"),
+        Probe("edges", "one block larger than the matrix", lambda: ((randn(5, 3, seed=132),), {"block_size": 8}), "一个比矩阵还大的块"),
+        Probe("extreme", "weights in the thousands", lambda: ((3000 * randn(16, 24, seed=133),), {"block_size": 8}), "数千量级的权重"),
+        Probe("dtype", "a bfloat16 weight", lambda: ((_bf16(32, 48, seed=134),), {"block_size": 16}), "bfloat16 权重"),
+    ], compares=_NO_GRADS),
     "fp8_block_dequantize": Family([
         Probe("edges", "a ragged edge (70 x 130, blocks of 32)",
               lambda: (ref.fp8_block_quantize(randn(70, 130, seed=126), 32), {"block_size": 32}), "不整齐的边缘（70 x 130，32 的块）"),
@@ -155,6 +162,8 @@ def check_fp8_block_quantize(fp8_block_quantize):
                "w_fp8 * scale 必须在 FP8 的舍入误差内还原 w：转换成 torch.float8_e4m3fn 之前，把每个块除以它自己的 scale。",
                f"largest difference {float((w_fp8.float() * full - w).abs().max()):.4g}")
     qp.expect_scale_in_float32(qp.expect_fp8_pair(in_bf16, half, who, "w_fp8")[1], ref.fp8_block_quantize(half, 32)[1], "scale", "scale", who)
+    with own_work(fp8_block_quantize, "fp8_block_quantize"):
+        same_as_reference(fp8_block_quantize, ref.fp8_block_quantize, FAMILIES["fp8_block_quantize"], "fp8_block_quantize")
 
 
 def check_fp8_block_dequantize(fp8_block_dequantize):
