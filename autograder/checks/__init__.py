@@ -66,11 +66,13 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
 
 def graded_checks(namespace: dict):
     """Wrap every check_* of a notebook's module: a device finding of its calls (elsewhere.py)
-    fails the check once everything else in it has passed, so a wrong value is named first."""
-    from autograder.checks import elsewhere
+    fails the check once everything else in it has passed, so a wrong value is named first; the
+    harness knows the notebook's exercises, to grade each with the course's earlier ones."""
+    from autograder.checks import elsewhere, harness
+    exercises = tuple(key[len("check_"):] for key in namespace if key.startswith("check_"))  # in the notebook's order
     for key, fn in list(namespace.items()):
         if key.startswith("check_") and callable(fn) and not getattr(fn, "graded", False):
-            namespace[key] = elsewhere.deferred(fn)
+            namespace[key] = harness.among(elsewhere.deferred(fn), exercises)
 
 
 def _describe(x) -> str:

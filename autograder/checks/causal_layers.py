@@ -218,3 +218,19 @@ def split_dtypes(family):
     typed = [(dt, Family([p for p in family.probes if p.axis == "dtype" and str(dt).removeprefix("torch.") in p.label], family.compares))
              for dt in (torch.float64, torch.bfloat16)]
     return plain, [(dt, f) for dt, f in typed if f.probes]
+
+
+def layer_probes(d_in: int, context: int, seed: int) -> list:
+    """The probes every attention layer of 04-06 runs on (harness.py): two batch items that
+    differ at full context, one token, fewer tokens than the context, and inputs large enough for
+    scores in the hundreds; seeds seed + 1 to seed + 4."""
+    from autograder.checks.harness import Probe
+    return [
+        Probe("batch", f"two batch items that differ, T = context_length = {context}",
+              lambda: ((randn(2, context, d_in, seed=seed + 1),), {}), f"两个不同的批次项，T = context_length = {context}"),
+        Probe("edges", "one token", lambda: ((randn(2, 1, d_in, seed=seed + 2),), {}), "只有一个词元"),
+        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, d_in, seed=seed + 3),), {}), "少于 context_length 的词元"),
+        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, context, d_in, seed=seed + 4) * 30,), {}),
+              "大小为 30 的输入（数百量级的分数）"),
+    ]
+

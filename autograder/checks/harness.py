@@ -25,8 +25,8 @@ of computing a softmax in float32 and casting back (Llama, Hugging Face) stays c
 bfloat16 probe is graded at bfloat16's tolerance against the reference run in float32.
 """
 import collections
-import contextlib
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from utils.mla import one_thread  # probes are tiny: one thread is fastest, and a busy machine's handoffs stay out
 from autograder.checks import ATOL, RTOL, call, course_runs, expect, fail, load_state, message, randn, seeded_state
 
 AXES = {
@@ -201,22 +202,37 @@ def compare_grads(own, want, names, probe, who):
                  "或由 .detach() / .data 计算）或计算方式不同。", f"largest difference {diff:.4g}, allowed {bound:.4g}")
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """Probes are tiny: one thread computes them fastest, and a loaded machine's thread handoffs
-    (tens of milliseconds per operation) stay out of submit's time."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+_EXERCISES = [()]  # the running check's notebook's exercises, in order (set by `among`)
+
+
+def among(check, exercises: tuple):
+    """check, knowing the exercises of its notebook (graded_checks wraps every check with it)."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        saved, _EXERCISES[0] = _EXERCISES[0], exercises
+        try:
+            return check(*args, **kwargs)
+        finally:
+            _EXERCISES[0] = saved
+    run.graded = True
+    return run
+
+
+def _earlier_as_the_course(fn, who: str):
+    """While the harness runs the learner's code: the notebook's earlier exercises that it calls
+    by name are the course's, so an earlier mistake (a softmax that overflows) costs marks once,
+    in its own exercise (issue 29, point 8)."""
+    from autograder.checks.shortcuts import course_versions, utils_twins
+    exercises, base = _EXERCISES[0], who.split(".")[0]
+    earlier = exercises[:exercises.index(base)] if base in exercises else ()
+    course = {name: _real(getattr(*twins[0])) for name in earlier if (twins := utils_twins(name))}
+    return course_versions(fn, course)
 
 
 def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0, view=None):
     """fn(*args) against reference(*args) on every probe of the family. `view`, when given, maps
     both outputs to what the contract fixes before they are compared (e.g. a set's order sorted)."""
-    with _one_thread():
+    with one_thread(), _earlier_as_the_course(fn, who):
         _same_as_reference(fn, _real(reference), family, who, explain, grads, seed, view)
 
 
@@ -265,7 +281,7 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
     """Learner's cls(*ctor) and reference_cls(*ctor) (an nn.Module gets the reference's seeded
     weights, loaded by name), on every probe: forward (or a Steps sequence of method calls),
     outputs, every parameter's gradient, and what the object holds after a sequence."""
-    with _one_thread():
+    with one_thread(), _earlier_as_the_course(cls, who):
         _same_as_reference_module(cls, _real(reference_cls), ctor, family, who, explain, grads, seed, ctor_kwargs or {},
                                   state_seed, view)
 

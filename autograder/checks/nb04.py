@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import utils.causal as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, generator, matches, own_module,
                                own_work, randn)
-from autograder.checks.causal_layers import (NEG_INF, converted, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
+from autograder.checks.causal_layers import (layer_probes, NEG_INF, converted, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
                                              load_projections, run_shorter, split_dtypes)
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 
@@ -70,12 +70,7 @@ FAMILIES = {
           for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
     ], compares=_GRADED),
     "CausalSelfAttention": Family([
-        Probe("batch", f"two batch items that differ, T = context_length = {CONTEXT}", lambda: ((randn(2, CONTEXT, D_IN, seed=421),), {}),
-              f"两个不同的批次项，T = context_length = {CONTEXT}"),
-        Probe("edges", "one token", lambda: ((randn(2, 1, D_IN, seed=422),), {}), "只有一个词元"),
-        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=423),), {}), "少于 context_length 的词元"),
-        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=424) * 30,), {}),
-              "大小为 30 的输入（数百量级的分数）"),
+        *layer_probes(D_IN, CONTEXT, 420),
         # dtype probes run on layers built and then moved with .to(dtype) (causal_layers.converted)
         *[Probe("dtype", f"{name} inputs, the layer moved with .to(torch.{name})", lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=425).to(dt),), {}),
                 f"{name} 输入，层已用 .to(torch.{name}) 转换") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],

@@ -15,7 +15,7 @@ from torch import nn
 
 import utils.dropout as ref
 from autograder.checks import (graded_checks, call, expect, expect_raises, expect_tensor, generator, own_module, own_work, randn)
-from autograder.checks.causal_layers import (converted, expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
+from autograder.checks.causal_layers import (layer_probes, converted, expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
                                              expect_mask_buffer, load_projections, probe_tokens, probe_weights,
                                              run_shorter, split_dtypes)
 
@@ -44,12 +44,7 @@ FAMILIES = {
     # Built with dropout=0.0, so that training mode is deterministic and every value and
     # gradient can be compared with the course's (dropout itself is checked above).
     "CausalAttention": Family([
-        Probe("batch", f"two batch items that differ, T = context_length = {CONTEXT}", lambda: ((randn(2, CONTEXT, D_IN, seed=511),), {}),
-              f"两个不同的批次项，T = context_length = {CONTEXT}"),
-        Probe("edges", "one token", lambda: ((randn(2, 1, D_IN, seed=512),), {}), "只有一个词元"),
-        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=513),), {}), "少于 context_length 的词元"),
-        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=514) * 30,), {}),
-              "大小为 30 的输入（数百量级的分数）"),
+        *layer_probes(D_IN, CONTEXT, 510),
         # dtype probes: a layer with dropout=0.3, moved with .to(dtype) and put in eval() (causal_layers.converted)
         *[Probe("dtype", f"{name} inputs, the layer (dropout=0.3) moved with .to(torch.{name}) in eval()",
                 lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=515).to(dt),), {}),

@@ -12,7 +12,7 @@ from torch import nn
 import utils.multihead as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, fill_linear,
                                matches, own_work, randn)
-from autograder.checks.causal_layers import (QKV, causal_attention, expect_dropout_on_weights, load_projections,
+from autograder.checks.causal_layers import (layer_probes, QKV, causal_attention, expect_dropout_on_weights, load_projections,
                                              probe_tokens, probe_weights)
 from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
 from autograder.checks.saturated import split_saturated
@@ -47,12 +47,7 @@ FAMILIES = {
         *_dtypes((2, 2, 3, 3), 613),
     ], compares=_GRADED),
     "MultiHeadAttention": Family([
-        Probe("batch", f"two batch items that differ, T = context_length = {CONTEXT}", lambda: ((randn(2, CONTEXT, D_IN, seed=621),), {}),
-              f"两个不同的批次项，T = context_length = {CONTEXT}"),
-        Probe("edges", "one token", lambda: ((randn(2, 1, D_IN, seed=622),), {}), "只有一个词元"),
-        Probe("edges", "fewer tokens than context_length", lambda: ((randn(3, 4, D_IN, seed=623),), {}), "少于 context_length 的词元"),
-        Probe("extreme", "inputs of size 30 (scores in the hundreds)", lambda: ((randn(2, CONTEXT, D_IN, seed=624) * 30,), {}),
-              "大小为 30 的输入（数百量级的分数）"),
+        *layer_probes(D_IN, CONTEXT, 620),
     ], compares=_GRADED),
     "mha_parameter_count": Family([
         Probe("arguments", "qkv_bias=True, d_in != d_out", lambda: ((64, 32, 4), {"qkv_bias": True}), "qkv_bias=True，d_in != d_out"),
