@@ -52,7 +52,7 @@ def _mla_family(dim: int, seed: int) -> Family:
                 f"只有一个词元的预填充（absorb={absorb}）") for absorb in (False, True)],
         *[Probe("extreme", f"inputs of size 30 (absorb={absorb})", lambda absorb=absorb: ((randn(2, 4, dim, seed=seed + 2) * 30, 0, absorb), {}),
                 f"大小为 30 的输入（absorb={absorb}）") for absorb in (False, True)],
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state"))
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state", "holds"))
 
 
 FAMILIES = {

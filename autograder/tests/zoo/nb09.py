@@ -50,6 +50,8 @@ def mla_class(mistake=None, style="einsum"):
                 self.register_buffer(name, new.new_zeros(B, self.cfg.max_seq_len, *new.shape[2:]), persistent=False)
                 cache = getattr(self, name)
             cache[:B, start_pos:start_pos + T] = new.detach()
+            if mistake == "logs every write":  # a debugging list beside the cache: memory grows with every token
+                self.__dict__.setdefault("log", []).append(new.detach().clone())
             if mistake == "reads the cache back":  # as V3's inference-only code: the new keys lose their gradients
                 return cache[:B, :start_pos + T]
             return torch.cat([cache[:B, :start_pos], new], 1)
@@ -196,6 +198,7 @@ def kv_right(n_layers, n_kv_heads, head_dim):
 
 WRONG = {
     "MultiHeadLatentAttention": {
+        "every cache write also kept in a list": (mla_class("logs every write"), "holds more than it needs"),
         "half-split rope": (mla_class("half-split"), "adjacent pairs"),
         "rope_theta ignored": (mla_class("default theta"), "cfg.rope_theta"),
         "rope on the whole head": (mla_class("rope on whole head"), "not the whole head"),
