@@ -229,14 +229,16 @@ def _earlier_as_the_course(fn, who: str):
     return course_versions(fn, course)
 
 
-def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0, view=None):
+def same_as_reference(fn, reference, family: Family, who: str, explain=None, grads=False, seed=0, view=None, effect=None):
     """fn(*args) against reference(*args) on every probe of the family. `view`, when given, maps
-    both outputs to what the contract fixes before they are compared (e.g. a set's order sorted)."""
+    both outputs to what the contract fixes before they are compared (e.g. a set's order sorted).
+    `effect(out, args, kwargs)`, when given, is what is compared in place of the output: what a
+    call whose contract is to change its arguments (copy weights in place) left in them."""
     with one_thread(), _earlier_as_the_course(fn, who):
-        _same_as_reference(fn, _real(reference), family, who, explain, grads, seed, view)
+        _same_as_reference(fn, _real(reference), family, who, explain, grads, seed, view, effect)
 
 
-def _same_as_reference(fn, reference, family, who, explain, grads, seed, view):
+def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, effect):
     for n, probe in enumerate(family.probes):
         args, kwargs = probe.build()
         grads_here = grads and probe.axis not in NO_GRADS
@@ -247,6 +249,11 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view):
             expected = reference(*ref_args, **ref_kwargs)
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
+        if effect:
+            with course_runs(), torch.no_grad():
+                expected = effect(expected, ref_args, ref_kwargs)
+            with torch.no_grad():
+                out = effect(out, args, kwargs)
         if view:
             out, expected = view(out), view(expected)
         compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares)
@@ -277,22 +284,24 @@ def _backward(out, leaves, seed, who=None):
 
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
-                             grads=False, seed=0, ctor_kwargs=None, state_seed=1, view=None):
+                             grads=False, seed=0, ctor_kwargs=None, state_seed=1, view=None, by_position=False):
     """Learner's cls(*ctor) and reference_cls(*ctor) (an nn.Module gets the reference's seeded
-    weights, loaded by name), on every probe: forward (or a Steps sequence of method calls),
-    outputs, every parameter's gradient, and what the object holds after a sequence."""
+    weights, loaded by name, or by position where the contract leaves the names free), on every
+    probe: forward (or a Steps sequence of method calls), outputs, every parameter's gradient,
+    and what the object holds after a sequence."""
     with one_thread(), _earlier_as_the_course(cls, who):
         _same_as_reference_module(cls, _real(reference_cls), ctor, family, who, explain, grads, seed, ctor_kwargs or {},
-                                  state_seed, view)
+                                  state_seed, view, by_position)
 
 
-def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, grads, seed, ctor_kwargs, state_seed, view):
+def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, grads, seed, ctor_kwargs, state_seed, view,
+                              by_position):
     for n, probe in enumerate(family.probes):
         built = probe.build()
         steps = built.calls if _is_steps(built) else [("__call__", *built)]
         args_ = built.ctor if _is_steps(built) and built.ctor is not None else ctor
         kwargs_ = built.ctor_kwargs if _is_steps(built) and built.ctor_kwargs is not None else ctor_kwargs
-        reference, obj = _construct(cls, reference_cls, args_, kwargs_, who, state_seed)
+        reference, obj, own_params = _construct(cls, reference_cls, args_, kwargs_, who, state_seed, by_position)
         held = holds(obj) - holds(reference)  # what each holds before the sequence (a mask buffer is a choice)
         ref_steps = _fresh(steps)  # one copy of the whole sequence: an object passed to every step (a cache) stays one
         for (method, args, kwargs), (_, ref_args, ref_kwargs) in zip(steps, ref_steps):
@@ -308,25 +317,36 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():
                 want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
-            own_params = dict(obj.named_parameters())
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
             compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who)
         if _is_steps(built) and "holds" in family.compares:  # where the contract fixes what is kept
             expect_holds_at_most(obj, holds(reference) + max(held, 0), probe, who)
 
 
-def _construct(cls, reference_cls, args, kwargs, who, state_seed):
-    """(reference, learner's object); a module's weights are the reference's seeded ones."""
+def _construct(cls, reference_cls, args, kwargs, who, state_seed, by_position=False):
+    """(reference, learner's object, its parameters by the reference's names); a module's weights
+    are the reference's seeded ones."""
     from autograder.checks import own_module
     with course_runs():
         reference = reference_cls(*args, **kwargs)
         if isinstance(reference, nn.Module):
             reference.load_state_dict(seeded_state(reference, state_seed), strict=False)
     if not isinstance(reference, nn.Module):
-        return reference, call(cls, *args, name=who, **kwargs)
+        return reference, call(cls, *args, name=who, **kwargs), {}
     obj = own_module(cls, *args, **kwargs)
-    load_state(obj, reference.state_dict(), who)
-    return reference, obj
+    if not by_position:
+        load_state(obj, reference.state_dict(), who)
+        return reference, obj, dict(obj.named_parameters())
+    own, want = list(obj.named_parameters()), list(reference.named_parameters())
+    shapes = [tuple(p.shape) for _, p in own]
+    expect(shapes == [tuple(p.shape) for _, p in want],
+           f"{who}'s parameters, in the order the module registers them, must have the shapes of the contract: check each layer's in and out sizes, which layers have a bias, and their order.",
+           f"{who} 的参数按模块注册的顺序必须具有约定的形状：请检查每层的输入与输出大小、哪些层带偏置以及它们的顺序。",
+           f"shapes {shapes}, expected {[tuple(p.shape) for _, p in want]}")
+    with torch.no_grad():
+        for (_, mine), (_, theirs) in zip(own, want):
+            mine.copy_(theirs)
+    return reference, obj, {k: mine for (k, _), (_, mine) in zip(want, own)}
 
 
 def holds(obj, _seen=None) -> int:
