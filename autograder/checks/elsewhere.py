@@ -9,7 +9,9 @@ tagged too; everything still runs on the CPU. What a GPU refuses is recorded: an
 that combines a tagged tensor with an untagged one of one element or more (a mask or positions
 built with torch.arange(T) and no device, a plain tensor attribute that module.to() does not
 move), and an output left on the CPU. Zero-dim tensors may mix, as PyTorch allows; indexing
-and copies (x[i] = y, .to, .copy_) may cross devices, as they may on a GPU.
+and copies (x[i] = y, .to, .copy_) may cross devices, as they may on a GPU. A function given
+device='cpu' is asked for ELSEWHERE instead, and its output must be there (a causal_mask that
+ignores its device= argument).
 
 Values are exactly what they would be without the pretence (every operation still runs on the
 CPU), and nothing is run twice (a check that counts calls counts the same); a call that raises
@@ -143,24 +145,41 @@ def _tag_all(obj, tags: _Tags, seen=None):
         _tag_all(obj.__self__, tags, seen)
 
 
+def _cpu(device) -> bool:
+    return device == "cpu" or isinstance(device, torch.device) and device.type == "cpu"
+
+
+def _asked_elsewhere(fn, args, kwargs):
+    """A function given device='cpu' (device=torch.device('cpu')) is asked for ELSEWHERE
+    instead, so that one that ignores its device= shows it. Not a class or a method: an
+    object could keep the device and use it after the pretence has ended."""
+    if isinstance(fn, type) or hasattr(fn, "__self__") or not callable(fn):
+        return args, kwargs, False
+    new_args = tuple(ELSEWHERE if isinstance(a, torch.device) and _cpu(a) else a for a in args)
+    new_kwargs = {k: ELSEWHERE if k == "device" and _cpu(v) else v for k, v in kwargs.items()}
+    return new_args, new_kwargs, new_args != args or new_kwargs != kwargs
+
+
 def run(fn, name: str, args, kwargs):
     """fn(*args, **kwargs) with its tensors reporting ELSEWHERE (the first MAX_PROBES calls of
     each name): (output, finding), the finding being the first thing a GPU would refuse, as
     (en, zh, evidence), or None."""
-    tags = _Tags()
+    tags, asked = _Tags(), False
     holds_ctx = any(hasattr(a, "saved_tensors") for a in args)  # an autograd ctx: its saved tensors are out of reach
+    run_args, run_kwargs = args, kwargs
     if _probed.get(name, 0) < MAX_PROBES and not holds_ctx:
         _tag_all((args, kwargs), tags)
         if not isinstance(fn, type):
             _tag_all(getattr(fn, "__self__", fn), tags)
-    if not tags.refs:  # no tensor goes in (or probed enough): nothing to follow
+        run_args, run_kwargs, asked = _asked_elsewhere(fn, args, kwargs)
+    if not tags.refs and not asked:  # no tensor or device goes in (or probed enough): nothing to follow
         return fn(*args, **kwargs), None
     _probed[name] = _probed.get(name, 0) + 1
     states = torch.get_rng_state(), random.getstate()
     mode = Elsewhere(tags)
     try:
         with mode:
-            out = fn(*args, **kwargs)
+            out = fn(*run_args, **run_kwargs)
     except (AssertionError, NotImplementedError):
         raise
     except Exception as e:
@@ -170,10 +189,10 @@ def run(fn, name: str, args, kwargs):
         torch.set_rng_state(states[0])
         random.setstate(states[1])
         return fn(*args, **kwargs), None
-    return out, _finding(name, mode, out, tags)
+    return out, _finding(name, mode, out, tags, asked and not tags.refs)
 
 
-def _finding(name, mode, out, tags):
+def _finding(name, mode, out, tags, only_asked=False):
     if mode.mixed:
         op, shape, line = mode.mixed
         return (f"{name} combines a tensor on the CPU (shape {shape}) with its inputs on another device: on a GPU this "
@@ -184,6 +203,12 @@ def _finding(name, mode, out, tags):
                 "并把模块的张量放在参数或注册的缓冲区中，.to() 会移动它们。",
                 f"{op} at {line}; inputs reported device {ELSEWHERE}, emulated on the CPU")
     stray = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.dim() > 0 and t not in tags]
+    if stray and only_asked:
+        return (f"{name} returns a tensor on the CPU although it was asked for another device: pass its device= on to "
+                "every tensor it creates (torch.ones(..., device=device)).",
+                f"{name} 被要求在另一设备上创建结果，却返回了位于 CPU 的张量：请把 device= 传给它创建的每个张量"
+                "（torch.ones(..., device=device)）。",
+                f"output of shape {tuple(stray[0].shape)}; asked for device {ELSEWHERE}, emulated on the CPU")
     if stray:
         return (f"{name} returns a tensor on the CPU although its inputs are on another device: build the result from "
                 "the inputs (or pass device=x.device), so it stays where they are.",

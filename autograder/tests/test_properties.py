@@ -59,6 +59,36 @@ def test_a_cpu_table_indexed_by_a_gpu_index_is_refused():
     assert _device_finding(cpu_table_gpu_index, torch.tensor([1, 3])) is not None
 
 
+def ones_honouring_device(n, device=None):
+    return torch.ones(n, n, device=device).triu(1)
+
+
+def ones_ignoring_device(n, device=None):
+    return torch.ones(n, n).triu(1)
+
+
+def ones_moved_to_device(n, device=None):
+    return torch.ones(n, n).triu(1).to(device)
+
+
+class HoldsItsDevice:  # an object could keep the device and use it after the pretence: never asked
+    def __init__(self, n, device=None):
+        self.device, self.data = device, torch.zeros(n)
+
+
+@pytest.mark.parametrize("fn, refused", [(ones_honouring_device, False), (ones_ignoring_device, True),
+                                         (ones_moved_to_device, False)])
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_a_device_argument_is_asked_for_elsewhere(fn, refused, device):
+    elsewhere._probed.clear()
+    out, found = elsewhere.run(fn, fn.__name__, (3,), {"device": device})
+    assert (found is not None) == refused, found
+    assert out.device.type == "cpu" and torch.equal(out, torch.ones(3, 3).triu(1))
+    if found:
+        assert "asked for another device" in found[0] and "另一设备" in found[1]
+    assert elsewhere.run(HoldsItsDevice, "HoldsItsDevice", (3,), {"device": device})[0].device == device
+
+
 def test_device_pretence_leaves_values_and_randomness_alone():
     def noisy(x):
         return x + torch.rand(x.shape, device=x.device)

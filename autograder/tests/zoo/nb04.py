@@ -53,6 +53,16 @@ def mask_book_then_bool(num_queries, num_keys=None, device=None):
     return torch.triu(torch.ones(num_queries, num_keys, device=device), diagonal=1 + num_keys - num_queries).bool()
 
 
+def mask_ignores_device(num_queries, num_keys=None, device=None):  # right on the CPU only
+    num_keys = num_queries if num_keys is None else num_keys
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).triu(1 + num_keys - num_queries)
+
+
+def mask_then_to(num_queries, num_keys=None, device=None):  # built on the CPU, then moved: right
+    num_keys = num_queries if num_keys is None else num_keys
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).triu(1 + num_keys - num_queries).to(device)
+
+
 # mask_and_renormalize --------------------------------------------------------------------
 def renorm_none(weights, mask):
     return weights.masked_fill(mask, 0.0)
@@ -364,6 +374,8 @@ def causal_float32_softmax():
 
 WRONG = {
     "causal_mask": {
+        # a device= argument is honoured / 遵守 device= 参数
+        "ignores its device= argument": (mask_ignores_device, "asked for another device"),
         "diagonal masked": (mask_with_diagonal, "blocks the diagonal"),
         "inverted (tril)": (mask_inverted, "inverted"),
         "top-left aligned for T_q < T_k": (mask_top_left, "top-left aligned"),
@@ -418,7 +430,8 @@ WRONG = {
 }
 
 RIGHT = {
-    "causal_mask": {"~tril": mask_tril, "arange comparison": mask_arange, "float triu then .bool()": mask_book_then_bool},
+    "causal_mask": {"~tril": mask_tril, "arange comparison": mask_arange, "float triu then .bool()": mask_book_then_bool,
+                    "built on the CPU, then .to(device)": mask_then_to},
     "mask_and_renormalize": {"torch.where": renorm_where, "multiply by the allowed mask": renorm_multiply,
                              "softmax of log weights": renorm_via_log},
     "masked_softmax": {"torch.where": softmax_where, "finfo.min fill and F.softmax": softmax_finfo_min,
