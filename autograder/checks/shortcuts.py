@@ -224,16 +224,27 @@ def own_work(fn, name: str | None = None, extra=(), en: str | None = None, zh: s
     fns = learner_functions(fn)
     ext_en = en or f"This exercise asks you to write {name} yourself, without the library function that does what it teaches."
     ext_zh = zh or f"本练习要求你自己实现 {name}，不能调用直接完成它所教内容的库函数。"
-    extra = list(extra) + [(m, h) for h in OWN_HELPERS.get(name, ()) for m, _ in utils_twins(h)]
+    helpers = [(m, h) for h in OWN_HELPERS.get(name, ()) for m, _ in utils_twins(h)]
+    own_en = en or f"This exercise asks you to write {name} yourself, including the part a helper of the course's reference does."
+    own_zh = zh or f"本练习要求你自己实现 {name}，包括课程参考实现中由辅助函数完成的那部分。"
     watch = _watch_table([getattr(m, a) for m, a in extra], ext_en, ext_zh)
+    watch.update(_watch_table([getattr(m, a) for m, a in helpers], own_en, own_zh))
     watch.update(_watch_table([getattr(m, a) for m, a in twins], ref_en, ref_zh))
-    with forbid(twins, fns, ref_en, ref_zh), forbid(extra, fns, ext_en, ext_zh), watching(watch):
+    with forbid(twins, fns, ref_en, ref_zh), forbid(extra, fns, ext_en, ext_zh), forbid(helpers, fns, own_en, own_zh), \
+            watching(watch):
         yield
 
 
-# Helpers of a reference module that the text asks the learner to write as part of an exercise
-# (exercise -> utils names): their code must not run while that exercise's code runs either.
-OWN_HELPERS: dict = {}
+# Helpers of a reference module that do part of an exercise's work, which the text asks the
+# learner to write (exercise -> utils names): their code must not run while that exercise's code
+# runs either. Only helpers that no earlier exercise's course version calls (those may run).
+OWN_HELPERS: dict = {
+    "CachedMultiHeadAttention": ("cached_attention",),  # 07: attention over the cache
+    "GroupedQueryAttention": ("cached_attention",),
+    "MoE": ("dispatch", "moe_forward_per_token"),  # 10: "your dispatch", measured against the per-token loop
+    "topk_key_mask": ("topk_indices",),  # 13: top-k with its blocked keys
+    "SparseMLA": ("gather_positions",),  # 13: the selected positions' latents
+}
 
 
 def _watch_table(objects, en: str, zh: str) -> dict:

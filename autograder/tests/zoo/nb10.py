@@ -330,11 +330,18 @@ class BorrowedMoE(utils.moe.MoE):
     pass
 
 
-def moe_with_own_parts():
+def moe_with_own_parts(course_dispatch=False):
     """An MoE that builds the learner's Gate and Expert by name, as a notebook's does: a wrong
-    Gate there must not cost the MoE's points too (the check puts the course's in)."""
+    Gate there must not cost the MoE's points too (the check puts the course's in). With
+    course_dispatch, its tokens go through utils.moe.dispatch: the part the text calls "your
+    dispatch", not the learner's."""
     namespace = {"Gate": gate_class("group max"), "Expert": expert_class("relu")}
-    exec("from torch import nn\n"
+    route = ("        y = utils.moe.dispatch(x, weights, indices, self.experts)\n" if course_dispatch else
+             "        y = torch.zeros_like(x)\n"
+             "        for e, expert in enumerate(self.experts):\n"
+             "            token, slot = torch.where(indices == e)\n"
+             "            y.index_add_(0, token, expert(x[token]) * weights[token, slot, None])\n")
+    exec("import torch\nfrom torch import nn\n"
          "import utils.moe\n"
          "class MoE(nn.Module):\n"
          "    def __init__(self, dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts=0,\n"
@@ -347,7 +354,7 @@ def moe_with_own_parts():
          "        shape = x.shape\n"
          "        x = x.reshape(-1, shape[-1])\n"
          "        weights, indices = self.gate(x)\n"
-         "        y = utils.moe.dispatch(x, weights, indices, self.experts)\n"
+         + route +
          "        if self.shared_experts is not None:\n"
          "            y = y + self.shared_experts(x)\n"
          "        return y.view(shape)\n", namespace)
@@ -486,6 +493,8 @@ WRONG = {
         "assigns instead of adding": (moe_class("assigns instead of adding"), "drops or overwrites"),
         "subclasses utils": (BorrowedMoE, "yourself"),
         "shared experts under no_grad": (moe_shared_no_grad(), "No gradient reaches MoE.shared_experts.w1.weight"),
+        # the dispatch is the exercise, even through the course's helper / 分派正是练习本身，借课程的辅助函数也不行
+        "tokens sent through utils.moe.dispatch": (moe_with_own_parts(course_dispatch=True), "a helper of the course's reference"),
     },
     "moe_parameter_counts": {
         "gate left out": (counts_factory("gate left out"), "gate is part of the layer"),
