@@ -23,7 +23,7 @@ def _where(probe) -> tuple:
     return f" (on {probe.label})", f"（在{probe.zh or probe.label}上）"
 
 
-def compare_outputs(out, expected, probe, who, explain=None, path="output", values=True, dtype=True):
+def compare_outputs(out, expected, probe, who, explain=None, path="output", values=True, dtype=True, tolerance=TOLERANCE):
     """out must have expected's structure, and each tensor its shape, dtype, device and values
     (not the values when `values` is False: a random draw the contract does not fix)."""
     en_on, zh_on = _where(probe)
@@ -32,7 +32,7 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
                f"{who} must return {len(expected)} results{en_on}.", f"{who} 必须返回 {len(expected)} 个结果{zh_on}。",
                f"got {type(out).__name__}")
         for i, (a, b) in enumerate(zip(out, expected)):
-            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]", values, dtype)
+            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]", values, dtype, tolerance)
         return
     if not isinstance(expected, torch.Tensor):
         if not values:
@@ -55,7 +55,7 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
            f"got {out.dtype}")
     expect(out.device == expected.device, f"{who}'s {path} must be on its input's device{en_on}.",
            f"{who} 的 {path} 必须与输入在同一设备上{zh_on}。", f"got {out.device}, expected {expected.device}")
-    atol, rtol = TOLERANCE.get(expected.dtype, (0, 0))  # where the dtype is free, the course's dtype sets it
+    atol, rtol = tolerance.get(expected.dtype, (0, 0))  # where the dtype is free, the course's dtype sets it
     a, b = out.detach().double(), expected.detach().double()
     if values and not torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True):
         diff = (a - b).abs().nan_to_num(nan=math.inf)
@@ -91,13 +91,13 @@ def _loss(out, seed):
     return sum((t * randn(t.numel(), seed=seed + i).view(t.shape).to(t.dtype)).sum() for i, t in enumerate(tensors))
 
 
-def compare_grads(own, want, names, probe, who):
+def compare_grads(own, want, names, probe, who, tolerance=TOLERANCE):
     """Gradients, pairwise by name: a missing one (None) or a different one fails."""
     en_on, zh_on = _where(probe)
     for name, g, w in zip(names, own, want):
         if w is None:
             continue
-        atol, rtol = TOLERANCE.get(w.dtype, (ATOL, RTOL))
+        atol, rtol = tolerance.get(w.dtype, (ATOL, RTOL))
         # Named only where the course's gradient is more than rounding (a saturated softmax gives
         # exact zeros in one order of operations and 1e-30 in another); the values decide below.
         reaches = w.numel() > 0 and bool(w.abs().max() > 10 * atol)

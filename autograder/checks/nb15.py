@@ -24,7 +24,9 @@ import torch.nn.functional as F
 import utils.flash_attention as fa
 import utils.flash_triton as ref
 from autograder.checks import graded_checks, Shortcut, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, unwrap
+from autograder.checks.families.nb15 import FAMILIES, attention, attention_out, softmax
 from autograder.checks.flash_variants import autograd_grads, heads_layout, scaled_scores, sdpa
+from autograder.checks.harness import same_as_reference
 from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
                                             watched_apply_and_backward, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_tiles
@@ -99,6 +101,9 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
     expect_close(bf16.cpu(), torch.softmax(contiguous.bfloat16().cpu().double(), -1),
                  "triton_softmax is wrong on bf16 input: load, convert to float32 (.to(tl.float32)), compute, store in the output's dtype.",
                  "triton_softmax 在 bf16 输入上不对：载入后转换为 float32（.to(tl.float32)），计算，再以输出的 dtype 存储。", atol=4e-3, rtol=0)
+    with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
+            own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh):
+        same_as_reference(triton_softmax, softmax, FAMILIES[who], "triton_softmax")
 
 
 # triton_flash_attention_forward --------------------------------------------------------------
@@ -216,6 +221,8 @@ def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forw
            "在 bf16 下经过 32 个键分块后输出偏离了精确答案：累加器 acc（以及 m、l）在整个循环中必须保持 float32"
            "（tl.zeros(..., dtype=tl.float32)）；只有 p 为 tl.dot 转换成 v 的 dtype。",
            f"T_k = 512, blocks of 16, values near 3: largest error {error:.3g}, at most {ACC_TOL} allowed")
+    with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh):
+        same_as_reference(fn, attention, FAMILIES[who], "triton_flash_attention_forward")
 
 
 # TritonFlashAttention ------------------------------------------------------------------------
@@ -299,6 +306,8 @@ def check_TritonFlashAttention(TritonFlashAttention):
                  f"{who}.apply(q, k, v) 的默认值必须是 causal=False。", **f32_tol())
     expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
     expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
+    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh):
+        same_as_reference(cls.apply, attention_out, FAMILIES[who], who, grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

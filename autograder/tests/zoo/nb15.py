@@ -53,7 +53,7 @@ def _softmax_strided(X, OUT, N, stride_row, stride_col, BLOCK_N: tl.constexpr):
 
 def _softmax_with(kernel=_softmax, stride="row", block="pow2", out_dtype=None, **switches):
     def triton_softmax(x):
-        out = torch.empty(x.shape, dtype=out_dtype or x.dtype)
+        out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
         N = x.shape[1]
         row = x.stride(0) if stride == "row" else N
         kernel[(x.shape[0],)](x, out, N, row, out.stride(0) if stride == "row" else N,
@@ -64,7 +64,7 @@ def _softmax_with(kernel=_softmax, stride="row", block="pow2", out_dtype=None, *
 
 
 def _softmax_any_strides(x):
-    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
     _softmax_strided[lambda meta: (x.shape[0],)](x, out, x.shape[1], x.stride(0), x.stride(1), BLOCK_N=1 << (x.shape[1] - 1).bit_length())
     return out
 
@@ -241,7 +241,7 @@ def _flash_descriptors(Q, K, V, O, LSE, T_q, T_k, scale, CAUSAL: tl.constexpr, D
 def _flash_with_descriptors(q, k, v, causal=False, block_q=64, block_k=64):
     (B, H, T_q, D), T_k = q.shape, k.shape[2]
     q, k, v = (t.contiguous() for t in (q, k, v))
-    out = torch.empty_like(q); lse = torch.empty(B, H, T_q)
+    out = torch.empty_like(q); lse = torch.empty(B, H, T_q, device=q.device)
     _flash_descriptors[(triton.cdiv(T_q, block_q), B * H)](q, k, v, out, lse, T_q, T_k, D ** -0.5, CAUSAL=causal, D=D, BLOCK_Q=block_q, BLOCK_K=block_k)
     return out, lse
 
@@ -251,7 +251,7 @@ def _flash_with(lse_dtype=None, fixed_blocks=None, **switches):
         (B, H, T_q, D), T_k = q.shape, k.shape[2]
         q, k, v = (t.contiguous() for t in (q, k, v))
         out = torch.empty_like(q)
-        lse = torch.empty(B, H, T_q, dtype=lse_dtype or torch.float32)
+        lse = torch.empty(B, H, T_q, dtype=lse_dtype or torch.float32, device=q.device)
         bq, bk = fixed_blocks or (block_q, block_k)
         _flash[(triton.cdiv(T_q, bq), B * H)](q, k, v, out, lse, T_q, T_k, 1 / math.sqrt(D), CAUSAL=causal, D=D,
                                               BLOCK_Q=bq, BLOCK_K=bk, **switches)
@@ -262,8 +262,8 @@ def _flash_with(lse_dtype=None, fixed_blocks=None, **switches):
 
 def _flash_any_strides(q, k, v, causal=False, block_q=64, block_k=64):
     (B, H, T_q, D), T_k = q.shape, k.shape[2]
-    out = torch.empty(B, H, T_q, D, dtype=q.dtype)
-    lse = torch.empty(B, H, T_q)
+    out = torch.empty(B, H, T_q, D, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, H, T_q, device=q.device)
     _flash_strided[(triton.cdiv(T_q, block_q), H, B)](q, k, v, out, lse, T_q, T_k, D ** -0.5, q.stride(), k.stride(), v.stride(),
                                                        out.stride(), H, CAUSAL=causal, D=D, BLOCK_Q=block_q, BLOCK_K=block_k)
     return out, lse
