@@ -11,6 +11,8 @@ inputs. For every probe, `same_as_reference` (functions) and `same_as_reference_
 - every gradient (`grads=True`): each floating input and each parameter, against the
   reference's on the same loss sum(w * out), on every probe but extreme values (NO_GRADS);
 - inputs unchanged: every call goes through `checks.call`, which compares them;
+- bad input: where the reference raises (an id past the vocabulary), the learner's code must
+  raise too, any exception, rather than answer silently;
 - state (`Steps`): a sequence of method calls on one object, each output compared, and then
   what the object holds (`holds`: tensor elements reachable from it, in any container), which
   may not grow by more than the reference's does (what each holds at the start, a mask buffer
@@ -31,7 +33,7 @@ import torch
 from torch import nn
 
 from utils.mla import one_thread  # probes are tiny: one thread is fastest, and a busy machine's handoffs stay out
-from autograder.checks import call, course_runs, expect, load_state, seeded_state
+from autograder.checks import call, course_runs, expect, fail, load_state, seeded_state
 from autograder.checks.comparisons import (TOLERANCE, _backward, _grad_leaves, _where, compare_grads,  # noqa: F401 (re-exported)
                                            compare_outputs, expect_holds_at_most, holds, message_on)
 
@@ -153,8 +155,12 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         if grads_here:
             args, kwargs, leaves = _grad_leaves(args, kwargs)
         ref_args, ref_kwargs = _fresh((args, kwargs))
-        with course_runs(), torch.enable_grad():
-            expected = reference(*ref_args, **ref_kwargs)
+        try:
+            with course_runs(), torch.enable_grad():
+                expected = reference(*ref_args, **ref_kwargs)
+        except Exception as refused:  # bad input: the contract's answer is an error
+            _expect_refused(fn, args, kwargs, probe, who, refused)
+            continue
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
         if effect:
@@ -173,6 +179,26 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
             own = _backward(out, leaves, seed + n, who)
             names = [f"input {i + 1}" for i in range(len(leaves))]
             compare_grads(own, want, names, probe, who, family.tolerances(gradients=True))
+
+
+def _expect_refused(fn, args, kwargs, probe, who, refused):
+    """Where the course's code raises (an id past the vocabulary), the learner's must raise too:
+    bad input gets a clear error, not a silent answer. Any exception will do."""
+    from autograder.checks import Shortcut
+    try:
+        fn(*args, **kwargs)
+    except Shortcut:
+        raise
+    except NotImplementedError:
+        fail(f"{who} is not implemented yet: replace `raise NotImplementedError()` with your code.",
+             f"{who} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
+    except Exception:
+        return
+    en_on, zh_on = _where(probe)
+    fail(f"{who} returns a result for bad input{en_on}: the course's raises {type(refused).__name__} there. Bad input must get a "
+         "clear error, not a silent answer (do not clamp or wrap what is out of range).",
+         f"{who} 对错误的输入返回了结果{zh_on}：课程的实现在这里会抛出 {type(refused).__name__}。错误的输入必须得到清楚的报错，"
+         "而不是悄悄给出答案（不要截断或回绕越界的值）。", f"{type(refused).__name__}: {refused}")
 
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,

@@ -34,6 +34,8 @@ FAMILIES = {
               "两个不同的 id 序列"),
         Probe("edges", "one id, the last of the vocabulary, repeated", lambda: ((_ids(10, 10), randn(11, 4, seed=2)), {}),
               "同一个 id（词表的最后一个）重复出现"),
+        Probe("edges", "an id past the end of the vocabulary, an error", lambda: ((_ids([4, 11]), randn(11, 4, seed=5)), {}),
+              "超出词表末尾的 id，应当报错"),
         Probe("dtype", "a float64 weight", lambda: ((_ids([4, 2]), randn(11, 4, seed=3).double()), {}), "float64 权重"),
         Probe("dtype", "a bfloat16 weight", lambda: ((_ids([4, 2]), randn(11, 4, seed=4).bfloat16()), {}), "bfloat16 权重"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),

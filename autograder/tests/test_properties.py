@@ -153,6 +153,33 @@ def test_harness_compares_values_dtype_and_every_gradient(fn, words):
         same_as_reference(fn, ref.softmax, SOFTMAX, "softmax", grads=True)
 
 
+def _pick(table, i):
+    if i >= table.shape[0]:
+        raise IndexError(f"row {i} of {table.shape[0]}")
+    return table[i]
+
+
+def _pick_clamped(table, i):
+    return table[min(i, table.shape[0] - 1)]
+
+
+def _pick_any_error(table, i):
+    return table[[i]][0]  # IndexError of its own: any exception refuses
+
+
+PAST_THE_END = Family([Probe("edges", "a row past the end", lambda: ((torch.eye(3), 3), {}), "越界的行"),
+                       Probe("edges", "the last row", lambda: ((torch.eye(3), 2), {}), "最后一行")])
+
+
+@pytest.mark.parametrize("fn, refused", [(_pick, True), (_pick_clamped, False), (_pick_any_error, True)])
+def test_where_the_reference_raises_the_learner_must_raise(fn, refused):
+    if refused:
+        same_as_reference(fn, _pick, PAST_THE_END, "pick")
+        return
+    with pytest.raises(AssertionError, match="bad input"):
+        same_as_reference(fn, _pick, PAST_THE_END, "pick")
+
+
 def test_holds_counts_tensors_in_any_container():
     import collections
 

@@ -84,6 +84,10 @@ def embed_index_select(token_ids, weight):
     return weight.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, -1)
 
 
+def embed_clamped(token_ids, weight):  # an id past the vocabulary silently becomes the last row
+    return weight[token_ids.clamp(0, weight.shape[0] - 1)]
+
+
 WRONG = {
     "encode": {
         "one id per character": (encode_chars, "one id per character"),
@@ -98,6 +102,8 @@ WRONG = {
         "picks columns": (embed_columns, "rows of the weight, not columns"),
         "goes through Python lists": (embed_via_list, "lost the gradient"),
         "calls F.embedding": (embed_functional, "not call F.embedding"),
+        # bad input gets an error, as the course's does / 错误的输入要报错，和课程的实现一样
+        "clamps ids past the vocabulary": (embed_clamped, "returns a result for bad input"),
         "one-hot of integer dtype": (embed_one_hot_long, "crashed"),
         "changes the dtype": (embed_double, "dtype"),
         "one-hot rows made on the CPU": (embed_eye_on_cpu, "another device"),
