@@ -50,6 +50,8 @@ _SEQUENCES = Family([
           "批次项与注意力头各不相同的 (B, H, T, d) 输入"),
     Probe("edges", "one token (T = 1)", lambda: ((randn(2, 1, 3, seed=112),), {}), "只有一个词元（T = 1）"),
     Probe("extreme", "scores in the hundreds", lambda: ((_far(2, 4, 3, seed=113),), {}), "数百量级的分数"),
+    Probe("extreme", "batch items of very different scales (scores near 1 and in the hundreds)",
+          lambda: ((randn(2, 4, 3, seed=115) * torch.tensor([0.5, 12.0])[:, None, None],), {}), "尺度差别很大的批次项（分数接近 1 与数百量级）"),
     *_typed(lambda dt: ((randn(2, 4, 3, seed=114).to(dt),), {})),
 ], compares=("values", "shape", "dtype", "device", "inputs", "grads"))
 FAMILIES = {

@@ -262,6 +262,12 @@ def attention_float32_softmax(inputs):
     return weights @ inputs
 
 
+def weights_one_shift_per_batch(inputs):  # one maximum for the whole batch: item 0 underflows when item 1 is large
+    s = inputs @ inputs.transpose(-2, -1)
+    e = torch.exp(s - s.amax())
+    return e / e.sum(-1, keepdim=True)
+
+
 WRONG = {
     "attention_scores": {
         "softmax applied already": (scores_softmaxed, "raw dot products"),
@@ -298,6 +304,8 @@ WRONG = {
         "weights under no_grad": (context_weights_no_grad, "No gradient reaches input 1 through context_vector"),
     },
     "self_attention_weights": {
+        # each row is shifted by its own maximum / 每一行减去它自己的最大值
+        "one shift for the whole batch": (weights_one_shift_per_batch, "batch items of very different scales"),
         "softmax over queries": (weights_softmax_dim0, "must sum to 1"),
         ".T on a batch": (weights_dot_T, None),
         "transpose(0, 1)": (weights_transpose01, None),
