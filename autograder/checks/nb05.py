@@ -9,6 +9,8 @@ one-hot tokens with a value map [I; I] make both halves of the output equal the 
 weights, so dropout on the weights (halves equal), on the context (halves differ) and on the
 scores (rows still sum to 1) tell themselves apart.
 """
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -67,6 +69,10 @@ def check_attention_dropout(attention_dropout):
         other = call(attention_dropout, weights, 0.3, training=True, generator=generator(72), inputs_named=True, name="attention_dropout")
         half = call(attention_dropout, weights, 0.5, generator=generator(73), inputs_named=True, name="attention_dropout")
         in_eval = call(attention_dropout, weights, 0.3, training=False, generator=generator(74), inputs_named=True, name="attention_dropout")
+        with torch.random.fork_rng():  # generator=None draws from the global generator: a new mask each call
+            torch.manual_seed(76)
+            unseeded = [call(attention_dropout, weights[0, 0], 0.5, training=True, inputs_named=True, name="attention_dropout")
+                        for _ in range(2)]
         no_p = call(attention_dropout, weights, 0.0, training=True, generator=generator(75), inputs_named=True, name="attention_dropout")
         for bad in (-0.1, 1.0, 1.5):
             expect_raises(ValueError, attention_dropout, weights, bad, training=True, generator=generator(79),
@@ -89,6 +95,16 @@ def check_attention_dropout(attention_dropout):
     expect(float((rows[1:] == rows[:1]).all(-1).float().mean()) < 0.1,
            "Every weight must be dropped independently: draw a random number per entry, with the weights' full shape, not one mask per row shared by all rows.",
            "每个权重都必须独立地被丢弃：按权重的完整形状为每个元素抽一个随机数，而不是让所有行共用一个掩码。")
+    counts = (~rows).sum(-1).double()  # dropped per row: Binomial(250, 0.3), standard deviation 7.2
+    expect(float(counts.std()) > 0.5 * math.sqrt(rows.shape[-1] * 0.3 * 0.7),
+           "Every weight must be dropped independently, with probability p: the number dropped per row varies from row to row "
+           "(a Bernoulli draw per entry), it is not fixed at p * n.",
+           "每个权重都必须以概率 p 独立地被丢弃：每行被丢弃的个数逐行变化（每个元素做一次伯努利抽样），而不是固定为 p * n。",
+           f"dropped per row: standard deviation {float(counts.std()):.2f}, expected about {math.sqrt(rows.shape[-1] * 0.21):.2f}")
+    expect(all(isinstance(t, torch.Tensor) for t in unseeded) and not torch.equal(*unseeded),
+           "Without a generator, each call must draw a new mask from PyTorch's global random numbers (generator=None): "
+           "do not fall back to a generator with a fixed seed.",
+           "没有传入 generator 时，每次调用都必须从 PyTorch 的全局随机数中抽取新的掩码（generator=None）：不要退回到固定种子的生成器。")
     expect(torch.equal(out, again) and not torch.equal(out, other),
            "attention_dropout must draw its random numbers from the generator argument (torch.rand(..., generator=generator)): the same seed must give the same mask.",
            "attention_dropout 必须从 generator 参数中抽取随机数（torch.rand(..., generator=generator)）：相同的种子必须给出相同的掩码。")

@@ -208,8 +208,30 @@ def attention_float32_softmax():
     return CausalAttention
 
 
+def dropout_fixed_seed(weights, p, training=True, generator=None):  # the same mask on every call without a generator
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights
+    g = generator or torch.Generator(device=weights.device).manual_seed(0)
+    return weights * (torch.rand(weights.shape, generator=g, device=weights.device) >= p) / (1 - p)
+
+
+def dropout_exact_count(weights, p, training=True, generator=None):  # exactly round(p * n) dropped per row: not independent
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights
+    drop = torch.rand(weights.shape, generator=generator, device=weights.device).argsort(-1)[..., :round(p * weights.shape[-1])]
+    keep = torch.ones_like(weights, dtype=torch.bool).scatter(-1, drop, False)
+    return weights * keep / (1 - p)
+
+
 WRONG = {
     "attention_dropout": {
+        # each weight dropped independently, from the global generator when none is given / 每个权重独立丢弃；未给生成器时用全局生成器
+        "a fixed seed when no generator is given": (dropout_fixed_seed, "Without a generator, each call must draw a new mask"),
+        "exactly p * n dropped per row": (dropout_exact_count, "varies from row to row"),
         "no 1/(1-p) scaling": (dropout_factory("no scaling"), "not scaled by 1/(1-p)"),
         "multiplied by (1-p)": (dropout_factory("times (1-p)"), "multiplied by (1 - p)"),
         "active in eval": (dropout_factory("active in eval"), "training=False"),
