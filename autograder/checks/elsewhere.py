@@ -174,6 +174,8 @@ def run(fn, name: str, args, kwargs):
         run_args, run_kwargs, asked = _asked_elsewhere(fn, args, kwargs)
     if not tags.refs and not asked:  # no tensor or device goes in (or probed enough): nothing to follow
         return fn(*args, **kwargs), None
+    if any(_DEVICE_GET(t).type != "cpu" for t in tags.refs.values()):  # on a real GPU already: no pretence needed
+        return fn(*args, **kwargs), None
     _probed[name] = _probed.get(name, 0) + 1
     states = torch.get_rng_state(), random.getstate()
     mode = Elsewhere(tags)

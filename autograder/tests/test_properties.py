@@ -89,6 +89,13 @@ def test_a_device_argument_is_asked_for_elsewhere(fn, refused, device):
     assert elsewhere.run(HoldsItsDevice, "HoldsItsDevice", (3,), {"device": device})[0].device == device
 
 
+def test_inputs_on_another_real_device_run_as_they_are():
+    elsewhere._probed.clear()
+    x = torch.zeros(3, device="meta")  # stands for a real GPU: the pretence would move what it creates to the CPU
+    out, found = elsewhere.run(lambda t: torch.ones(3, device=t.device), "f", (x,), {})
+    assert found is None and out.device.type == "meta"
+
+
 def test_device_pretence_leaves_values_and_randomness_alone():
     def noisy(x):
         return x + torch.rand(x.shape, device=x.device)
