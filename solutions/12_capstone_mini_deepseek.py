@@ -848,7 +848,8 @@ expect(main.shape == (1, 10, 20) and [tuple(d.shape) for d in deep] == [(1, 9, 2
        "mtp_forward returns logits (B, T, V) and, for depth k, (B, T - k, V).",
        "mtp_forward 返回 logits (B, T, V)，以及深度 k 的 (B, T - k, V)。")
 for k, (a, b) in enumerate(zip(deep, deep_changed), start=1):
-    first_changed = int((a - b).abs().amax(-1)[0].nonzero()[0]) if not torch.equal(a, b) else None
+    moved = (a - b).abs().amax(-1)[0] > 1e-4  # bits may move anywhere: an expert's matmul sees another number of tokens
+    first_changed = int(moved.nonzero()[0]) if moved.any() else None
     expect(first_changed == 7 - k,
            f"Depth {k} at position i reads token i + {k}: a change of token 7 must first reach position {7 - k} (use tokens[:, k:]).",
            f"深度 {k} 在位置 i 读取词元 i + {k}：词元 7 的改变必须最早出现在位置 {7 - k}（使用 tokens[:, k:]）。",

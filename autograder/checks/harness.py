@@ -62,6 +62,7 @@ class Probe:
     label: str  # this member, in English ("two batch items that differ")
     build: Callable  # () -> (args, kwargs), or Steps for a call sequence
     zh: str = ""  # the label in Chinese
+    tolerance: object = None  # over the family's, for this member only (Family.tolerance says what it holds)
 
     def __post_init__(self):
         if self.axis not in AXES:
@@ -93,13 +94,17 @@ class Family:
     tolerance: object = None
     grad_tolerance: object = None
 
-    def tolerances(self, gradients=False) -> dict:
+    def tolerances(self, gradients=False, probe=None) -> dict:
         extra = self.grad_tolerance if gradients and self.grad_tolerance is not None else self.tolerance
-        extra = extra() if callable(extra) else extra
-        return {**TOLERANCE, **(extra or {})}
+        own = getattr(probe, "tolerance", None)
+        return {**TOLERANCE, **(_called(extra) or {}), **((_called(own) or {}) if not gradients else {})}
 
     def axes(self) -> list:
         return sorted({p.axis for p in self.probes}, key=list(AXES).index)
+
+
+def _called(tolerance):
+    return tolerance() if callable(tolerance) else tolerance
 
 
 def _real(reference):
@@ -171,14 +176,14 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         if view:
             out, expected = view(out), view(expected)
         compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
-                        tolerance=family.tolerances())
+                        tolerance=family.tolerances(probe=probe))
         if grads_here:
             ref_leaves = [t for t in list(ref_args) + list(ref_kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
             with course_runs():
                 want = _backward(expected, ref_leaves, seed + n)
             own = _backward(out, leaves, seed + n, who)
             names = [f"input {i + 1}" for i in range(len(leaves))]
-            compare_grads(own, want, names, probe, who, family.tolerances(gradients=True))
+            compare_grads(own, want, names, probe, who, family.tolerances(gradients=True, probe=probe))
 
 
 def _expect_refused(fn, args, kwargs, probe, who, refused):
@@ -231,13 +236,13 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
             if view:
                 out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
-                            tolerance=family.tolerances())
+                            tolerance=family.tolerances(probe=probe))
         if grads and isinstance(reference, nn.Module) and not _is_steps(built) and probe.axis not in NO_GRADS:
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():
                 want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
-            compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who, family.tolerances(gradients=True))
+            compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who, family.tolerances(gradients=True, probe=probe))
         if _is_steps(built) and "holds" in family.compares:  # where the contract fixes what is kept
             expect_holds_at_most(obj, holds(reference) + max(held, 0), probe, who)
 

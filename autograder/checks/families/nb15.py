@@ -29,6 +29,11 @@ def _tolerance(gradients=False):
     return {torch.float32: (t["atol"], t["rtol"])}
 
 
+def _big_scores():
+    """Scores in the hundreds: exact in the interpreter; on a GPU TF32 moves them by ~0.1 (as nb15's own check allows)."""
+    return {torch.float32: (1e-4, 1e-4)} if ref.interpreted() else {torch.float32: (0.1, 0.0)}
+
+
 def _rows(shape, seed, scale=1.0, dtype=torch.float32):
     return lambda: (tuple(on_device((randn(*shape, seed=seed) * scale).to(dtype))), {})
 
@@ -60,7 +65,7 @@ FAMILIES = {
         Probe("batch", "2 batch items x 2 heads, T_q=11, T_k=27", _heads(2, 2, 11, 27, 16, 184, block_q=16, block_k=16),
               "2 个样本 x 2 个头，T_q=11，T_k=27"),
         Probe("extreme", "causal, scores in the hundreds", _heads(1, 2, 13, 29, 16, 185, scale=30.0, causal=True, block_q=16, block_k=16),
-              "因果，数百量级的分数"),
+              "因果，数百量级的分数", tolerance=_big_scores),
         Probe("edges", "one query (decoding), causal", _heads(1, 2, 1, 23, 16, 186, causal=True, block_q=16, block_k=16),
               "一个查询（解码），因果"),
         Probe("edges", "T_q = T_k = 5 under the default blocks (64, 64)", _heads(1, 1, 5, 5, 16, 187, causal=True),
