@@ -32,6 +32,11 @@ def _dtypes(shape, seed, extra=()):
 
 
 FAMILIES = {
+    # run with one head of width 3, then three heads of width 2 with biases (check_MultiHeadAttentionWrapper);
+    # dropout 0.0, so outputs are deterministic in train mode too
+    "MultiHeadAttentionWrapper": Family([
+        *layer_probes(D_IN, CONTEXT, 630),
+    ], compares=_GRADED),
     "split_heads": Family([
         Probe("batch", "(3, 5, 12) inputs whose batch items differ, 4 heads", lambda: ((randn(3, 5, 12, seed=601), 4), {}),
               "批次项各不相同的 (3, 5, 12) 输入，4 个头"),
@@ -116,6 +121,11 @@ def check_MultiHeadAttentionWrapper(MultiHeadAttentionWrapper):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, P, who)
+    reference = ref.MultiHeadAttentionWrapper  # looked up before own_work blocks it
+    for heads, width, bias in ((1, 3, False), (3, 2, True)):  # the list of heads may have any name: weights by position
+        with _guard(MultiHeadAttentionWrapper, who):
+            same_as_reference_module(MultiHeadAttentionWrapper, reference, (D_IN, width, CONTEXT, 0.0, heads), FAMILIES[who],
+                                     who, grads=True, ctor_kwargs={"qkv_bias": bias}, by_position=True)
 
 
 def check_split_heads(split_heads):
