@@ -72,7 +72,8 @@ def _copied(out, args, kwargs):
         p = getattr(v1, name, None)
         kind = (("nn.Parameter" if isinstance(p, torch.nn.Parameter) else type(p).__name__)
                 + ("" if not isinstance(p, torch.Tensor) else
-                   f", {'leaf' if p.is_leaf else 'not a leaf'}, requires_grad={p.requires_grad}, {p.dtype}, {tuple(p.shape)}"))
+                   f", {'leaf' if p.is_leaf else 'not a leaf'}, requires_grad={p.requires_grad}, {p.dtype}, {tuple(p.shape)}"
+                   + (", an inference tensor (no optimizer can update it)" if p.is_inference() else "")))
         described.append(f"v1.{name}: {kind}")
     x = randn(2, 4, v2.W_query.in_features, seed=56).to(v2.W_query.weight.dtype)
     tensors = [(f"v1.{name}", getattr(v1, name, None)) for name in QKV]
@@ -95,9 +96,10 @@ def _copy_explained(probe, out, expected):
     on, zh_on = _where(probe)
     if what == "weights":
         return (f"After the copy, v1's W_query, W_key and W_value must still be nn.Parameters that train (leaves that require grad), "
-                f"of v2's dtype and of shape (d_in, d_out){on}: copy_ into them under torch.no_grad(), or assign nn.Parameter(weight.T).",
+                f"of v2's dtype and of shape (d_in, d_out), not made under torch.inference_mode(){on}: copy_ into them under torch.no_grad(), "
+                f"or assign nn.Parameter(weight.T).",
                 f"复制之后，v1 的 W_query、W_key、W_value 仍必须是可训练的 nn.Parameter（需要梯度的叶子张量），dtype 与 v2 相同、"
-                f"形状为 (d_in, d_out){zh_on}：在 torch.no_grad() 下 copy_ 进去，或赋值为 nn.Parameter(weight.T)。")
+                f"形状为 (d_in, d_out)，且不是在 torch.inference_mode() 下创建的{zh_on}：在 torch.no_grad() 下 copy_ 进去，或赋值为 nn.Parameter(weight.T)。")
     if what == "v1(x)":
         return f"After the copy, v1 must compute exactly what v2 computes{on}.", f"复制之后，v1 必须精确计算出 v2 的结果{zh_on}。"
     if what == "v2(x)":

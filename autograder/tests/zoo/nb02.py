@@ -195,6 +195,20 @@ def copy_non_leaf(v1, v2):
         v1._parameters[name] = getattr(v2, name).weight.T
 
 
+def copy_inference_mode(v1, v2):
+    """New Parameters made under torch.inference_mode(): right values, but an optimizer's in-place step fails on them."""
+    with torch.inference_mode():
+        for name in ("W_query", "W_key", "W_value"):
+            setattr(v1, name, nn.Parameter(getattr(v2, name).weight.T.clone()))
+
+
+def copy_in_inference_mode(v1, v2):
+    """copy_ into v1's own Parameters under torch.inference_mode(): they stay normal tensors."""
+    with torch.inference_mode():
+        for name in ("W_query", "W_key", "W_value"):
+            getattr(v1, name).copy_(getattr(v2, name).weight.T)
+
+
 def copy_zero_then_add(v1, v2):
     """Zeroes by multiplying: right unless v1 starts from NaN or inf (0 * NaN = NaN)."""
     with torch.no_grad():
@@ -262,6 +276,7 @@ WRONG = {
         "rebuilt with torch.tensor(.tolist()): float32 always": (copy_via_list, "of v2's dtype"),
         "parameters with requires_grad=False": (copy_frozen, "that train"),
         "non-leaves in v1._parameters": (copy_non_leaf, "that train"),
+        "new Parameters under torch.inference_mode()": (copy_inference_mode, "not made under torch.inference_mode()"),
         "zeroed by multiplying, then added (NaN stays)": (copy_zero_then_add, "whatever v1 held before (on v1 starting from NaN)"),
         "swaps v1's and v2's weights": (copy_swaps, "changed v2"),
     },
@@ -273,5 +288,6 @@ RIGHT = {
     "SelfAttentionV2": {"the notebook's solution": v2_class(), "F.linear and .mT": v2_functional_linear()},
     "copy_weights_v2_to_v1": {"the book's nn.Parameter(weight.T)": copy_book, ".data assignment": copy_data,
                               "copies in place and returns v1": copy_returns_v1, "load_state_dict of the transposes": copy_load_state_dict,
-                              ".data.copy_ without no_grad": copy_data_copy, "new contiguous Parameters": copy_new_contiguous},
+                              ".data.copy_ without no_grad": copy_data_copy, "new contiguous Parameters": copy_new_contiguous,
+                              "copy_ under torch.inference_mode()": copy_in_inference_mode},
 }
