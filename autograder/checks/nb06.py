@@ -12,8 +12,8 @@ from torch import nn
 import utils.multihead as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, fill_linear,
                                matches, own_work, randn)
-from autograder.checks.causal_layers import (QKV, causal_attention, expect_dropout_on_weights, load_projections, probe_tokens,
-                                             probe_weights)
+from autograder.checks.causal_layers import (QKV, causal_attention, converted, expect_dropout_on_weights, load_projections, probe_tokens,
+                                             probe_weights, split_dtypes)
 from autograder.checks.families.nb06 import CONTEXT, D_IN, FAMILIES
 from autograder.checks.harness import same_as_reference, same_as_reference_module
 from autograder.checks.saturated import split_saturated
@@ -79,10 +79,15 @@ def check_MultiHeadAttentionWrapper(MultiHeadAttentionWrapper):
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, P, who)
     reference = ref.MultiHeadAttentionWrapper  # looked up before own_work blocks it
-    for heads, width, bias in ((1, 3, False), (3, 2, True)):  # the list of heads may have any name: weights by position
-        with _guard(MultiHeadAttentionWrapper, who):
-            same_as_reference_module(MultiHeadAttentionWrapper, reference, (D_IN, width, CONTEXT, 0.0, heads), FAMILIES[who],
+    plain, typed = split_dtypes(FAMILIES[who])
+    references = {dtype: converted(reference, dtype, evaluate=True) for dtype, _ in typed}
+    with _guard(MultiHeadAttentionWrapper, who):  # the list of heads may have any name: weights by position
+        for heads, width, bias in ((1, 3, False), (3, 2, True)):
+            same_as_reference_module(MultiHeadAttentionWrapper, reference, (D_IN, width, CONTEXT, 0.0, heads), plain,
                                      who, grads=True, ctor_kwargs={"qkv_bias": bias}, by_position=True)
+        for dtype, family in typed:
+            same_as_reference_module(converted(MultiHeadAttentionWrapper, dtype, evaluate=True), references[dtype],
+                                     (D_IN, 2, CONTEXT, 0.3, 2), family, who, grads=True, by_position=True)
 
 
 def check_split_heads(split_heads):

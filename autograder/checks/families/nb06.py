@@ -21,6 +21,11 @@ FAMILIES = {
     # dropout 0.0, so outputs are deterministic in train mode too
     "MultiHeadAttentionWrapper": Family([
         *layer_probes(D_IN, CONTEXT, 630),
+        # dtype probes: two heads of width 2, dropout=0.3, moved with .to(dtype) and put in eval() (causal_layers.converted)
+        *[Probe("dtype", f"{name} inputs, the wrapper (dropout=0.3) moved with .to(torch.{name}) in eval()",
+                lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=635).to(dt),), {}),
+                f"{name} 输入，包装器（dropout=0.3）已用 .to(torch.{name}) 转换并处于 eval()")
+          for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
     ], compares=_GRADED),
     "split_heads": Family([
         Probe("batch", "(3, 5, 12) inputs whose batch items differ, 4 heads", lambda: ((randn(3, 5, 12, seed=601), 4), {}),

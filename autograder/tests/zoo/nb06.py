@@ -62,6 +62,19 @@ def wrapper_squeezed():
     return Wrapper
 
 
+def wrapper_float32_buffer():
+    """Heads written into slices of a preallocated output on the input's device, but float32 whatever its dtype."""
+    class Wrapper(wrapper_class()):
+        def forward(self, x):
+            outs = [head(x) for head in self.heads]
+            width = outs[0].shape[-1]
+            out = torch.zeros(*x.shape[:-1], width * len(outs), device=x.device)
+            for h, o in enumerate(outs):
+                out[..., h * width:(h + 1) * width] = o
+            return out
+    return Wrapper
+
+
 class OwnHead(nn.Module):
     """A head written out (W_query, W_key, W_value, a mask buffer); `stable` subtracts each row's maximum."""
 
@@ -281,6 +294,7 @@ WRONG = {
         "second head under no_grad": (wrapper_second_head_frozen(), "No gradient reaches MultiHeadAttentionWrapper.heads.1.W_query"),
         ".squeeze() on the output": (wrapper_squeezed(), "wrong shape (on one token)"),
         "own heads, exp without the max": (wrapper_own_heads(stable=False), "scores in the hundreds"),
+        "a float32 output buffer": (wrapper_float32_buffer(), "must follow its input's dtype"),
     },
     "split_heads": {
         "token axis": (split_token_axis, "wrong axis"),
