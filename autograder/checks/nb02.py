@@ -12,7 +12,7 @@ import torch
 import utils.self_attention as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, matches,
                                own_module, own_work, randn, seeded)
-from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.harness import Family, Probe, _where, same_as_reference, same_as_reference_module
 
 D_IN, D_OUT = 5, 3  # non-square: a forgotten transpose cannot hide
 X = randn(2, 4, D_IN, seed=20)  # a batch whose items differ
@@ -35,13 +35,82 @@ FAMILIES = {
     ], compares=_GRADS),
     "SelfAttentionV1": Family(_X_PROBES, compares=_GRADS),
     "SelfAttentionV2": Family(_X_PROBES, compares=_GRADS),
+    # an in-place copy: what v1 holds afterwards is compared (`_copied`), whatever it returns
+    "copy_weights_v2_to_v1": Family([
+        Probe("batch", "d_in = 5 != d_out = 3, v1 starting from other weights, two batch items that differ",
+              lambda: _v1_v2(5, 3, 501), "d_in = 5 != d_out = 3，v1 从其他权重开始，两个不同的批次项"),
+        Probe("edges", "square sizes, d_in = d_out = 4", lambda: _v1_v2(4, 4, 511), "方阵大小，d_in = d_out = 4"),
+        Probe("edges", "d_in = 2 < d_out = 6", lambda: _v1_v2(2, 6, 521), "d_in = 2 < d_out = 6"),
+        Probe("extreme", "v1 starting from NaN", lambda: _v1_v2(3, 2, 531, start=float("nan")), "v1 从 NaN 开始"),
+        Probe("dtype", "float64 modules", lambda: _v1_v2(5, 3, 541, dtype=torch.float64), "float64 的模块"),
+    ], compares=("values", "shape", "dtype", "device", "inputs")),
 }
-
+QKV = ("W_query", "W_key", "W_value")
 
 
 def _weights(seed, d_in=D_IN, d_out=D_OUT):
     """Raw (d_in, d_out) weights, spread like nn.Linear's initialisation."""
     return seeded((d_in, d_out), seed, fan_in=d_in)
+
+
+def _v1_v2(d_in, d_out, seed, dtype=torch.float32, start=None):
+    """(v1, v2) of the course's classes: v2's weights seeded, v1's seeded too (another seed) or all `start`."""
+    v1, v2 = ref.SelfAttentionV1(d_in, d_out), ref.SelfAttentionV2(d_in, d_out)
+    with torch.no_grad():
+        for i, name in enumerate(QKV):
+            getattr(v2, name).weight.copy_(_weights(seed + i, d_in, d_out).T)
+            getattr(v1, name).copy_(_weights(seed + 3 + i, d_in, d_out) if start is None else torch.full((d_in, d_out), start))
+    return (v1.to(dtype), v2.to(dtype)), {}
+
+
+def _copied(out, args, kwargs):
+    """What a copy leaves (its return value is ignored): how v1 holds each weight, the weights,
+    v1's output and v2's on two batch items that differ. Each tensor says what it is (`what`)."""
+    v1, v2 = args
+    described = []
+    for name in QKV:
+        p = getattr(v1, name, None)
+        kind = (("nn.Parameter" if isinstance(p, torch.nn.Parameter) else type(p).__name__)
+                + ("" if not isinstance(p, torch.Tensor) else
+                   f", {'leaf' if p.is_leaf else 'not a leaf'}, requires_grad={p.requires_grad}, {p.dtype}, {tuple(p.shape)}"
+                   + (", an inference tensor (no optimizer can update it)" if p.is_inference() else "")))
+        described.append(f"v1.{name}: {kind}")
+    x = randn(2, 4, v2.W_query.in_features, seed=56).to(v2.W_query.weight.dtype)
+    tensors = [(f"v1.{name}", getattr(v1, name, None)) for name in QKV]
+    for what, module in (("v1(x)", v1), ("v2(x)", v2)):
+        try:
+            tensors.append((what, module(x)))
+        except Exception:  # a v1 left broken: how it holds its weights is said first
+            tensors.append((what, None))
+    for what, t in tensors:
+        if isinstance(t, torch.Tensor):
+            t = t.detach().clone()
+            t.what = what
+        described.append(t)
+    return tuple(described)
+
+
+def _copy_explained(probe, out, expected):
+    """The sentence for what a copy left wrong, by what the compared item is (`_copied`)."""
+    what = getattr(expected, "what", None) or ("weights" if isinstance(expected, str) else None)
+    on, zh_on = _where(probe)
+    if what == "weights":
+        return (f"After the copy, v1's W_query, W_key and W_value must still be nn.Parameters that train (leaves that require grad), "
+                f"of v2's dtype and of shape (d_in, d_out), not made under torch.inference_mode(){on}: copy_ into them under torch.no_grad(), "
+                f"or assign nn.Parameter(weight.T).",
+                f"复制之后，v1 的 W_query、W_key、W_value 仍必须是可训练的 nn.Parameter（需要梯度的叶子张量），dtype 与 v2 相同、"
+                f"形状为 (d_in, d_out)，且不是在 torch.inference_mode() 下创建的{zh_on}：在 torch.no_grad() 下 copy_ 进去，或赋值为 nn.Parameter(weight.T)。")
+    if what == "v1(x)":
+        return f"After the copy, v1 must compute exactly what v2 computes{on}.", f"复制之后，v1 必须精确计算出 v2 的结果{zh_on}。"
+    if what == "v2(x)":
+        return (f"copy_weights_v2_to_v1 changed v2{on}: read v2's weights only, never assign or write into them.",
+                f"copy_weights_v2_to_v1 改变了 v2{zh_on}：只能读取 v2 的权重，不能给它们赋值或写入。")
+    if what:  # one of v1's weights
+        name = what.split(".")[1]
+        return (f"{what} must hold exactly v2.{name}.weight.T after the copy, whatever v1 held before{on}: "
+                "overwrite it, do not add to it or scale it.",
+                f"复制之后 {what} 必须恰好等于 v2.{name}.weight.T，无论 v1 之前存的是什么{zh_on}：要覆盖它，而不是在它上面相加或缩放。")
+    return None
 
 
 def _attention_variants(q, k, v):
@@ -172,6 +241,7 @@ def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):
         x = randn(2, 4, d_in, seed=55)
         with torch.no_grad():
             expected = v2(x)
+        wanted = {name: getattr(v2, name).weight.detach().T.clone() for name in QKV}  # v2 as it was (a copy may not change it)
         with own_work(copy_weights_v2_to_v1, "copy_weights_v2_to_v1"):
             call(copy_weights_v2_to_v1, v1, v2, name="copy_weights_v2_to_v1")  # whatever it returns: the contract grades v1
         params = dict(v1.named_parameters())
@@ -186,9 +256,8 @@ def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):
                    f"v1.{name} must keep shape (d_in, d_out): nn.Linear stores (d_out, d_in), so copy its weight transposed (.T).",
                    f"v1.{name} 必须保持形状 (d_in, d_out)：nn.Linear 存储的是 (d_out, d_in)，所以要复制它的转置 (.T)。",
                    f"shape {tuple(params[name].shape)}")
-            wanted = getattr(v2, name).weight.detach().T
-            if not torch.allclose(params[name].detach(), wanted):
-                if d_in == d_out and torch.allclose(params[name].detach(), wanted.T):
+            if not torch.allclose(params[name].detach(), wanted[name]):
+                if d_in == d_out and torch.allclose(params[name].detach(), wanted[name].T):
                     fail(f"v1.{name} holds v2's weight without the transpose: nn.Linear computes x @ weight.T, so copy weight.T.",
                          f"v1.{name} 存的是未转置的 v2 权重：nn.Linear 计算的是 x @ weight.T，所以要复制 weight.T。")
                 fail(f"v1.{name} must receive v2.{name}.weight.T: copy each projection into the one of the same name.",
@@ -197,6 +266,9 @@ def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):
             expect_close(v1(x), expected,
                          f"After copying, v1 must reproduce v2 exactly (d_in={d_in}, d_out={d_out}).",
                          f"复制之后，v1 必须精确复现 v2 的输出（d_in={d_in}，d_out={d_out}）。")
+    with own_work(copy_weights_v2_to_v1, "copy_weights_v2_to_v1"):
+        same_as_reference(copy_weights_v2_to_v1, ref.copy_weights_v2_to_v1, FAMILIES["copy_weights_v2_to_v1"],
+                          "copy_weights_v2_to_v1", explain=_copy_explained, effect=_copied)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

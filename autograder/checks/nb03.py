@@ -10,50 +10,8 @@ import torch
 
 import utils.scaled_attention as ref
 from autograder.checks import graded_checks, call, expect, expect_close, expect_tensor, fail, generator, own_work, randn
-from autograder.checks.harness import Family, Probe, same_as_reference
-
-
-# Input families: the learner's function against utils.scaled_attention on each (checks/harness.py).
-# dot_product_variance draws random numbers in an order the contract leaves open: its statistics
-# are checked below, not its values.
-def _far(*shape, seed):
-    """Vectors with a shared coordinate of 20: every q·k / sqrt(8) is about 140 + O(1)."""
-    x = randn(*shape, seed=seed)
-    x[..., 0] = 20.0
-    return x
-
-
-def _qkv(seed, t_q=4, t_k=6, lead=(2, 3), d_k=8, d_v=5):
-    return randn(*lead, t_q, d_k, seed=seed), randn(*lead, t_k, d_k, seed=seed + 1), randn(*lead, t_k, d_v, seed=seed + 2)
-
-
-_MASK = torch.tensor([[False, True, False, True, True, False], [False] * 6,
-                      [True, True, True, False, False, True], [False, True, True, True, True, True]])  # (T_q, T_k)
-_PADDING = torch.tensor([[False] * 6, [False, False, False, True, True, True]])[:, None, None, :]  # (B, 1, 1, T_k)
-_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
-FAMILIES = {
-    # float64 only: p (I - pᵀ) with torch.eye (float32) is right and keeps float64, not bfloat16.
-    "softmax_jacobian": Family([
-        Probe("edges", "n = 1", lambda: ((torch.ones(1),), {}), "n = 1"),
-        Probe("ties", "a uniform p", lambda: ((torch.full((5,), 0.2),), {}), "均匀的 p"),
-        Probe("extreme", "an almost one-hot p", lambda: ((torch.softmax(randn(6, seed=301) * 30, dim=-1),), {}), "几乎 one-hot 的 p"),
-        Probe("dtype", "a float64 p", lambda: ((torch.softmax(randn(4, seed=302), dim=-1).double(),), {}), "float64 的 p"),
-    ], compares=_GRADED),
-    "scaled_dot_product_attention": Family([
-        Probe("batch", "(B, H, T, d) inputs whose batch items and heads differ, with a (T_q, T_k) mask",
-              lambda: (_qkv(311), {"mask": _MASK}), "批次项与注意力头各不相同的 (B, H, T, d) 输入，带 (T_q, T_k) 掩码"),
-        Probe("arguments", "scale=0.3 and a padding mask (B, 1, 1, T_k)", lambda: (_qkv(314), {"mask": _PADDING, "scale": 0.3}),
-              "scale=0.3 与填充掩码 (B, 1, 1, T_k)"),
-        Probe("arguments", "scale=0.0 (every key weighs the same)", lambda: (_qkv(329, lead=(2,)), {"scale": 0.0}),
-              "scale=0.0（每个键的权重相同）"),
-        Probe("extreme", "scores of about 140", lambda: ((_far(2, 4, 8, seed=317), _far(2, 6, 8, seed=318), randn(2, 6, 5, seed=319)), {}),
-              "约为 140 的分数"),
-        Probe("edges", "one key (T_k = 1)", lambda: (_qkv(320, t_q=3, t_k=1, lead=(2,)), {}), "只有一个键（T_k = 1）"),
-        Probe("edges", "one query (T_q = 1)", lambda: (_qkv(323, t_q=1, lead=(2,)), {}), "只有一个查询（T_q = 1）"),
-        *[Probe("dtype", f"{name} inputs with a mask", lambda dt=dt: (tuple(t.to(dt) for t in _qkv(326)), {"mask": _MASK}),
-                f"带掩码的 {name} 输入") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
-    ], compares=_GRADED),
-}
+from autograder.checks.families.nb03 import FAMILIES, estimate_summary, explain_estimate
+from autograder.checks.harness import same_as_reference
 
 
 def _own_work(name, fn, extra=()):
@@ -126,6 +84,10 @@ def check_dot_product_variance(dot_product_variance):
     expect(abs(default - 8) < 0.15 * 8,
            "Called with only d (default n_trials, no generator), the variance must still be about d.",
            "只传入 d（默认 n_trials，没有生成器）时，方差仍应约为 d。", f"d=8: {default:.4g}")
+    reference = ref.dot_product_variance  # looked up before own_work blocks it
+    with _own_work("dot_product_variance", dot_product_variance):
+        same_as_reference(estimate_summary(dot_product_variance), estimate_summary(reference), FAMILIES["dot_product_variance"],
+                          "dot_product_variance", explain=explain_estimate)
 
 
 _JACOBIAN_TARGETS = [(torch.autograd.functional, "jacobian"), (torch.func, "jacrev"),

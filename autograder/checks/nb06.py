@@ -12,53 +12,15 @@ from torch import nn
 import utils.multihead as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_linear, expect_tensor, fail, fill_linear,
                                matches, own_work, randn)
-from autograder.checks.causal_layers import (layer_probes, QKV, causal_attention, expect_dropout_on_weights, load_projections,
-                                             probe_tokens, probe_weights)
-from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.causal_layers import (QKV, causal_attention, converted, expect_dropout_on_weights, load_projections, probe_tokens,
+                                             probe_weights, split_dtypes)
+from autograder.checks.families.nb06 import CONTEXT, D_IN, FAMILIES
+from autograder.checks.harness import same_as_reference, same_as_reference_module
 from autograder.checks.saturated import split_saturated
 
-D_IN, CONTEXT = 5, 6
 X = randn(2, 4, D_IN, seed=60)  # T = 4 < context_length, batch items differ
 P = 0.3  # the dropout rate of the training-mode probes
 
-# Input families: the learner's code against utils.multihead on each (checks/harness.py) ------
-_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
-
-
-def _dtypes(shape, seed, extra=()):
-    """A float64 and a bfloat16 probe of the same input."""
-    return [Probe("dtype", f"{name} input", lambda dt=dt: ((randn(*shape, seed=seed).to(dt), *extra), {}), f"{name} 输入")
-            for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))]
-
-
-FAMILIES = {
-    "split_heads": Family([
-        Probe("batch", "(3, 5, 12) inputs whose batch items differ, 4 heads", lambda: ((randn(3, 5, 12, seed=601), 4), {}),
-              "批次项各不相同的 (3, 5, 12) 输入，4 个头"),
-        Probe("edges", "one token, one head", lambda: ((randn(2, 1, 6, seed=602), 1), {}), "一个词元、一个头"),
-        Probe("edges", "head_dim 1 (as many heads as features)", lambda: ((randn(2, 3, 4, seed=603), 4), {}),
-              "head_dim 为 1（头数等于特征数）"),
-        *_dtypes((2, 3, 6), 604, (2,)),
-    ], compares=_GRADED),
-    "merge_heads": Family([
-        Probe("batch", "(2, 3, 4, 2) inputs whose batch items and heads differ", lambda: ((randn(2, 3, 4, 2, seed=611),), {}),
-              "批次项与注意力头各不相同的 (2, 3, 4, 2) 输入"),
-        Probe("edges", "one token, one head", lambda: ((randn(2, 1, 1, 5, seed=612),), {}), "一个词元、一个头"),
-        *_dtypes((2, 2, 3, 3), 613),
-    ], compares=_GRADED),
-    "MultiHeadAttention": Family([
-        *layer_probes(D_IN, CONTEXT, 620),
-    ], compares=_GRADED),
-    "mha_parameter_count": Family([
-        Probe("arguments", "qkv_bias=True, d_in != d_out", lambda: ((64, 32, 4), {"qkv_bias": True}), "qkv_bias=True，d_in != d_out"),
-        Probe("edges", "one head", lambda: ((5, 6, 1), {}), "只有一个头"),
-        Probe("edges", "head_dim 1 (as many heads as d_out)", lambda: ((10, 8, 8), {}), "head_dim 为 1（头数等于 d_out）"),
-    ], compares=("values",)),
-    "attention_parameter_count": Family([
-        Probe("edges", "one layer of one head", lambda: ((16, 1, 4, 1), {}), "一层、一个头"),
-        Probe("arguments", "head_dim != d_model / n_heads", lambda: ((10, 3, 4, 2), {}), "head_dim != d_model / n_heads"),
-    ], compares=("values",)),
-}
 
 _ATTENTION = [(F, "scaled_dot_product_attention"), (F, "multi_head_attention_forward")]
 
@@ -116,6 +78,16 @@ def check_MultiHeadAttentionWrapper(MultiHeadAttentionWrapper):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, P, who)
+    reference = ref.MultiHeadAttentionWrapper  # looked up before own_work blocks it
+    plain, typed = split_dtypes(FAMILIES[who])
+    references = {dtype: converted(reference, dtype, evaluate=True) for dtype, _ in typed}
+    with _guard(MultiHeadAttentionWrapper, who):  # the list of heads may have any name: weights by position
+        for heads, width, bias in ((1, 3, False), (3, 2, True)):
+            same_as_reference_module(MultiHeadAttentionWrapper, reference, (D_IN, width, CONTEXT, 0.0, heads), plain,
+                                     who, grads=True, ctor_kwargs={"qkv_bias": bias}, by_position=True)
+        for dtype, family in typed:
+            same_as_reference_module(converted(MultiHeadAttentionWrapper, dtype, evaluate=True), references[dtype],
+                                     (D_IN, 2, CONTEXT, 0.3, 2), family, who, grads=True, by_position=True)
 
 
 def check_split_heads(split_heads):

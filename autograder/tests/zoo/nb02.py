@@ -177,6 +177,67 @@ def copy_returns_v1(v1, v2):
     return v1
 
 
+def copy_via_list(v1, v2):
+    """Rebuilt from Python numbers: float32 whatever v2's dtype."""
+    for name in ("W_query", "W_key", "W_value"):
+        setattr(v1, name, nn.Parameter(torch.tensor(getattr(v2, name).weight.T.tolist())))
+
+
+def copy_frozen(v1, v2):
+    """Right values in parameters that no longer train."""
+    for name in ("W_query", "W_key", "W_value"):
+        setattr(v1, name, nn.Parameter(getattr(v2, name).weight.detach().T.clone(), requires_grad=False))
+
+
+def copy_non_leaf(v1, v2):
+    """v2's transposed weights written straight into v1's parameter table: non-leaves, which an optimizer cannot train."""
+    for name in ("W_query", "W_key", "W_value"):
+        v1._parameters[name] = getattr(v2, name).weight.T
+
+
+def copy_inference_mode(v1, v2):
+    """New Parameters made under torch.inference_mode(): right values, but an optimizer's in-place step fails on them."""
+    with torch.inference_mode():
+        for name in ("W_query", "W_key", "W_value"):
+            setattr(v1, name, nn.Parameter(getattr(v2, name).weight.T.clone()))
+
+
+def copy_in_inference_mode(v1, v2):
+    """copy_ into v1's own Parameters under torch.inference_mode(): they stay normal tensors."""
+    with torch.inference_mode():
+        for name in ("W_query", "W_key", "W_value"):
+            getattr(v1, name).copy_(getattr(v2, name).weight.T)
+
+
+def copy_zero_then_add(v1, v2):
+    """Zeroes by multiplying: right unless v1 starts from NaN or inf (0 * NaN = NaN)."""
+    with torch.no_grad():
+        for name in ("W_query", "W_key", "W_value"):
+            getattr(v1, name).mul_(0).add_(getattr(v2, name).weight.T)
+
+
+def copy_swaps(v1, v2):
+    """Swaps the weights: v1 is right, but v2 now holds v1's old weights."""
+    for name in ("W_query", "W_key", "W_value"):
+        old = getattr(v1, name)
+        setattr(v1, name, nn.Parameter(getattr(v2, name).weight.T))
+        getattr(v2, name).weight = nn.Parameter(old.detach().T)
+
+
+def copy_load_state_dict(v1, v2):
+    v1.load_state_dict({name: getattr(v2, name).weight.T for name in ("W_query", "W_key", "W_value")})
+
+
+def copy_data_copy(v1, v2):
+    for name in ("W_query", "W_key", "W_value"):
+        getattr(v1, name).data.copy_(getattr(v2, name).weight.data.t())
+
+
+def copy_new_contiguous(v1, v2):
+    for name in ("W_query", "W_key", "W_value"):
+        setattr(v1, name, nn.Parameter(getattr(v2, name).weight.detach().T.contiguous()))
+
+
 WRONG = {
     "project_qkv": {
         "wrong order": (project_wrong_order, "wrong order"),
@@ -212,6 +273,12 @@ WRONG = {
         "query and key swapped": (copy_mixed_up, "same name"),
         "plain tensor assigned": (copy_plain_tensor, None),
         "returns a new module": (copy_returns_new, "in place"),
+        "rebuilt with torch.tensor(.tolist()): float32 always": (copy_via_list, "of v2's dtype"),
+        "parameters with requires_grad=False": (copy_frozen, "that train"),
+        "non-leaves in v1._parameters": (copy_non_leaf, "that train"),
+        "new Parameters under torch.inference_mode()": (copy_inference_mode, "not made under torch.inference_mode()"),
+        "zeroed by multiplying, then added (NaN stays)": (copy_zero_then_add, "whatever v1 held before (on v1 starting from NaN)"),
+        "swaps v1's and v2's weights": (copy_swaps, "changed v2"),
     },
 }
 
@@ -220,5 +287,7 @@ RIGHT = {
     "SelfAttentionV1": {"the notebook's solution": v1_class(), "einsum": v1_einsum()},
     "SelfAttentionV2": {"the notebook's solution": v2_class(), "F.linear and .mT": v2_functional_linear()},
     "copy_weights_v2_to_v1": {"the book's nn.Parameter(weight.T)": copy_book, ".data assignment": copy_data,
-                              "copies in place and returns v1": copy_returns_v1},
+                              "copies in place and returns v1": copy_returns_v1, "load_state_dict of the transposes": copy_load_state_dict,
+                              ".data.copy_ without no_grad": copy_data_copy, "new contiguous Parameters": copy_new_contiguous,
+                              "copy_ under torch.inference_mode()": copy_in_inference_mode},
 }

@@ -90,6 +90,27 @@ def variance_zero_dim_tensor(d, n_trials=10_000, scaled=False, generator=None):
     return (dots / math.sqrt(d) if scaled else dots).var()
 
 
+def variance_reseeds_global(d, n_trials=10_000, scaled=False, generator=None):
+    """Seeds PyTorch's global generator from the one given, and draws from the global one."""
+    if generator is not None:
+        torch.manual_seed(generator.initial_seed())
+    dots = (torch.randn(n_trials, d) * torch.randn(n_trials, d)).sum(-1)
+    return (dots / math.sqrt(d) if scaled else dots).var().item()
+
+
+def variance_private_generator(d, n_trials=10_000, scaled=False, generator=None):
+    """A private copy seeded like the generator given: two calls with one generator repeat the same draws."""
+    own = None if generator is None else torch.Generator().manual_seed(generator.initial_seed())
+    _, _, dots = _dots(d, n_trials, own)
+    return (dots / math.sqrt(d) if scaled else dots).var().item()
+
+
+def variance_one_draw_float64(d, n_trials=10_000, scaled=False, generator=None):
+    qk = torch.randn(2, n_trials, d, generator=generator, dtype=torch.float64)
+    dots = torch.einsum("nd,nd->n", qk[0], qk[1]) / (d ** 0.5 if scaled else 1)
+    return float(dots.var())
+
+
 # softmax_jacobian ------------------------------------------------------------------------
 def jacobian_elementwise(p):
     return torch.diag(p) - p * p
@@ -335,6 +356,8 @@ WRONG = {
         "ignores the generator": (variance_ignores_generator, "generator=generator"),
         "ignores n_trials": (variance_fixed_trials, "n_trials"),
         "returns the dot products": (variance_returns_tensor_of_dots, "Python float"),
+        "reseeds the global generator": (variance_reseeds_global, "global generator must be left as it was"),
+        "a private generator seeded like the given one": (variance_private_generator, "the generator given must advance"),
         "calls utils": (lambda d, n_trials=10_000, scaled=False, generator=None:
                         ref.dot_product_variance(d, n_trials, scaled, generator), "yourself"),
     },
@@ -378,7 +401,8 @@ WRONG = {
 
 RIGHT = {
     "dot_product_variance": {"torch.var correction=0": variance_population, "einsum, by hand": variance_by_hand,
-                             "loop over trials": variance_loop, "0-d tensor": variance_zero_dim_tensor},
+                             "loop over trials": variance_loop, "0-d tensor": variance_zero_dim_tensor,
+                             "one float64 draw of (2, n, d), einsum": variance_one_draw_float64},
     "softmax_jacobian": {"diag_embed and broadcasting": jacobian_broadcast, "loops": jacobian_loop,
                          "p (I - pᵀ)": jacobian_eye},
     "scaled_dot_product_attention": {"einsum": sdpa_einsum, "torch.where and .mT": sdpa_where,

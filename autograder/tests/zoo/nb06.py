@@ -34,6 +34,84 @@ def wrapper_class(container="modulelist", cat_dim=-1, shared=False, combine="cat
     return Wrapper
 
 
+def wrapper_two_heads():
+    """Always two heads, whatever num_heads says."""
+    class Wrapper(wrapper_class()):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__(d_in, d_out, context_length, dropout, 2, qkv_bias)
+    return Wrapper
+
+
+def wrapper_second_head_frozen():
+    """The second head computed under no_grad: right outputs, but its weights never train."""
+    class Wrapper(wrapper_class()):
+        def forward(self, x):
+            outs = []
+            for h, head in enumerate(self.heads):
+                with torch.set_grad_enabled(h != 1 and torch.is_grad_enabled()):
+                    outs.append(head(x))
+            return torch.cat(outs, dim=-1)
+    return Wrapper
+
+
+def wrapper_squeezed():
+    """.squeeze() on the output: harmless until a sequence of one token loses its token axis."""
+    class Wrapper(wrapper_class()):
+        def forward(self, x):
+            return torch.cat([head(x) for head in self.heads], dim=-1).squeeze()
+    return Wrapper
+
+
+def wrapper_float32_buffer():
+    """Heads written into slices of a preallocated output on the input's device, but float32 whatever its dtype."""
+    class Wrapper(wrapper_class()):
+        def forward(self, x):
+            outs = [head(x) for head in self.heads]
+            width = outs[0].shape[-1]
+            out = torch.zeros(*x.shape[:-1], width * len(outs), device=x.device)
+            for h, o in enumerate(outs):
+                out[..., h * width:(h + 1) * width] = o
+            return out
+    return Wrapper
+
+
+class OwnHead(nn.Module):
+    """A head written out (W_query, W_key, W_value, a mask buffer); `stable` subtracts each row's maximum."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False, stable=True):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.stable = stable
+        self.register_buffer("mask", causal_mask(context_length))
+
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], float("-inf"))
+        if self.stable:
+            weights = torch.softmax(scores.float(), dim=-1).to(x.dtype)  # the float32 idiom, cast back
+        else:
+            e = scores.exp()
+            weights = e / e.sum(dim=-1, keepdim=True)
+        return self.dropout(weights) @ v
+
+
+def wrapper_own_heads(stable=True):
+    """Heads written out, kept in a list with another name, joined by stack and flatten."""
+    class Wrapper(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            self.attention_heads = nn.ModuleList([OwnHead(d_in, d_out, context_length, dropout, qkv_bias, stable)
+                                                  for _ in range(num_heads)])
+
+        def forward(self, x):
+            return torch.stack([head(x) for head in self.attention_heads], dim=-2).flatten(-2)
+    return Wrapper
+
+
 # split_heads / merge_heads -----------------------------------------------------------------
 def split_token_axis(x, num_heads):
     B, T, D = x.shape
@@ -212,6 +290,11 @@ WRONG = {
         "heads summed": (wrapper_class(combine="sum"), "columns h*d_out"),
         "dropout on the concatenated output": (wrapper_class(mistake="dropout on the output"), "drop the attention weights"),
         "ignores qkv_bias": (wrapper_class(mistake="ignores qkv_bias"), "qkv_bias=True"),
+        "always two heads": (wrapper_two_heads(), "in the order the module registers them"),
+        "second head under no_grad": (wrapper_second_head_frozen(), "No gradient reaches MultiHeadAttentionWrapper.heads.1.W_query"),
+        ".squeeze() on the output": (wrapper_squeezed(), "wrong shape (on one token)"),
+        "own heads, exp without the max": (wrapper_own_heads(stable=False), "scores in the hundreds"),
+        "a float32 output buffer": (wrapper_float32_buffer(), "must follow its input's dtype"),
     },
     "split_heads": {
         "token axis": (split_token_axis, "wrong axis"),
@@ -252,7 +335,8 @@ WRONG = {
 }
 
 RIGHT = {
-    "MultiHeadAttentionWrapper": {"the notebook's solution": wrapper_class()},
+    "MultiHeadAttentionWrapper": {"the notebook's solution": wrapper_class(),
+                                  "own heads, another name, stack and flatten, float32 softmax": wrapper_own_heads()},
     "split_heads": {"unflatten": split_unflatten, "reshape + permute": split_einops_style},
     "merge_heads": {"contiguous().view": merge_contiguous_view, "permute + flatten": merge_flatten},
     "MultiHeadAttention": {"the notebook's solution": mha_class(), "einsum": mha_einsum(),

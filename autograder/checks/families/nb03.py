@@ -1,0 +1,121 @@
+"""The input families of notebook 03's exercises (checks/harness.py), as data, and the view that
+reduces dot_product_variance's random estimate to what its contract fixes."""
+import inspect
+import math
+
+import torch
+
+from autograder.checks import generator, randn
+from autograder.checks.harness import Family, Probe, _where
+
+
+def _far(*shape, seed):
+    """Vectors with a shared coordinate of 20: every q·k / sqrt(8) is about 140 + O(1)."""
+    x = randn(*shape, seed=seed)
+    x[..., 0] = 20.0
+    return x
+
+
+def _qkv(seed, t_q=4, t_k=6, lead=(2, 3), d_k=8, d_v=5):
+    return randn(*lead, t_q, d_k, seed=seed), randn(*lead, t_k, d_k, seed=seed + 1), randn(*lead, t_k, d_v, seed=seed + 2)
+
+
+_MASK = torch.tensor([[False, True, False, True, True, False], [False] * 6,
+                      [True, True, True, False, False, True], [False, True, True, True, True, True]])  # (T_q, T_k)
+_PADDING = torch.tensor([[False] * 6, [False, False, False, True, True, True]])[:, None, None, :]  # (B, 1, 1, T_k)
+_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
+
+
+def _drawn(d, n_trials, scaled=False, by_position=False, seed=None):
+    """dot_product_variance's arguments, with a fresh generator of `seed` (none: the global one)."""
+    gen = None if seed is None else generator(seed)
+    if by_position:
+        return (d, n_trials, scaled, gen), {}
+    return (d,), {"n_trials": n_trials, "scaled": scaled, **({} if gen is None else {"generator": gen})}
+
+
+def _contract(d, n_trials=10_000, scaled=False, generator=None):
+    """dot_product_variance's signature (../shared/curriculum.md): its arguments are bound to it."""
+
+
+def estimate_summary(fn):
+    """fn (dot_product_variance) with its result reduced to what the contract fixes: that it is one
+    number; whether it lies within six standard deviations of the theory (d, or 1 when scaled; the
+    sample variance of n trials has a relative standard deviation of sqrt((2 + 6/d) / n), q·k
+    having kurtosis 3 + 6/d); and, when a generator is given, that the draws came from it (it
+    advanced) and not from PyTorch's global one (left as it was)."""
+    def dot_product_variance(*args, **kwargs):
+        bound = inspect.signature(_contract).bind(*args, **kwargs)
+        bound.apply_defaults()
+        d, n_trials, scaled, gen = bound.arguments.values()
+        global_before, before = torch.random.get_rng_state(), None if gen is None else gen.get_state()
+        result = fn(*args, **kwargs)
+        if isinstance(result, torch.Tensor) and result.numel() == 1 or isinstance(result, (int, float)) and not isinstance(result, bool):
+            value, kind = float(result), "one number"
+        else:
+            value, kind = math.nan, type(result).__name__ + (f" of shape {tuple(result.shape)}" if isinstance(result, torch.Tensor) else "")
+        theory = 1.0 if scaled else float(d)
+        spread = 6 * theory * math.sqrt((2 + 6 / d) / n_trials)
+        verdict = "within the bound" if abs(value - theory) <= spread else f"{value:.4g}, outside {theory:g} ± {spread:.3g}"
+        source = "no generator given"
+        if gen is not None:
+            advanced, left = not torch.equal(before, gen.get_state()), torch.equal(global_before, torch.random.get_rng_state())
+            source = ("drawn from the generator given" if advanced and left else
+                      f"the generator given {'advanced' if advanced else 'left as it was'}, the global one {'left as it was' if left else 'changed'}")
+        return kind, verdict, source
+    return dot_product_variance
+
+
+def explain_estimate(probe, out, expected):
+    """The sentence for the part of `estimate_summary` that differs."""
+    on, zh_on = _where(probe)
+    if expected == "one number":
+        return (f"dot_product_variance must return one number, a Python float{on} (use .item() on a 0-d tensor).",
+                f"dot_product_variance 必须返回一个数，即 Python 浮点数{zh_on}（对 0 维张量使用 .item()）。")
+    if expected == "within the bound":
+        return (f"dot_product_variance's estimate lies more than six standard deviations from the theory{on}: about d unscaled "
+                "and 1 scaled, from exactly n_trials pairs (q, k) of standard normal entries.",
+                f"dot_product_variance 的估计与理论值相差超过六个标准差{zh_on}：不缩放约为 d，缩放后约为 1，"
+                "且恰好来自 n_trials 对分量服从标准正态分布的 (q, k)。")
+    return (f"Draw q and k with torch.randn(..., generator=generator){on}: the generator given must advance, and PyTorch's "
+            "global generator must be left as it was (no torch.manual_seed).",
+            f"请用 torch.randn(..., generator=generator) 采样 q 和 k{zh_on}：传入的生成器必须前进，PyTorch 的全局生成器"
+            "必须保持原样（不要用 torch.manual_seed）。")
+
+
+FAMILIES = {
+    # A random estimate: `estimate_summary` reduces each result to what the contract fixes (one
+    # number, within six standard deviations of d or 1, drawn from the generator given), since the
+    # values depend on the order the numbers are drawn in, which the contract leaves free.
+    "dot_product_variance": Family([
+        Probe("edges", "d = 1, unscaled, 20,000 trials", lambda: _drawn(1, 20_000, seed=331), "d = 1，不缩放，20,000 次试验"),
+        Probe("edges", "d = 1, scaled, 20,000 trials", lambda: _drawn(1, 20_000, True, seed=332), "d = 1，缩放，20,000 次试验"),
+        Probe("extreme", "d = 1024, unscaled, 2,000 trials", lambda: _drawn(1024, 2_000, seed=333), "d = 1024，不缩放，2,000 次试验"),
+        Probe("extreme", "d = 1024, scaled, 2,000 trials", lambda: _drawn(1024, 2_000, True, seed=334), "d = 1024，缩放，2,000 次试验"),
+        Probe("arguments", "few trials (500), d = 16", lambda: _drawn(16, 500, seed=335), "很少的试验（500 次），d = 16"),
+        Probe("arguments", "arguments by position: d = 16, 3,000 trials, scaled, a generator",
+              lambda: _drawn(16, 3_000, True, by_position=True, seed=336), "按位置传参：d = 16，3,000 次试验，缩放，一个生成器"),
+        Probe("arguments", "only d = 8 (10,000 trials, the global generator)", lambda: ((8,), {}), "只传 d = 8（10,000 次试验，全局生成器）"),
+    ], compares=("values",)),
+    # float64 only: p (I - pᵀ) with torch.eye (float32) is right and keeps float64, not bfloat16.
+    "softmax_jacobian": Family([
+        Probe("edges", "n = 1", lambda: ((torch.ones(1),), {}), "n = 1"),
+        Probe("ties", "a uniform p", lambda: ((torch.full((5,), 0.2),), {}), "均匀的 p"),
+        Probe("extreme", "an almost one-hot p", lambda: ((torch.softmax(randn(6, seed=301) * 30, dim=-1),), {}), "几乎 one-hot 的 p"),
+        Probe("dtype", "a float64 p", lambda: ((torch.softmax(randn(4, seed=302), dim=-1).double(),), {}), "float64 的 p"),
+    ], compares=_GRADED),
+    "scaled_dot_product_attention": Family([
+        Probe("batch", "(B, H, T, d) inputs whose batch items and heads differ, with a (T_q, T_k) mask",
+              lambda: (_qkv(311), {"mask": _MASK}), "批次项与注意力头各不相同的 (B, H, T, d) 输入，带 (T_q, T_k) 掩码"),
+        Probe("arguments", "scale=0.3 and a padding mask (B, 1, 1, T_k)", lambda: (_qkv(314), {"mask": _PADDING, "scale": 0.3}),
+              "scale=0.3 与填充掩码 (B, 1, 1, T_k)"),
+        Probe("arguments", "scale=0.0 (every key weighs the same)", lambda: (_qkv(329, lead=(2,)), {"scale": 0.0}),
+              "scale=0.0（每个键的权重相同）"),
+        Probe("extreme", "scores of about 140", lambda: ((_far(2, 4, 8, seed=317), _far(2, 6, 8, seed=318), randn(2, 6, 5, seed=319)), {}),
+              "约为 140 的分数"),
+        Probe("edges", "one key (T_k = 1)", lambda: (_qkv(320, t_q=3, t_k=1, lead=(2,)), {}), "只有一个键（T_k = 1）"),
+        Probe("edges", "one query (T_q = 1)", lambda: (_qkv(323, t_q=1, lead=(2,)), {}), "只有一个查询（T_q = 1）"),
+        *[Probe("dtype", f"{name} inputs with a mask", lambda dt=dt: (tuple(t.to(dt) for t in _qkv(326)), {"mask": _MASK}),
+                f"带掩码的 {name} 输入") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+    ], compares=_GRADED),
+}
