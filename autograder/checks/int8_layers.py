@@ -93,7 +93,7 @@ def copies_elsewhere(cls, weight):
 def expect_int8_storage(module, d_in, d_out, who):
     held = tensors(module)
     saved = module.state_dict()
-    expect(any(t.dtype == torch.int8 and t.numel() == d_in * d_out for t in held.values()),
+    expect(any(t.dtype == torch.int8 and tuple(t.shape) == (d_out, d_in) for t in held.values()),
            f"{who} must store the weight as a torch.int8 tensor of shape (out_features, in_features).",
            f"{who} 必须把权重存成形状为 (out_features, in_features) 的 torch.int8 张量。", f"tensors: {[(k, t.dtype) for k, t in held.items()]}")
     floats = [k for k, t in held.items() if t.is_floating_point() and t.numel() >= d_in * d_out]
@@ -103,6 +103,14 @@ def expect_int8_storage(module, d_in, d_out, who):
            f"{who} keeps its int8 weight outside the module's state: register it as a buffer (self.register_buffer), so that state_dict, .to() and the memory count see it.",
            f"{who} 把 int8 权重放在了模块状态之外：请用 self.register_buffer 注册为缓冲区，这样 state_dict、.to() 和内存统计才能看到它。",
            f"state_dict: {[(k, t.dtype) for k, t in saved.items()]}")
+
+
+def expect_scales(module, linear, who):
+    """One floating scale per output channel, besides the bias (its shape and dtype are free)."""
+    expect(scale_of(module, linear).numel() == linear.weight.shape[0],
+           f"{who} must keep one floating-point scale per output channel (absmax_quantize(linear.weight, dim=-1)'s scale), as a buffer beside the int8 weight.",
+           f"{who} 必须为每个输出通道保留一个浮点 scale（absmax_quantize(linear.weight, dim=-1) 的 scale），作为 int8 权重旁边的缓冲区。",
+           f"tensors: {[(k, tuple(t.shape), t.dtype) for k, t in tensors(module).items()]}")
 
 
 def reference_linear(linear, x, per_channel=True, bias=True):
@@ -211,3 +219,121 @@ def probe_model(seed):
         for name, p in model.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5 if p.dim() > 1 else 4) + (1.0 if "norm.weight" in name else 0.0))
     return model.eval()
+
+
+# the harness's view of the two exercises (families/nb11.py) ----------------------------------
+def _codes_and_amax(layer, linear):
+    """What the layer holds, as the contract fixes it: the int8 codes (out, in) and each output
+    channel's amax = scale * 127 (a scale stored in bfloat16, or as (out, 1), is as right)."""
+    d_out, d_in = linear.weight.shape
+    codes = [t for t in tensors(layer).values() if t.dtype == torch.int8 and tuple(t.shape) == (d_out, d_in)]
+    return codes[0] if codes else torch.empty(0, dtype=torch.int8), scale_of(layer, linear)
+
+
+def scale_of(layer, linear):
+    """The layer's per-output-channel scale as amax = scale * 127, in bfloat16; an empty tensor
+    where it keeps no floating tensor of out_features elements other than the bias."""
+    d_out = linear.weight.shape[0]
+    bias = linear.bias.detach() if linear.bias is not None else torch.zeros(d_out)
+    found = [t.detach().float().reshape(-1) for t in tensors(layer).values()
+             if t.is_floating_point() and t.numel() == d_out and not torch.allclose(t.detach().float().reshape(-1), bias.float(), atol=1e-3)]
+    return (found[0] * 127).bfloat16() if found else torch.empty(0, dtype=torch.bfloat16)
+
+
+def built_and_run(cls):
+    """cls.from_linear(linear)(x) as one call, for the harness: (the output, relative; its dtype; the
+    int8 codes; the amax). Relative: each output divided by the size of the terms it sums,
+    sum_k |x_ik W_jk| + |b_j|, and in bfloat16, so that every precision path the exercise allows
+    (bfloat16 activations as torch._weight_int8pack_mm takes them, float32 ones) agrees within
+    bfloat16's tolerance, on loud rows and channels as on quiet ones."""
+    def Int8WeightOnlyLinear(linear, x):
+        layer = cls.from_linear(linear)
+        y = layer(x)
+        if not isinstance(y, torch.Tensor):
+            return y, None, *_codes_and_amax(layer, linear)
+        return _relative(y, linear, x), y.dtype, *_codes_and_amax(layer, linear)
+    return Int8WeightOnlyLinear
+
+
+def _relative(y, linear, x):
+    size = x.detach().double().abs() @ linear.weight.detach().double().abs().T
+    if linear.bias is not None:
+        size = size + linear.bias.detach().double().abs()
+    return (y.detach().double() / size).bfloat16() if y.shape == size.shape else y.bfloat16()
+
+
+def _on(probe, en, zh):
+    """A named mistake's sentence, saying on which probe it was seen."""
+    from autograder.checks.harness import _where
+    en_on, zh_on = _where(probe)
+    return f"{en}{en_on}.", f"{zh}{zh_on}。"
+
+
+def explain_int8_linear(probe, out, expected):
+    if isinstance(expected, torch.dtype):
+        return _on(probe, "Int8WeightOnlyLinear's forward must return the input's dtype: compute in bfloat16 if you like, then convert back with .to(x.dtype)",
+                "Int8WeightOnlyLinear 的 forward 必须返回与输入相同的 dtype：可以用 bfloat16 计算，然后用 .to(x.dtype) 转换回来")
+    if isinstance(expected, torch.Tensor) and expected.dtype == torch.int8:
+        return _on(probe, "Int8WeightOnlyLinear's int8 weight differs from absmax_quantize(linear.weight, dim=-1)'s codes: one scale per output channel, amax / 127, round, clamp to [-127, 127]",
+                "Int8WeightOnlyLinear 的 int8 权重与 absmax_quantize(linear.weight, dim=-1) 的结果不同：每个输出通道一个 scale，amax / 127，取整，限制到 [-127, 127]")
+    if isinstance(expected, torch.Tensor) and expected.dim() == 1:
+        return _on(probe, "Int8WeightOnlyLinear's scales differ from absmax_quantize(linear.weight, dim=-1)'s: one per output channel, amax of that row / 127",
+                "Int8WeightOnlyLinear 的 scale 与 absmax_quantize(linear.weight, dim=-1) 的不同：每个输出通道一个，等于该行的 amax / 127")
+    return _on(probe, "Int8WeightOnlyLinear's output differs from the course's: x W^T + b, W = int8 weight * its output channel's scale, for every row of x",
+               "Int8WeightOnlyLinear 的输出与课程的不同：对 x 的每一行计算 x W^T + b，W = int8 权重 * 所在输出通道的 scale")
+
+
+# quantize_model_: what the model holds afterwards -------------------------------------------
+class _NoLinear(nn.Module):
+    """Nothing to quantize: a norm and an activation."""
+    d_in = 16
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.norm(x))
+
+
+def no_linear_model(seed):
+    model = _NoLinear()
+    with torch.no_grad():
+        model.norm.weight.copy_(1 + randn(16, seed=seed) / 4)
+    return model.eval()
+
+
+def _kind(module) -> str:
+    if type(module) is nn.Linear:
+        return "nn.Linear"
+    own = [t for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]]
+    return "int8 layer" if any(t.dtype == torch.int8 for t in own) else type(module).__name__
+
+
+def model_after(returned, args, kwargs):
+    """What quantize_model_ left: whether it returned the model itself, each module's path and
+    kind (nn.Linear, an int8 layer, or its class), and the model's output's dtype and values (in bfloat16: int8
+    layers compute on bfloat16 activations) on fixed rows that differ."""
+    from autograder.checks import call
+    model = args[0]
+    x = randn(3, getattr(model, "d_in", 16), seed=1199)
+    y = call(model, x, name="the quantized model")
+    layout = tuple(f"{path or '(the model)'}: {_kind(m)}" for path, m in model.named_modules())
+    if not isinstance(y, torch.Tensor):
+        return returned is model, layout, None, y
+    return returned is model, layout, y.dtype, y.bfloat16()
+
+
+def explain_quantize(probe, out, expected):
+    if isinstance(expected, bool):
+        return _on(probe, "quantize_model_ must change the model in place and return that same model",
+                "quantize_model_ 必须原地修改模型，并返回同一个模型")
+    if isinstance(expected, torch.dtype):
+        return _on(probe, "After quantize_model_ the model's output must keep the dtype of its input: change which layers compute, not the model's dtype",
+                   "quantize_model_ 之后模型的输出必须保持输入的 dtype：只替换做计算的层，不改变模型的 dtype")
+    if isinstance(expected, str):
+        return _on(probe, "quantize_model_ must replace every nn.Linear at any depth, except those whose FULL dotted name in model.named_modules() is in skip, and leave every other module as it is",
+                "quantize_model_ 必须替换任意深度的每个 nn.Linear（完整点分名字在 skip 中的除外），其他模块保持不变")
+    return _on(probe, "After quantize_model_ the model's output differs from the course's quantized model's: replace each nn.Linear by Int8WeightOnlyLinear.from_linear of that same layer",
+               "quantize_model_ 之后模型的输出与课程量化后的模型不同：把每个 nn.Linear 替换成由同一层得到的 Int8WeightOnlyLinear.from_linear")
