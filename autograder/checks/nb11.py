@@ -18,6 +18,7 @@ from torch import nn
 import utils.quantize as ref
 from autograder.checks import graded_checks, Shortcut, call, course_runs, course_versions, expect, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks import int8_layers as il
+from autograder.checks import int8_views as iv
 from autograder.checks.families.nb11 import FAMILIES
 from autograder.checks.harness import same_as_reference
 from autograder.checks import quant_probes as qp
@@ -214,7 +215,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
     who = "Int8WeightOnlyLinear"
     big = il.make_linear(il.BIG, il.BIG, True, 122)  # float32 64 MB: more than a CPU's last-level cache
     course = ref.Int8WeightOnlyLinear.from_linear(big)  # this processor's int8 kernel as the course calls it, built before the rule blocks the class
-    reference = il.built_and_run(ref.Int8WeightOnlyLinear)  # looked up before own_work blocks it
+    reference = iv.built_and_run(ref.Int8WeightOnlyLinear)  # looked up before own_work blocks it
     with own_work(Int8WeightOnlyLinear, who), course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
         try:  # the notebook's constructor; another signature is fine, wrapping the course's class is not
             Int8WeightOnlyLinear(64, 48)
@@ -254,7 +255,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
              f"{who} 的 forward 耗时达到 float32 nn.Linear 的 {il.SLACK} 倍或更多，相对课程自己的 int8 层也是如此：请直接用 int8 权重做乘法（对 bfloat16 激活调用 torch._weight_int8pack_mm），不要用 Python 循环。",
              f"best of {rounds} rounds: int8 {1e3 * t_int8:.2f} ms, float32 {1e3 * t_float:.2f} ms, the course's layer {1e3 * t_course:.2f} ms for 2 calls at {il.BIG}x{il.BIG}")
     with own_work(Int8WeightOnlyLinear, who), course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
-        same_as_reference(il.built_and_run(Int8WeightOnlyLinear), reference, FAMILIES[who], who, explain=il.explain_int8_linear)
+        same_as_reference(iv.built_and_run(Int8WeightOnlyLinear), reference, FAMILIES[who], who, explain=iv.explain_int8_linear)
 
 
 def check_quantize_model_(quantize_model_):
@@ -301,7 +302,7 @@ def check_quantize_model_(quantize_model_):
            f"{who} 必须用完整的点分名字与 skip 比较：skip=('blocks.1.0',) 恰好保留那个嵌套的线性层（子模块自己的名字 '0' 与 blocks.0.0 相同）。",
            f"still nn.Linear: {left}")
     with own_work(quantize_model_, who), course_versions(quantize_model_, {"Int8WeightOnlyLinear": reference_layer}):
-        same_as_reference(quantize_model_, reference, FAMILIES[who], who, explain=il.explain_quantize, effect=il.model_after)
+        same_as_reference(quantize_model_, reference, FAMILIES[who], who, explain=iv.explain_quantize, effect=iv.model_after)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

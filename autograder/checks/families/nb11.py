@@ -1,5 +1,6 @@
 """Notebook 11's input families (checks/harness.py): the learner's code against utils.quantize."""
 import torch
+from torch import nn
 
 import utils.quantize as ref
 from autograder.checks import randn
@@ -42,7 +43,8 @@ FAMILIES = {
         Probe("extreme", "activations in the thousands", lambda: ((2000 * randn(4, 64, seed=129),), {"block_size": 16}), "数千量级的激活"),
         Probe("dtype", "a bfloat16 input", lambda: ((_bf16(3, 64, seed=130),), {"block_size": 32}), "bfloat16 输入"),
     ], compares=_NO_GRADS),
-    # The layer does not train (int8 buffers, no parameters): no gradient to compare.
+    # Run as from_linear(linear)(x) (checks/int8_views.py). The layer does not train (int8 buffers,
+    # no parameters): no gradient to compare.
     "Int8WeightOnlyLinear": Family([
         Probe("batch", "a batch of rows that differ, one output channel 50 times louder", lambda: _int8(32, 24, True, 1101, (2, 3, 32)),
               "各行不同的一批输入，一个输出通道大 50 倍"),
@@ -51,7 +53,7 @@ FAMILIES = {
         Probe("edges", "a bias-free nn.Linear", lambda: _int8(64, 8, False, 1107, (3, 64)), "不带偏置的 nn.Linear"),
         *[Probe("dtype", f"{name} inputs", lambda dt=dt: _int8(32, 24, True, 1109, (2, 32), dtype=dt), f"{name} 输入")
           for dt, name in ((torch.bfloat16, "bfloat16"), (torch.float64, "float64"))],
-    ], compares=_NO_GRADS),
+    ], compares=_NO_GRADS + ("holds",)),  # holds: the int8 codes (exactly) and the per-channel scales
     "quantize_model_": Family([
         Probe("batch", "linears at the top, in a ModuleList of Sequentials (with and without a bias), a ModuleDict and a custom module",
               lambda: ((il.probe_model(1121),), {}), "位于顶层、ModuleList 中的 Sequential（带或不带偏置）、ModuleDict 和自定义模块中的线性层"),
@@ -60,8 +62,8 @@ FAMILIES = {
         Probe("arguments", "skip=('head',)", lambda: ((il.probe_model(1123),), {"skip": ("head",)}), "skip=('head',)"),
         Probe("edges", "skip=('blocks.1',) names a container, not a linear: its linears are replaced",
               lambda: ((il.probe_model(1124),), {"skip": ("blocks.1",)}), "skip=('blocks.1',) 指的是容器而不是线性层：其中的线性层仍被替换"),
-        Probe("edges", "a model with no nn.Linear", lambda: ((il.no_linear_model(1125),), {}), "没有 nn.Linear 的模型"),
-    ], compares=("values", "shape", "dtype", "device")),
+        Probe("edges", "a model with no nn.Linear", lambda: ((no_linear_model(1125),), {}), "没有 nn.Linear 的模型"),
+    ], compares=("values", "shape", "dtype", "device", "holds")),  # by effect: each module's kind by path, the output
 }
 
 
@@ -72,3 +74,22 @@ def _int8(d_in, d_out, bias, seed, shape, dtype=torch.float32, loud_row=None):
         x[loud_row] *= 10.0
     return (il.make_linear(d_in, d_out, bias, seed), x.to(dtype)), {}
 
+
+class _NoLinear(nn.Module):
+    """Nothing to quantize: a norm and an activation."""
+    d_in = 16
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.norm(x))
+
+
+def no_linear_model(seed):
+    model = _NoLinear()
+    with torch.no_grad():
+        model.norm.weight.copy_(1 + randn(16, seed=seed) / 4)
+    return model.eval()
