@@ -225,7 +225,7 @@ def scale_of(layer, linear):
     """The layer's per-output-channel scale as amax = scale * 127, in bfloat16; an empty tensor
     where it keeps no floating tensor of out_features elements other than the bias."""
     d_out = linear.weight.shape[0]
-    bias = linear.bias.detach() if linear.bias is not None else torch.zeros(d_out)
+    bias = linear.bias.detach() if linear.bias is not None else linear.weight.detach().new_zeros(d_out)  # on its device
     found = [t.detach().float().reshape(-1) for t in tensors(layer).values()
              if t.is_floating_point() and t.numel() == d_out and not torch.allclose(t.detach().float().reshape(-1), bias.float(), atol=1e-3)]
     return (found[0] * 127).bfloat16() if found else torch.empty(0, dtype=torch.bfloat16)
