@@ -1,7 +1,8 @@
 """Hidden checks of notebook 11, quantized inference.
 
 The inputs and their traps are built in `quant_probes` (quantizers) and `int8_layers` (the int8
-layer and quantize_model_), with the decisions each one takes.
+layer and quantize_model_), with the decisions each one takes; the harness's families are in
+`families/nb11.py`, and what it compares of the int8 layer and of quantize_model_ in `int8_views`.
 
 Decisions: `absmax_quantize(x, dim)` takes the amax ALONG `dim` (x.abs().amax(dim, keepdim=True)),
 so a weight (out, in) gets one scale per output channel with dim=-1; it, the FP8 quantizers and

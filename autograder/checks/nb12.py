@@ -5,7 +5,8 @@ deterministic weights by parameter name (the names are DeepSeek-V3's, so a wrong
 checkpoint that would not load). When an output differs, it is compared with the outputs of the
 usual mistakes (LayerNorm's mean, eps outside the root, post-norm, a loss not shifted, MTP's
 embedding of the wrong token, the paper's concatenation order, ...) so the message names it.
-Sizes, weights and probes are in capstone_parts.py, the mistakes' outputs in capstone_mistakes.py.
+Sizes, weights and probes are in capstone_parts.py, the mistakes' outputs in capstone_mistakes.py,
+the harness's families in families/nb12.py.
 
 Decisions:
 - `Block`, `MiniDeepSeek` and `MTPModule` are graded with the course's RMSNorm (and Block) in
