@@ -185,3 +185,10 @@ def mtp_probe(B, T, depth, seed):
     weights = {name: p.detach().clone() for name, p in both.named_parameters()}
     tokens = torch.randint(0, CFG.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
     return (tokens, model, modules), weights
+
+
+def listed(fn):
+    """mtp_loss(*depths, tokens, lam) as mtp_loss([depths...], tokens, lam): each depth its own argument."""
+    def mtp_loss(*args, **kwargs):
+        return fn(list(args[:-1]), args[-1], **kwargs)
+    return mtp_loss

@@ -28,20 +28,13 @@ import utils.mtp as ref_mtp
 import utils.rmsnorm as utils_rmsnorm
 from autograder.checks import (graded_checks, Shortcut, call, expect, expect_close, expect_known, expect_linear, expect_tensor, load_state,
                                message, own_module, own_work, randn)
-from autograder.checks.capstone_mistakes import (block_mistakes, ce, mtp_forward_mistakes, mtp_loss_reference,
+from autograder.checks.capstone_mistakes import (block_mistakes, ce, expect_depths, mtp_loss_mistakes, mtp_loss_reference,
                                                  mtp_module_mistakes, rmsnorm_mistakes)
 from autograder.checks.capstone_parts import (BLOCK_NORMS, CFG, CFG_TWO_DENSE, MTP_NORMS, block_structure, cache_paths,
                                               course_parts, expect_path, expect_precision_and_gradients, inputs, mtp_module_structure,
-                                              mtp_reference, reference, rms, with_weights)
+                                              listed, mtp_reference, reference, rms, with_weights)
 from autograder.checks.families.nb12 import FAMILIES
 from autograder.checks.harness import same_as_reference, same_as_reference_module
-
-
-def _listed(fn):
-    """mtp_loss(*depths, tokens, lam) as mtp_loss([depths...], tokens, lam): each depth its own argument."""
-    def mtp_loss(*args, **kwargs):
-        return fn(list(args[:-1]), args[-1], **kwargs)
-    return mtp_loss
 
 
 # RMSNorm ---------------------------------------------------------------------------------
@@ -282,31 +275,7 @@ def check_mtp_forward(mtp_forward):
            "mtp_forward returns one logits tensor per MTP module: a list of D tensors, depth k's of shape (B, T - k, V).",
            "mtp_forward 为每个 MTP 模块返回一个 logits 张量：D 个张量组成的列表，深度 k 的形状为 (B, T - k, V)。",
            f"{D} modules, got {type(deep).__name__} of length {len(deep) if hasattr(deep, '__len__') else '?'}")
-    known = {}
-
-    def mistakes_at(k):  # the mistakes' chains are run only when an output differs
-        def build():
-            if not known:
-                known["chains"] = mtp_forward_mistakes(model, modules, tokens)
-            return [(chain[k - 1].detach() if len(chain) >= k else None, en, zh) for chain, en, zh in known["chains"]]
-        return build
-
-    for k, (got, want) in enumerate(zip(deep, want_deep), start=1):
-        expect_tensor(got, f"Depth {k}'s logits", f"深度 {k} 的 logits")
-        expect_known(got.detach(), want.detach(), mistakes_at(k),
-                     f"Depth {k}'s logits are wrong: h^k = mtp_modules[k-1](h^(k-1)[:, :-1], model.embed(tokens[:, k:])), logits = model.head(model.norm(h^k)).",
-                     f"深度 {k} 的 logits 不对：h^k = mtp_modules[k-1](h^(k-1)[:, :-1], model.embed(tokens[:, k:]))，logits = model.head(model.norm(h^k))。")
-    probe = model.layers[0].attn.wkv_a.weight  # reached only through h^0
-    weights = [torch.linspace(-1.0, 1.0, d.numel()).view_as(d) for d in want_deep]
-    expect(all(d.requires_grad for d in deep),
-           "The depths' logits carry no gradient: do not run the chain under torch.no_grad() or detach h^0 (the MTP loss trains the main model too).",
-           "各深度的 logits 不带梯度：不要在 torch.no_grad() 下运行这条链，也不要分离 h^0（MTP 损失也训练主模型）。")
-    (got,) = torch.autograd.grad(sum((d * w).sum() for d, w in zip(deep, weights)), [probe], allow_unused=True)
-    (want,) = torch.autograd.grad(sum((d * w).sum() for d, w in zip(want_deep, weights)), [probe])
-    expect(got is not None and torch.allclose(got, want, atol=1e-5, rtol=1e-3),
-           "The depths' logits must pass their gradient to the main model through h^0: do not detach h^0 (in DeepSeek-V3 the MTP loss trains the main model too).",
-           "各深度的 logits 必须通过 h^0 把梯度传回主模型：不要分离 h^0（在 DeepSeek-V3 中，MTP 损失也训练主模型）。",
-           "no gradient" if got is None else f"largest difference {float((got - want).abs().max()):.3g}")
+    expect_depths(deep, want_deep, model, modules, tokens)
     with own_work(mtp_forward, who):
         same_as_reference(with_weights(mtp_forward), with_weights(reference_fn), FAMILIES[who], who, grads=True)
 
@@ -320,18 +289,7 @@ def check_mtp_loss(mtp_loss):
         one = call(mtp_loss, deep[:1], tokens, lam=0.5, name="mtp_loss")
     expect_tensor(out, "mtp_loss's result", "mtp_loss 的结果")
     expect(out.dim() == 0, "mtp_loss returns one number (a 0-d tensor).", "mtp_loss 返回一个数（0 维张量）。", f"shape {tuple(out.shape)}")
-    mistakes = [
-        (mtp_loss_reference(deep, tokens, 0.1, shift=-1), "The targets are shifted one too few: position i of depth k predicts token i + k + 1, so compare logits[:, :-1] with tokens[:, k + 1:].",
-         "目标少错开了一位：深度 k 的位置 i 预测词元 i + k + 1，所以要比较 logits[:, :-1] 与 tokens[:, k + 1:]。"),
-        (mtp_loss_reference(deep, tokens, 0.1, shift=1), "The targets are shifted one too many: position i of depth k predicts token i + k + 1, not i + k + 2.",
-         "目标多错开了一位：深度 k 的位置 i 预测词元 i + k + 1，而不是 i + k + 2。"),
-        (mtp_loss_reference(deep, tokens, 0.1, divide=False), "The sum over depths is not divided by D: the loss is lam / D * sum_k L_k.",
-         "对各深度的求和没有除以 D：损失是 lam / D * sum_k L_k。"),
-        (mtp_loss_reference(deep, tokens, 1.0), "lam is ignored: multiply by lam (DeepSeek-V3 used 0.3, then 0.1).",
-         "忽略了 lam：要乘以 lam（DeepSeek-V3 先用 0.3，后用 0.1）。"),
-        (mtp_loss_reference(deep, tokens, 0.1, per_T=True), "You divided each depth's sum by T, as the report writes L_k: this course takes the mean over the positions that have a target (F.cross_entropy's mean).",
-         "你像报告中的 L_k 那样把每个深度的和除以 T：本课程对有目标的位置取平均（F.cross_entropy 的平均）。"),
-    ]
+    mistakes = mtp_loss_mistakes(deep, tokens)
     expect_known(out, mtp_loss_reference(deep, tokens, 0.1), mistakes,
                  "mtp_loss is wrong: lam / D * sum over k of cross_entropy(mtp_logits[k-1][:, :-1], tokens[:, k + 1:]).",
                  "mtp_loss 不对：lam / D * 对 k 求和 cross_entropy(mtp_logits[k-1][:, :-1], tokens[:, k + 1:])。")
@@ -341,7 +299,7 @@ def check_mtp_loss(mtp_loss):
                  "只有一个深度（D = 1）时，损失是 lam * cross_entropy(mtp_logits[0][:, :-1], tokens[:, 2:])。")
     reference_fn = ref_mtp.mtp_loss  # looked up before own_work blocks it; "input k" is depth k's logits
     with own_work(mtp_loss, "mtp_loss"):
-        same_as_reference(_listed(mtp_loss), _listed(reference_fn), FAMILIES["mtp_loss"], "mtp_loss", grads=True)
+        same_as_reference(listed(mtp_loss), listed(reference_fn), FAMILIES["mtp_loss"], "mtp_loss", grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)
