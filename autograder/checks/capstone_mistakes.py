@@ -1,5 +1,6 @@
 """The outputs of the usual mistakes of notebook 12's exercises, computed with the course's
-modules, so that a check whose output differs can name the mistake (see nb12.py)."""
+modules, so that a check whose output differs can name the mistake (see nb12.py); and the
+comparison of mtp_forward's depths that names them (expect_depths)."""
 import torch
 import torch.nn.functional as F
 
