@@ -1,9 +1,11 @@
 """The outputs of the usual mistakes of notebook 12's exercises, computed with the course's
-modules, so that a check whose output differs can name the mistake (see nb12.py)."""
+modules, so that a check whose output differs can name the mistake (see nb12.py); and the
+comparison of mtp_forward's depths that names them (expect_depths)."""
 import torch
 import torch.nn.functional as F
 
 import utils.mini_deepseek as ref
+from autograder.checks import expect, expect_known, expect_tensor
 from autograder.checks.capstone_parts import CFG, rms
 
 
@@ -141,3 +143,49 @@ def mtp_loss_reference(mtp_logits, tokens, lam, shift=0, divide=True, per_T=Fals
         return ce(logits, targets)
     total = sum(depth_loss(k, lg) for k, lg in enumerate(mtp_logits, start=1))
     return lam / len(mtp_logits) * total if divide else lam * total
+
+
+def expect_depths(deep, want_deep, model, modules, tokens):
+    """Each depth's logits against the course's (a differing one named by the chain's mistakes),
+    and the depths' gradient reaching the main model through h^0."""
+    known = {}
+
+    def mistakes_at(k):  # the mistakes' chains are run only when an output differs
+        def build():
+            if not known:
+                known["chains"] = mtp_forward_mistakes(model, modules, tokens)
+            return [(chain[k - 1].detach() if len(chain) >= k else None, en, zh) for chain, en, zh in known["chains"]]
+        return build
+
+    for k, (got, want) in enumerate(zip(deep, want_deep), start=1):
+        expect_tensor(got, f"Depth {k}'s logits", f"深度 {k} 的 logits")
+        expect_known(got.detach(), want.detach(), mistakes_at(k),
+                     f"Depth {k}'s logits are wrong: h^k = mtp_modules[k-1](h^(k-1)[:, :-1], model.embed(tokens[:, k:])), logits = model.head(model.norm(h^k)).",
+                     f"深度 {k} 的 logits 不对：h^k = mtp_modules[k-1](h^(k-1)[:, :-1], model.embed(tokens[:, k:]))，logits = model.head(model.norm(h^k))。")
+    probe = model.layers[0].attn.wkv_a.weight  # reached only through h^0
+    weights = [torch.linspace(-1.0, 1.0, d.numel()).view_as(d) for d in want_deep]
+    expect(all(d.requires_grad for d in deep),
+           "The depths' logits carry no gradient: do not run the chain under torch.no_grad() or detach h^0 (the MTP loss trains the main model too).",
+           "各深度的 logits 不带梯度：不要在 torch.no_grad() 下运行这条链，也不要分离 h^0（MTP 损失也训练主模型）。")
+    (got,) = torch.autograd.grad(sum((d * w).sum() for d, w in zip(deep, weights)), [probe], allow_unused=True)
+    (want,) = torch.autograd.grad(sum((d * w).sum() for d, w in zip(want_deep, weights)), [probe])
+    expect(got is not None and torch.allclose(got, want, atol=1e-5, rtol=1e-3),
+           "The depths' logits must pass their gradient to the main model through h^0: do not detach h^0 (in DeepSeek-V3 the MTP loss trains the main model too).",
+           "各深度的 logits 必须通过 h^0 把梯度传回主模型：不要分离 h^0（在 DeepSeek-V3 中，MTP 损失也训练主模型）。",
+           "no gradient" if got is None else f"largest difference {float((got - want).abs().max()):.3g}")
+
+
+def mtp_loss_mistakes(deep, tokens):
+    """mtp_loss's usual mistakes at lam = 0.1, with their sentences."""
+    return [
+        (mtp_loss_reference(deep, tokens, 0.1, shift=-1), "The targets are shifted one too few: position i of depth k predicts token i + k + 1, so compare logits[:, :-1] with tokens[:, k + 1:].",
+         "目标少错开了一位：深度 k 的位置 i 预测词元 i + k + 1，所以要比较 logits[:, :-1] 与 tokens[:, k + 1:]。"),
+        (mtp_loss_reference(deep, tokens, 0.1, shift=1), "The targets are shifted one too many: position i of depth k predicts token i + k + 1, not i + k + 2.",
+         "目标多错开了一位：深度 k 的位置 i 预测词元 i + k + 1，而不是 i + k + 2。"),
+        (mtp_loss_reference(deep, tokens, 0.1, divide=False), "The sum over depths is not divided by D: the loss is lam / D * sum_k L_k.",
+         "对各深度的求和没有除以 D：损失是 lam / D * sum_k L_k。"),
+        (mtp_loss_reference(deep, tokens, 1.0), "lam is ignored: multiply by lam (DeepSeek-V3 used 0.3, then 0.1).",
+         "忽略了 lam：要乘以 lam（DeepSeek-V3 先用 0.3，后用 0.1）。"),
+        (mtp_loss_reference(deep, tokens, 0.1, per_T=True), "You divided each depth's sum by T, as the report writes L_k: this course takes the mean over the positions that have a target (F.cross_entropy's mean).",
+         "你像报告中的 L_k 那样把每个深度的和除以 T：本课程对有目标的位置取平均（F.cross_entropy 的平均）。"),
+    ]

@@ -159,3 +159,36 @@ def mtp_module_structure(module, who):
     expect(isinstance(getattr(getattr(module, "block", None), "ffn", None), MoE),
            "MTPModule.block must be Block(cfg, layer_id) (with layer_id >= n_dense_layers it has a MoE, as V3's MTP layer 61).",
            "MTPModule.block 必须是 Block(cfg, layer_id)（layer_id >= n_dense_layers 时它含 MoE，与 V3 的 MTP 第 61 层相同）。")
+
+
+def with_weights(mtp_forward):
+    """mtp_forward(model, mtp_modules, tokens) as f(tokens, model, mtp_modules, **weights): every
+    parameter of the model (the shared embedding, final norm and head included) and of the MTP
+    modules is a keyword argument, used in place of the module's own for the call, so the harness
+    compares each one's gradient. The output is flat, (logits, depth 1's, ..., depth D's): the
+    harness's loss sums the tensors of a flat result."""
+    def run(tokens, model, mtp_modules, **weights):
+        both = nn.ModuleDict({"model": model, "mtp": nn.ModuleList(mtp_modules)})
+        with torch.nn.utils.stateless._reparametrize_module(both, weights):
+            result = mtp_forward(model, mtp_modules, tokens)
+        if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], (tuple, list)):
+            return (result[0], *result[1])
+        return result
+    return run
+
+
+def mtp_probe(B, T, depth, seed):
+    """(tokens, model, mtp_modules) and every weight by name, for with_weights: the course's model
+    and MTP modules (norm weights not ones), tokens that differ per batch item."""
+    model, modules = mtp_reference(depth, seed)
+    both = nn.ModuleDict({"model": model, "mtp": modules})
+    weights = {name: p.detach().clone() for name, p in both.named_parameters()}
+    tokens = torch.randint(0, CFG.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
+    return (tokens, model, modules), weights
+
+
+def listed(fn):
+    """mtp_loss(*depths, tokens, lam) as mtp_loss([depths...], tokens, lam): each depth its own argument."""
+    def mtp_loss(*args, **kwargs):
+        return fn(list(args[:-1]), args[-1], **kwargs)
+    return mtp_loss

@@ -93,7 +93,7 @@ def copies_elsewhere(cls, weight):
 def expect_int8_storage(module, d_in, d_out, who):
     held = tensors(module)
     saved = module.state_dict()
-    expect(any(t.dtype == torch.int8 and t.numel() == d_in * d_out for t in held.values()),
+    expect(any(t.dtype == torch.int8 and tuple(t.shape) == (d_out, d_in) for t in held.values()),
            f"{who} must store the weight as a torch.int8 tensor of shape (out_features, in_features).",
            f"{who} 必须把权重存成形状为 (out_features, in_features) 的 torch.int8 张量。", f"tensors: {[(k, t.dtype) for k, t in held.items()]}")
     floats = [k for k, t in held.items() if t.is_floating_point() and t.numel() >= d_in * d_out]
@@ -103,6 +103,14 @@ def expect_int8_storage(module, d_in, d_out, who):
            f"{who} keeps its int8 weight outside the module's state: register it as a buffer (self.register_buffer), so that state_dict, .to() and the memory count see it.",
            f"{who} 把 int8 权重放在了模块状态之外：请用 self.register_buffer 注册为缓冲区，这样 state_dict、.to() 和内存统计才能看到它。",
            f"state_dict: {[(k, t.dtype) for k, t in saved.items()]}")
+
+
+def expect_scales(module, linear, who):
+    """One floating scale per output channel, besides the bias (its shape and dtype are free)."""
+    expect(scale_of(module, linear).numel() == linear.weight.shape[0],
+           f"{who} must keep one floating-point scale per output channel (absmax_quantize(linear.weight, dim=-1)'s scale), as a buffer beside the int8 weight.",
+           f"{who} 必须为每个输出通道保留一个浮点 scale（absmax_quantize(linear.weight, dim=-1) 的 scale），作为 int8 权重旁边的缓冲区。",
+           f"tensors: {[(k, tuple(t.shape), t.dtype) for k, t in tensors(module).items()]}")
 
 
 def reference_linear(linear, x, per_channel=True, bias=True):
@@ -211,3 +219,13 @@ def probe_model(seed):
         for name, p in model.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5 if p.dim() > 1 else 4) + (1.0 if "norm.weight" in name else 0.0))
     return model.eval()
+
+
+def scale_of(layer, linear):
+    """The layer's per-output-channel scale as amax = scale * 127, in bfloat16; an empty tensor
+    where it keeps no floating tensor of out_features elements other than the bias."""
+    d_out = linear.weight.shape[0]
+    bias = linear.bias.detach() if linear.bias is not None else linear.weight.detach().new_zeros(d_out)  # on its device
+    found = [t.detach().float().reshape(-1) for t in tensors(layer).values()
+             if t.is_floating_point() and t.numel() == d_out and not torch.allclose(t.detach().float().reshape(-1), bias.float(), atol=1e-3)]
+    return (found[0] * 127).bfloat16() if found else torch.empty(0, dtype=torch.bfloat16)

@@ -1,7 +1,8 @@
 """Hidden checks of notebook 11, quantized inference.
 
 The inputs and their traps are built in `quant_probes` (quantizers) and `int8_layers` (the int8
-layer and quantize_model_), with the decisions each one takes.
+layer and quantize_model_), with the decisions each one takes; the harness's families are in
+`families/nb11.py`, and what it compares of the int8 layer and of quantize_model_ in `int8_views`.
 
 Decisions: `absmax_quantize(x, dim)` takes the amax ALONG `dim` (x.abs().amax(dim, keepdim=True)),
 so a weight (out, in) gets one scale per output channel with dim=-1; it, the FP8 quantizers and
@@ -18,48 +19,12 @@ from torch import nn
 import utils.quantize as ref
 from autograder.checks import graded_checks, Shortcut, call, course_runs, course_versions, expect, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks import int8_layers as il
-from autograder.checks.harness import Family, Probe, same_as_reference
+from autograder.checks import int8_views as iv
+from autograder.checks.families.nb11 import FAMILIES
+from autograder.checks.harness import same_as_reference
 from autograder.checks import quant_probes as qp
 
 FP8 = qp.FP8
-
-
-def _bf16(*shape, seed):
-    return randn(*shape, seed=seed).bfloat16()
-
-
-_NO_GRADS = ("values", "shape", "dtype", "device", "inputs")  # rounding has no gradient to compare
-_SCALE_FREE = ("values", "shape", "device", "inputs")  # a float64 scale is as right as float32's (the zoo's "float64")
-FAMILIES = {
-    "absmax_quantize": Family([
-        Probe("batch", "rows that differ, one scale per row", lambda: ((randn(3, 2, 16, seed=120),), {"dim": -1}), "各行不同，每行一个 scale"),
-        Probe("arguments", "one scale per column (dim=0)", lambda: ((randn(5, 7, seed=121),), {"dim": 0}), "每列一个 scale（dim=0）"),
-        Probe("extreme", "values in the thousands", lambda: ((3000 * randn(4, 9, seed=122),), {}), "数千量级的数值"),
-        Probe("dtype", "a bfloat16 input", lambda: ((_bf16(4, 32, seed=123),), {"dim": 1}), "bfloat16 输入"),
-    ], compares=_SCALE_FREE),
-    "dequantize": Family([
-        Probe("batch", "rows that differ", lambda: (ref.absmax_quantize(randn(3, 2, 16, seed=124), dim=-1), {}), "各行不同"),
-        Probe("arguments", "one scale per column", lambda: (ref.absmax_quantize(randn(5, 7, seed=125), dim=0), {}), "每列一个 scale"),
-    ], compares=_SCALE_FREE),
-    "fp8_block_quantize": Family([
-        Probe("edges", "a ragged edge (70 x 130, blocks of 32)", lambda: ((randn(70, 130, seed=131),), {"block_size": 32}),
-              "不整齐的边缘（70 x 130，32 的块）"),
-        Probe("edges", "one block larger than the matrix", lambda: ((randn(5, 3, seed=132),), {"block_size": 8}), "一个比矩阵还大的块"),
-        Probe("extreme", "weights in the thousands", lambda: ((3000 * randn(16, 24, seed=133),), {"block_size": 8}), "数千量级的权重"),
-        Probe("dtype", "a bfloat16 weight", lambda: ((_bf16(32, 48, seed=134),), {"block_size": 16}), "bfloat16 权重"),
-    ], compares=_NO_GRADS),
-    "fp8_block_dequantize": Family([
-        Probe("edges", "a ragged edge (70 x 130, blocks of 32)",
-              lambda: (ref.fp8_block_quantize(randn(70, 130, seed=126), 32), {"block_size": 32}), "不整齐的边缘（70 x 130，32 的块）"),
-        Probe("edges", "one block larger than the matrix", lambda: (ref.fp8_block_quantize(randn(5, 3, seed=127), 8), {"block_size": 8}),
-              "一个比矩阵还大的块"),
-    ], compares=_NO_GRADS),
-    "fp8_activation_quantize": Family([
-        Probe("batch", "tokens of a batch that differ", lambda: ((randn(2, 3, 64, seed=128),), {"block_size": 32}), "批次中各不相同的词元"),
-        Probe("extreme", "activations in the thousands", lambda: ((2000 * randn(4, 64, seed=129),), {"block_size": 16}), "数千量级的激活"),
-        Probe("dtype", "a bfloat16 input", lambda: ((_bf16(3, 64, seed=130),), {"block_size": 32}), "bfloat16 输入"),
-    ], compares=_NO_GRADS),
-}
 
 
 def check_absmax_quantize(absmax_quantize):
@@ -251,6 +216,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
     who = "Int8WeightOnlyLinear"
     big = il.make_linear(il.BIG, il.BIG, True, 122)  # float32 64 MB: more than a CPU's last-level cache
     course = ref.Int8WeightOnlyLinear.from_linear(big)  # this processor's int8 kernel as the course calls it, built before the rule blocks the class
+    reference = iv.built_and_run(ref.Int8WeightOnlyLinear)  # looked up before own_work blocks it
     with own_work(Int8WeightOnlyLinear, who), course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
         try:  # the notebook's constructor; another signature is fine, wrapping the course's class is not
             Int8WeightOnlyLinear(64, 48)
@@ -266,6 +232,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
             expect(isinstance(layer, Int8WeightOnlyLinear), f"{who}.from_linear(linear) must return an {who}.",
                    f"{who}.from_linear(linear) 必须返回一个 {who}。", f"got {type(layer).__name__}")
             il.expect_int8_storage(layer, d_in, d_out, who)
+            il.expect_scales(layer, linear, who)
             hidden = il.copies_elsewhere(Int8WeightOnlyLinear, linear.weight.detach())
             expect(not hidden, f"{who} keeps a floating-point copy of the whole weight outside the layer (a class attribute or a container of the notebook): keep only the int8 weight and its scales, in the layer.",
                    f"{who} 在层之外（类属性或笔记本中的容器里）保留了整个权重的浮点副本：只在层中保留 int8 权重和它的 scale。", f"found in {hidden}")
@@ -280,13 +247,16 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
         for rounds in (10, 30):  # a second, longer try before calling it slow
             with course_runs():  # the course's layer is timed beside the learner's, which is timed unwatched too
                 t_int8, t_float, t_course = il.best_times(fast, (big, course), x, rounds)
-            if t_int8 < il.SLACK * max(t_float, t_course):
-                return
+            if fast_enough := t_int8 < il.SLACK * max(t_float, t_course):
+                break
             if t_int8 > il.HOPELESS * max(t_float, t_course):
                 break
-    fail(f"{who}'s forward takes {il.SLACK} times the float32 nn.Linear's time or more, and as long against the course's own int8 layer: multiply with the int8 weight directly (torch._weight_int8pack_mm on bfloat16 activations), without Python loops.",
-         f"{who} 的 forward 耗时达到 float32 nn.Linear 的 {il.SLACK} 倍或更多，相对课程自己的 int8 层也是如此：请直接用 int8 权重做乘法（对 bfloat16 激活调用 torch._weight_int8pack_mm），不要用 Python 循环。",
-         f"best of {rounds} rounds: int8 {1e3 * t_int8:.2f} ms, float32 {1e3 * t_float:.2f} ms, the course's layer {1e3 * t_course:.2f} ms for 2 calls at {il.BIG}x{il.BIG}")
+    if not fast_enough:
+        fail(f"{who}'s forward takes {il.SLACK} times the float32 nn.Linear's time or more, and as long against the course's own int8 layer: multiply with the int8 weight directly (torch._weight_int8pack_mm on bfloat16 activations), without Python loops.",
+             f"{who} 的 forward 耗时达到 float32 nn.Linear 的 {il.SLACK} 倍或更多，相对课程自己的 int8 层也是如此：请直接用 int8 权重做乘法（对 bfloat16 激活调用 torch._weight_int8pack_mm），不要用 Python 循环。",
+             f"best of {rounds} rounds: int8 {1e3 * t_int8:.2f} ms, float32 {1e3 * t_float:.2f} ms, the course's layer {1e3 * t_course:.2f} ms for 2 calls at {il.BIG}x{il.BIG}")
+    with own_work(Int8WeightOnlyLinear, who), course_versions(Int8WeightOnlyLinear, {"absmax_quantize": ref.absmax_quantize}):
+        same_as_reference(iv.built_and_run(Int8WeightOnlyLinear), reference, FAMILIES[who], who, explain=iv.explain_int8_linear)
 
 
 def check_quantize_model_(quantize_model_):
@@ -296,6 +266,7 @@ def check_quantize_model_(quantize_model_):
     with torch.no_grad():
         expected = model(x)
     norm = model.norm
+    reference, reference_layer = ref.quantize_model_, ref.Int8WeightOnlyLinear  # looked up before own_work blocks them
     with own_work(quantize_model_, who), course_versions(quantize_model_, {"Int8WeightOnlyLinear": ref.Int8WeightOnlyLinear}):
         returned = call(quantize_model_, model, name=who)
         expect(returned is model, f"{who} must change the model in place and return that same model.",
@@ -331,6 +302,8 @@ def check_quantize_model_(quantize_model_):
     expect(left == ["blocks.1.0"], f"{who} must compare the FULL dotted name with skip: skip=('blocks.1.0',) keeps exactly that nested linear (the child's own name '0' is shared by blocks.0.0).",
            f"{who} 必须用完整的点分名字与 skip 比较：skip=('blocks.1.0',) 恰好保留那个嵌套的线性层（子模块自己的名字 '0' 与 blocks.0.0 相同）。",
            f"still nn.Linear: {left}")
+    with own_work(quantize_model_, who), course_versions(quantize_model_, {"Int8WeightOnlyLinear": reference_layer}):
+        same_as_reference(quantize_model_, reference, FAMILIES[who], who, explain=iv.explain_quantize, effect=iv.model_after)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

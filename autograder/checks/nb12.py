@@ -5,7 +5,8 @@ deterministic weights by parameter name (the names are DeepSeek-V3's, so a wrong
 checkpoint that would not load). When an output differs, it is compared with the outputs of the
 usual mistakes (LayerNorm's mean, eps outside the root, post-norm, a loss not shifted, MTP's
 embedding of the wrong token, the paper's concatenation order, ...) so the message names it.
-Sizes, weights and probes are in capstone_parts.py, the mistakes' outputs in capstone_mistakes.py.
+Sizes, weights and probes are in capstone_parts.py, the mistakes' outputs in capstone_mistakes.py,
+the harness's families in families/nb12.py.
 
 Decisions:
 - `Block`, `MiniDeepSeek` and `MTPModule` are graded with the course's RMSNorm (and Block) in
@@ -27,92 +28,13 @@ import utils.mtp as ref_mtp
 import utils.rmsnorm as utils_rmsnorm
 from autograder.checks import (graded_checks, Shortcut, call, expect, expect_close, expect_known, expect_linear, expect_tensor, load_state,
                                message, own_module, own_work, randn)
-from autograder.checks.capstone_mistakes import (block_mistakes, ce, mtp_forward_mistakes, mtp_loss_reference,
+from autograder.checks.capstone_mistakes import (block_mistakes, ce, expect_depths, mtp_loss_mistakes, mtp_loss_reference,
                                                  mtp_module_mistakes, rmsnorm_mistakes)
 from autograder.checks.capstone_parts import (BLOCK_NORMS, CFG, CFG_TWO_DENSE, MTP_NORMS, block_structure, cache_paths,
                                               course_parts, expect_path, expect_precision_and_gradients, inputs, mtp_module_structure,
-                                              mtp_reference, reference, rms)
-from autograder.checks.harness import Family, Probe, Steps, same_as_reference, same_as_reference_module
-
-
-# Input families: the learner's code against utils.mini_deepseek / utils.mtp on each (checks/harness.py)
-_GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
-
-
-def _tokens(B, T, V, seed):
-    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
-
-
-def _depths(B, T, V, D, seed, scale=2.0):
-    """mtp_loss's inputs as separate arguments (the harness compares each one's gradient):
-    depth k's logits (B, T - k, V) for k = 1..D, then the tokens."""
-    return (*[randn(B, T - k, V, seed=seed + k) * scale for k in range(1, D + 1)], _tokens(B, T, V, seed))
-
-
-def _x64(args):
-    return tuple(a.double() if a.is_floating_point() else a for a in args)
-
-
-FAMILIES = {
-    "RMSNorm": Family([
-        Probe("batch", "(2, 3, 6) inputs whose rows differ, with a mean far from 0", lambda: ((randn(2, 3, 6, seed=1201) * 0.4 + 0.3,), {}),
-              "各行不同、均值远离 0 的 (2, 3, 6) 输入"),
-        Probe("edges", "inputs near 1e-3 (eps shows)", lambda: ((randn(4, 6, seed=1202) * 1e-3,), {}), "接近 1e-3 的输入（eps 的作用显现）"),
-        Probe("extreme", "float16 inputs whose squares pass 65504", lambda: (((randn(2, 3, 6, seed=1203) * 250).half(),), {}),
-              "平方超过 65504 的 float16 输入"),
-        *[Probe("dtype", f"{name} inputs", lambda dt=dt: ((randn(2, 3, 6, seed=1204).to(dt),), {}), f"{name} 输入")
-          for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
-    ], compares=_GRADED),
-    "Block": Family([
-        Probe("batch", "two batch items that differ, 6 tokens", lambda: ((inputs(2, 6, 1211),), {}), "两个不同的批次项，6 个词元"),
-        Probe("edges", "one token", lambda: ((inputs(2, 1, 1212),), {}), "只有一个词元"),
-        *[Probe("state", f"a prefill of 4 tokens, then 2 at start_pos 4 (absorb={absorb})",
-                lambda absorb=absorb: Steps([("__call__", (x[:, :4].clone(), 0, absorb), {}), ("__call__", (x[:, 4:].clone(), 4, absorb), {})])
-                if (x := inputs(2, 6, 1213)) is not None else None,
-                f"先预填充 4 个词元，再在 start_pos 4 输入 2 个（absorb={absorb}）") for absorb in (False, True)],
-    ], compares=_GRADED + ("state",)),
-    "MiniDeepSeek": Family([
-        Probe("batch", "two sequences that differ, 8 tokens", lambda: ((_tokens(2, 8, CFG.vocab_size, 1241),), {}), "两个不同的序列，8 个词元"),
-        Probe("edges", "one token", lambda: ((_tokens(2, 1, CFG.vocab_size, 1242),), {}), "只有一个词元"),
-        *[Probe("state", f"a prefill of 5 tokens, then 3 at start_pos 5 (absorb={absorb})",
-                lambda absorb=absorb: Steps([("__call__", (t[:, :5].clone(), 0, absorb), {}), ("__call__", (t[:, 5:].clone(), 5, absorb), {})])
-                if (t := _tokens(2, 8, CFG.vocab_size, 1243)) is not None else None,
-                f"先预填充 5 个词元，再在 start_pos 5 输入 3 个（absorb={absorb}）") for absorb in (False, True)],
-    ], compares=_GRADED + ("state",)),
-    "MTPModule": Family([
-        Probe("batch", "hidden states and embeddings of different scales, two batch items that differ",
-              lambda: ((inputs(2, 6, 1251) * 0.3, randn(2, 6, CFG.dim, seed=1252) * 3), {}), "尺度不同的隐藏状态与嵌入，两个不同的批次项"),
-        Probe("edges", "one position", lambda: ((inputs(2, 1, 1253), randn(2, 1, CFG.dim, seed=1254)), {}), "只有一个位置"),
-        Probe("state", "4 positions, then 2 at start_pos 4",
-              lambda: Steps([("__call__", (h[:, :4].clone(), e[:, :4].clone(), 0), {}), ("__call__", (h[:, 4:].clone(), e[:, 4:].clone(), 4), {})])
-              if (h := inputs(2, 6, 1255)) is not None and (e := randn(2, 6, CFG.dim, seed=1256)) is not None else None,
-              "先 4 个位置，再在 start_pos 4 输入 2 个"),
-    ], compares=_GRADED + ("state",)),
-    "next_token_loss": Family([
-        Probe("batch", "(3, 6, 7) logits whose batch items differ", lambda: ((randn(3, 6, 7, seed=1221) * 2, _tokens(3, 6, 7, 1221)), {}),
-              "批次项各不相同的 (3, 6, 7) logits"),
-        Probe("edges", "2 tokens (one prediction)", lambda: ((randn(2, 2, 5, seed=1222), _tokens(2, 2, 5, 1222)), {}), "2 个词元（一次预测）"),
-        Probe("extreme", "logits of order 300", lambda: ((randn(2, 5, 7, seed=1223) * 300, _tokens(2, 5, 7, 1223)), {}),
-              "数量级为 300 的 logits"),
-        Probe("ties", "logits all equal", lambda: ((torch.zeros(2, 4, 6), _tokens(2, 4, 6, 1224)), {}), "全部相等的 logits"),
-        Probe("dtype", "float64 logits", lambda: ((randn(2, 5, 7, seed=1225).double(), _tokens(2, 5, 7, 1225)), {}), "float64 logits"),
-    ], compares=_GRADED),
-    "mtp_loss": Family([
-        Probe("batch", "3 depths whose batch items differ, lam=0.1", lambda: (_depths(2, 9, 7, 3, 1231), {"lam": 0.1}),
-              "3 个深度、批次项各不相同，lam=0.1"),
-        Probe("arguments", "2 depths, the default lam", lambda: (_depths(2, 8, 6, 2, 1232), {}), "2 个深度，默认的 lam"),
-        Probe("edges", "one depth, 3 tokens (one target)", lambda: (_depths(2, 3, 5, 1, 1233), {"lam": 0.5}), "一个深度、3 个词元（一个目标）"),
-        Probe("extreme", "logits of order 300", lambda: (_depths(2, 7, 6, 2, 1234, scale=300.0), {"lam": 0.3}), "数量级为 300 的 logits"),
-        Probe("dtype", "float64 logits", lambda: (_x64(_depths(2, 7, 6, 2, 1235)), {}), "float64 logits"),
-    ], compares=_GRADED),
-}
-
-
-def _listed(fn):
-    """mtp_loss(*depths, tokens, lam) as mtp_loss([depths...], tokens, lam): each depth its own argument."""
-    def mtp_loss(*args, **kwargs):
-        return fn(list(args[:-1]), args[-1], **kwargs)
-    return mtp_loss
+                                              listed, mtp_reference, reference, rms, with_weights)
+from autograder.checks.families.nb12 import FAMILIES
+from autograder.checks.harness import same_as_reference, same_as_reference_module
 
 
 # RMSNorm ---------------------------------------------------------------------------------
@@ -331,6 +253,7 @@ def check_MTPModule(MTPModule):
 
 def check_mtp_forward(mtp_forward):
     who, D = "mtp_forward", 3
+    reference_fn = ref_mtp.mtp_forward  # looked up before own_work blocks it
     model, modules = mtp_reference(D, seed=600)
     tokens = torch.tensor([[0, 3, 7, 1, 10, 4, 9, 2, 5, 8], [5, 2, 8, 6, 0, 3, 1, 9, 4, 7]])  # (2, 10), distinct per row
     with own_work(mtp_forward, who), torch.enable_grad():
@@ -352,31 +275,9 @@ def check_mtp_forward(mtp_forward):
            "mtp_forward returns one logits tensor per MTP module: a list of D tensors, depth k's of shape (B, T - k, V).",
            "mtp_forward 为每个 MTP 模块返回一个 logits 张量：D 个张量组成的列表，深度 k 的形状为 (B, T - k, V)。",
            f"{D} modules, got {type(deep).__name__} of length {len(deep) if hasattr(deep, '__len__') else '?'}")
-    known = {}
-
-    def mistakes_at(k):  # the mistakes' chains are run only when an output differs
-        def build():
-            if not known:
-                known["chains"] = mtp_forward_mistakes(model, modules, tokens)
-            return [(chain[k - 1].detach() if len(chain) >= k else None, en, zh) for chain, en, zh in known["chains"]]
-        return build
-
-    for k, (got, want) in enumerate(zip(deep, want_deep), start=1):
-        expect_tensor(got, f"Depth {k}'s logits", f"深度 {k} 的 logits")
-        expect_known(got.detach(), want.detach(), mistakes_at(k),
-                     f"Depth {k}'s logits are wrong: h^k = mtp_modules[k-1](h^(k-1)[:, :-1], model.embed(tokens[:, k:])), logits = model.head(model.norm(h^k)).",
-                     f"深度 {k} 的 logits 不对：h^k = mtp_modules[k-1](h^(k-1)[:, :-1], model.embed(tokens[:, k:]))，logits = model.head(model.norm(h^k))。")
-    probe = model.layers[0].attn.wkv_a.weight  # reached only through h^0
-    weights = [torch.linspace(-1.0, 1.0, d.numel()).view_as(d) for d in want_deep]
-    expect(all(d.requires_grad for d in deep),
-           "The depths' logits carry no gradient: do not run the chain under torch.no_grad() or detach h^0 (the MTP loss trains the main model too).",
-           "各深度的 logits 不带梯度：不要在 torch.no_grad() 下运行这条链，也不要分离 h^0（MTP 损失也训练主模型）。")
-    (got,) = torch.autograd.grad(sum((d * w).sum() for d, w in zip(deep, weights)), [probe], allow_unused=True)
-    (want,) = torch.autograd.grad(sum((d * w).sum() for d, w in zip(want_deep, weights)), [probe])
-    expect(got is not None and torch.allclose(got, want, atol=1e-5, rtol=1e-3),
-           "The depths' logits must pass their gradient to the main model through h^0: do not detach h^0 (in DeepSeek-V3 the MTP loss trains the main model too).",
-           "各深度的 logits 必须通过 h^0 把梯度传回主模型：不要分离 h^0（在 DeepSeek-V3 中，MTP 损失也训练主模型）。",
-           "no gradient" if got is None else f"largest difference {float((got - want).abs().max()):.3g}")
+    expect_depths(deep, want_deep, model, modules, tokens)
+    with own_work(mtp_forward, who):
+        same_as_reference(with_weights(mtp_forward), with_weights(reference_fn), FAMILIES[who], who, grads=True)
 
 
 def check_mtp_loss(mtp_loss):
@@ -388,18 +289,7 @@ def check_mtp_loss(mtp_loss):
         one = call(mtp_loss, deep[:1], tokens, lam=0.5, name="mtp_loss")
     expect_tensor(out, "mtp_loss's result", "mtp_loss 的结果")
     expect(out.dim() == 0, "mtp_loss returns one number (a 0-d tensor).", "mtp_loss 返回一个数（0 维张量）。", f"shape {tuple(out.shape)}")
-    mistakes = [
-        (mtp_loss_reference(deep, tokens, 0.1, shift=-1), "The targets are shifted one too few: position i of depth k predicts token i + k + 1, so compare logits[:, :-1] with tokens[:, k + 1:].",
-         "目标少错开了一位：深度 k 的位置 i 预测词元 i + k + 1，所以要比较 logits[:, :-1] 与 tokens[:, k + 1:]。"),
-        (mtp_loss_reference(deep, tokens, 0.1, shift=1), "The targets are shifted one too many: position i of depth k predicts token i + k + 1, not i + k + 2.",
-         "目标多错开了一位：深度 k 的位置 i 预测词元 i + k + 1，而不是 i + k + 2。"),
-        (mtp_loss_reference(deep, tokens, 0.1, divide=False), "The sum over depths is not divided by D: the loss is lam / D * sum_k L_k.",
-         "对各深度的求和没有除以 D：损失是 lam / D * sum_k L_k。"),
-        (mtp_loss_reference(deep, tokens, 1.0), "lam is ignored: multiply by lam (DeepSeek-V3 used 0.3, then 0.1).",
-         "忽略了 lam：要乘以 lam（DeepSeek-V3 先用 0.3，后用 0.1）。"),
-        (mtp_loss_reference(deep, tokens, 0.1, per_T=True), "You divided each depth's sum by T, as the report writes L_k: this course takes the mean over the positions that have a target (F.cross_entropy's mean).",
-         "你像报告中的 L_k 那样把每个深度的和除以 T：本课程对有目标的位置取平均（F.cross_entropy 的平均）。"),
-    ]
+    mistakes = mtp_loss_mistakes(deep, tokens)
     expect_known(out, mtp_loss_reference(deep, tokens, 0.1), mistakes,
                  "mtp_loss is wrong: lam / D * sum over k of cross_entropy(mtp_logits[k-1][:, :-1], tokens[:, k + 1:]).",
                  "mtp_loss 不对：lam / D * 对 k 求和 cross_entropy(mtp_logits[k-1][:, :-1], tokens[:, k + 1:])。")
@@ -409,7 +299,7 @@ def check_mtp_loss(mtp_loss):
                  "只有一个深度（D = 1）时，损失是 lam * cross_entropy(mtp_logits[0][:, :-1], tokens[:, 2:])。")
     reference_fn = ref_mtp.mtp_loss  # looked up before own_work blocks it; "input k" is depth k's logits
     with own_work(mtp_loss, "mtp_loss"):
-        same_as_reference(_listed(mtp_loss), _listed(reference_fn), FAMILIES["mtp_loss"], "mtp_loss", grads=True)
+        same_as_reference(listed(mtp_loss), listed(reference_fn), FAMILIES["mtp_loss"], "mtp_loss", grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -252,10 +252,38 @@ def int8_linear(mistake=None, scale_shape="flat"):
             else:
                 y = torch._weight_int8pack_mm(x.reshape(-1, self.in_features).bfloat16(), self.w_int8, s.bfloat16())
                 y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-            if self.bias is not None and mistake != "no bias":
-                y = y + self.bias
+            if self.bias is not None and mistake != "no bias":  # a float32 bias makes a bfloat16 input's output float32
+                y = y + (self.bias if mistake == "float32 bias" else self.bias.to(y.dtype))
             return y
     return Int8Linear
+
+
+class Int8Flatten(nn.Module):
+    """Another layout: codes as `qweight`, scales (out, 1) kept in bfloat16 (the kernel's dtype),
+    the bias a buffer; flatten / unflatten in place of reshape."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.register_buffer("qweight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scales", torch.ones(out_features, 1, dtype=torch.bfloat16))
+        self.register_buffer("b", torch.zeros(out_features) if bias else None)
+
+    @classmethod
+    def from_linear(cls, linear):
+        out_features, in_features = linear.weight.shape
+        layer = cls(in_features, out_features, linear.bias is not None)
+        w = linear.weight.detach().float()
+        scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-4) / 127
+        layer.qweight.copy_(torch.clamp(torch.round(w / scale), -127, 127).to(torch.int8))
+        layer.scales.copy_(scale)
+        if linear.bias is not None:
+            layer.b.copy_(linear.bias.detach())
+        return layer
+
+    def forward(self, x):
+        y = torch._weight_int8pack_mm(x.flatten(0, -2).to(torch.bfloat16).contiguous(), self.qweight, self.scales.flatten())
+        y = y.unflatten(0, x.shape[:-1]).to(x.dtype)
+        return y if self.b is None else y + self.b.to(x.dtype)
 
 
 # An exercise that uses an earlier one is graded with the course's version of it: these
@@ -359,6 +387,35 @@ def qm_named(model, skip=()):
     return model
 
 
+def qm_prefix(model, skip=()):  # skip=("blocks.1",) would keep every linear under blocks.1: the contract names linears
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and not any(full.startswith(s) for s in skip):
+                setattr(module, child_name, Int8Linear.from_linear(child))
+    return model
+
+
+def qm_first_linear_device(model, skip=()):  # the device of the first nn.Linear: a model without one crashes
+    device = next(m for m in model.modules() if isinstance(m, nn.Linear)).weight.device
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, nn.Linear) and full not in skip:
+                setattr(module, child_name, Int8Linear.from_linear(child).to(device))
+    return model
+
+
+def qm_modules_dict(model, skip=(), prefix=""):  # through each module's _modules dict, depth first
+    for name, child in list(model._modules.items()):
+        full = prefix + name
+        if type(child) is nn.Linear and full not in set(skip):
+            model._modules[name] = Int8Linear.from_linear(child)
+        elif child is not None:
+            qm_modules_dict(child, skip, full + ".")
+    return model
+
+
 def qm_recursive(model, skip=(), prefix=""):
     for name, child in model.named_children():
         full = prefix + name
@@ -428,6 +485,7 @@ WRONG = {
         "float copy in a global dict": (int8_linear("float copy in a global"), "outside the layer"),
         "view on a non-contiguous input": (int8_linear("view"), "crashed"),
         "casts its scale buffer": (int8_linear("casts its scale"), "changes the layer's buffers"),
+        "bias added in float32": (int8_linear("float32 bias"), "must return the input's dtype"),
     },
     "quantize_model_": {
         "top level only": (qm_top_level, "nested"),
@@ -436,6 +494,8 @@ WRONG = {
         "copy": (qm_copy, "in place"),
         "returns None": (qm_returns_none, "in place"),
         "child name against skip": (qm_child_name, "FULL dotted name"),
+        "skip as a prefix": (qm_prefix, "FULL dotted name"),
+        "device of the first nn.Linear": (qm_first_linear_device, "crashed"),
     },
 }
 
@@ -446,7 +506,8 @@ RIGHT = {
     "fp8_block_dequantize": {"repeat_interleave": fp8_deq(), "kron": fp8_deq_kron, "loops": fp8_deq_loops},
     "fp8_activation_quantize": {"unflatten": fp8_act(), "reshape": fp8_act_view},
     "Int8WeightOnlyLinear": {"int8pack flat scale": int8_linear(), "column scale": int8_linear(scale_shape="column"),
+                             "bfloat16 scales, flatten": Int8Flatten,
                              "over a wrong absmax_quantize": notebook_with(absmax_quantize=absmax("trunc"))["Int8WeightOnlyLinear"]},
-    "quantize_model_": {"named_modules": qm_named, "recursive": qm_recursive,
+    "quantize_model_": {"named_modules": qm_named, "recursive": qm_recursive, "_modules dict": qm_modules_dict,
                         "over a wrong Int8WeightOnlyLinear": over_broken_int8()},
 }

@@ -486,6 +486,25 @@ def mtp_forward_detached(model, mtp_modules, tokens):
                    h0=hidden_states(model, tokens).detach())
 
 
+def mtp_forward_embedding_detached(model, mtp_modules, tokens):  # the MTP loss never trains the shared embedding
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k:]).detach()))
+
+
+def mtp_forward_head_frozen(model, mtp_modules, tokens):  # the depths read the shared head's weight detached
+    return _depths(model, mtp_modules, tokens, lambda k, h, t, m: (h[:, :-1], m.embed(t[:, k:])),
+                   out=lambda h: F.linear(model.norm(h), model.head.weight.detach()))
+
+
+def mtp_forward_embedding_by_index(model, mtp_modules, tokens):  # right: embedding rows by indexing, depths in a while loop
+    h = hidden_states(model, tokens)
+    logits, deep, k = model.head(model.norm(h)), [], 0
+    while k < len(mtp_modules):
+        k += 1
+        h = mtp_modules[k - 1](h[:, :-1], model.embed.weight[tokens[:, k:]])
+        deep.append(model.head(model.norm(h)))
+    return logits, deep
+
+
 def mtp_forward_no_grad(model, mtp_modules, tokens):
     with torch.no_grad():
         return mtp_forward(model, mtp_modules, tokens)
@@ -632,6 +651,8 @@ WRONG = {
         "new-output-norm": (mtp_forward_own_norm, "not a new RMSNorm"),
         "detached-h0": (mtp_forward_detached, "do not detach h^0"),
         "no-grad": (mtp_forward_no_grad, "carry no gradient"),
+        "embedding-detached": (mtp_forward_embedding_detached, "part of the output does not train"),
+        "head-weight-detached": (mtp_forward_head_frozen, "part of the output does not train"),
     },
     "mtp_loss": {
         "targets-one-too-few": (mtp_loss_too_few, "one too few"),
@@ -651,6 +672,7 @@ RIGHT = {
     "next_token_loss": {"transposed": loss_transpose, "log-softmax-gather": loss_by_hand,
                         "float32 then cast back": loss_float32_cast_back},
     "MTPModule": {"reference-style": MTPModule, "split-projection": MTPSplitProjection},
-    "mtp_forward": {"reference-style": mtp_forward, "model-call-and-index-loop": mtp_forward_model_call},
+    "mtp_forward": {"reference-style": mtp_forward, "model-call-and-index-loop": mtp_forward_model_call,
+                    "embedding-by-index": mtp_forward_embedding_by_index},
     "mtp_loss": {"stacked-mean": mtp_loss_stacked},
 }
