@@ -11,6 +11,7 @@ import collections
 import math
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from autograder.checks import ATOL, RTOL, expect, fail, message, randn
 
@@ -73,22 +74,25 @@ def _fail_named(explain, probe, out, expected, en, zh, evidence):
 
 
 def _grad_leaves(args, kwargs):
-    """The floating tensors among the arguments, made leaves that require grad (in place of them)."""
-    leaves = []
+    """The floating tensors among the arguments, made leaves that require grad (in place of them),
+    and their names: "input i" by position, a keyword argument by its key (model.head.weight)."""
+    leaves, names = [], []
 
-    def leaf(v):
+    def leaf(v, name):
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             v = v.detach().clone().requires_grad_()
             leaves.append(v)
+            names.append(name)
         return v
-    return tuple(leaf(a) for a in args), {k: leaf(v) for k, v in kwargs.items()}, leaves
+    args = tuple(leaf(a, f"input {i + 1}") for i, a in enumerate(args))
+    return args, {k: leaf(v, k) for k, v in kwargs.items()}, leaves, names
 
 
 def _loss(out, seed):
-    """sum(w * out) over every floating tensor of out, w fixed by the seed."""
-    tensors = [t for t in (out if isinstance(out, (tuple, list)) else [out])
-               if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
-    return sum((t * randn(t.numel(), seed=seed + i).view(t.shape).to(t.dtype)).sum() for i, t in enumerate(tensors))
+    """sum(w * out) over every floating tensor of out, however nested, w fixed by the seed and by
+    the tensor's place in out."""
+    tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum((t * randn(t.numel(), seed=seed + i).view(t.shape).to(t.dtype)).sum() for i, t in enumerate(tensors) if t.requires_grad)
 
 
 def compare_grads(own, want, names, probe, who, tolerance=TOLERANCE):

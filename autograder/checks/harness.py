@@ -158,7 +158,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         args, kwargs = probe.build()
         grads_here = grads and probe.axis not in NO_GRADS
         if grads_here:
-            args, kwargs, leaves = _grad_leaves(args, kwargs)
+            args, kwargs, leaves, names = _grad_leaves(args, kwargs)
         ref_args, ref_kwargs = _fresh((args, kwargs))
         try:
             with course_runs(), torch.enable_grad():
@@ -182,7 +182,6 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
             with course_runs():
                 want = _backward(expected, ref_leaves, seed + n)
             own = _backward(out, leaves, seed + n, who)
-            names = [f"input {i + 1}" for i in range(len(leaves))]
             compare_grads(own, want, names, probe, who, family.tolerances(gradients=True, probe=probe))
 
 

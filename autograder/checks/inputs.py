@@ -14,10 +14,12 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 # call name (the `name=` a check passes to call, or the function's __name__) -> the parameters
 # that its contract says it changes in place.
+# A parameter is named as the contract names it and by its position (0: the first), so that a
+# learner's own name for it (def copy_weights_v2_to_v1(a, b)) is no reason to fail.
 MAY_CHANGE = {
-    "copy_weights_v2_to_v1": {"v1"},  # 02: copies v2's weights into v1 itself
-    "quantize_model_": {"model"},  # 11: the trailing underscore: replaces the model's layers in place
-    "update_expert_bias": {"bias"},  # 10: updating the bias in place, as DeepSeek-V3's training loop may, is fine
+    "copy_weights_v2_to_v1": {"v1", 0},  # 02: copies v2's weights into v1 itself
+    "quantize_model_": {"model", 0},  # 11: the trailing underscore: replaces the model's layers in place
+    "update_expert_bias": {"bias", 0},  # 10: updating the bias in place, as DeepSeek-V3's training loop may, is fine
 }
 
 
@@ -56,8 +58,8 @@ def snapshot(fn, name: str, args, kwargs) -> list:
     allowed = MAY_CHANGE.get(name.split(".")[-1], set()) | MAY_CHANGE.get(name, set())
     found = []
     with _disable_current_modes(), torch.no_grad():  # a check's dispatch mode (a tile or NaN watch) sees the learner's ops only
-        for arg, value in _named_args(fn, args, kwargs):
-            if arg in allowed:
+        for position, (arg, value) in enumerate(_named_args(fn, args, kwargs)):
+            if arg in allowed or position in allowed:
                 continue
             for what, t in _tensors(arg, value):
                 if t.device.type != "meta" and not t.is_sparse:
