@@ -35,7 +35,8 @@ def _inputs(stem: str, exercise: str) -> str:
         source = ""
     words = "compared after each checks.call"
     if exercise in MAY_CHANGE:
-        words += f"; may change {', '.join(sorted(MAY_CHANGE[exercise]))} (its contract)"
+        named = sorted(a for a in MAY_CHANGE[exercise] if isinstance(a, str))
+        words += f"; may change {', '.join(named)} (its contract, whatever its name)"
     if "inputs_named=True" in source:
         words = "compared by the check, in the exercise's own sentence"
     return words
