@@ -598,14 +598,14 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # and the scales as buffers (`self.register_buffer`), and copies the bias (or keeps `None`). Keep
 # no float copy of the weight. `forward(x)` takes `(..., in)`, flattens it to `(M, in)`, calls
 # `torch._weight_int8pack_mm` on `x` in bfloat16 with bfloat16 scales, converts back to the dtype of
-# `x`, adds the bias and restores the shape `(..., out)`. The hidden test times it against the
+# `x`, adds the bias in that dtype and restores the shape `(..., out)`. The hidden test times it against the
 # float32 `nn.Linear` at 4096 x 4096 on one thread and fails a forward that takes 1.5 times the
 # float32 time or more (a Python loop, extra work for every weight), unless the course's own layer,
 # timed beside it, is that slow too (where PyTorch has no vector kernel for this product). It does
 # not demand a speed-up: how much this kernel gains over float32 depends on the processor, as the
 # next cell measures.
 #
-# 编写这个模块。`from_linear(linear)`（类方法）对 `linear.weight` `(out, in)` 按每个输出通道一个 scale 进行量化（用你的 `absmax_quantize`，`dim=-1`），把 int8 权重和 scale 存为缓冲区（`self.register_buffer`），并复制偏置（或保持 `None`）。不要保留权重的浮点副本。`forward(x)` 接收 `(..., in)`，展平为 `(M, in)`，对转成 bfloat16 的 `x` 和 bfloat16 的 scale 调用 `torch._weight_int8pack_mm`，再转回 `x` 的 dtype，加上偏置并恢复形状 `(..., out)`。隐藏测试会在单线程上以 4096 x 4096 的尺寸把它与 float32 的 `nn.Linear` 比较计时，耗时达到 float32 的 1.5 倍或更多的 forward 判为不通过（Python 循环、对每个权重的额外工作），除非在旁边一起计时的课程自己的层也同样慢（PyTorch 没有为这种乘法提供向量内核的处理器上）。它不要求加速：这个内核比 float32 快多少取决于处理器，下一个单元格会测量。
+# 编写这个模块。`from_linear(linear)`（类方法）对 `linear.weight` `(out, in)` 按每个输出通道一个 scale 进行量化（用你的 `absmax_quantize`，`dim=-1`），把 int8 权重和 scale 存为缓冲区（`self.register_buffer`），并复制偏置（或保持 `None`）。不要保留权重的浮点副本。`forward(x)` 接收 `(..., in)`，展平为 `(M, in)`，对转成 bfloat16 的 `x` 和 bfloat16 的 scale 调用 `torch._weight_int8pack_mm`，再转回 `x` 的 dtype，加上（同样是该 dtype 的）偏置并恢复形状 `(..., out)`。隐藏测试会在单线程上以 4096 x 4096 的尺寸把它与 float32 的 `nn.Linear` 比较计时，耗时达到 float32 的 1.5 倍或更多的 forward 判为不通过（Python 循环、对每个权重的额外工作），除非在旁边一起计时的课程自己的层也同样慢（PyTorch 没有为这种乘法提供向量内核的处理器上）。它不要求加速：这个内核比 float32 快多少取决于处理器，下一个单元格会测量。
 
 # %% nbgrader={"grade": false, "grade_id": "Int8WeightOnlyLinear", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Int8WeightOnlyLinear(nn.Module):
