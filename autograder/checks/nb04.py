@@ -18,7 +18,7 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
                                own_work, randn)
 from autograder.checks.causal_layers import (layer_probes, NEG_INF, converted, expect_causal_output, expect_mask_buffer, expect_too_long_raises,
                                              load_projections, run_shorter, split_dtypes)
-from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.harness import Family, Probe, _where, same_as_reference, same_as_reference_module
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
 
@@ -26,6 +26,13 @@ D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
 # Input families: the learner's code against utils.causal on each (checks/harness.py) -------
 def _weights(*shape, seed):
     return torch.softmax(randn(*shape, seed=seed) * 2, dim=-1)
+
+
+def _tiny_kept(seed):
+    """Weights of a softmax over large logits whose mass lies in the masked future: the kept ones are
+    about 1e-7, so a constant added to the row sum (an epsilon) changes the result."""
+    mask = ref.causal_mask(4, 6)
+    return torch.softmax(randn(2, 3, 4, 6, seed=seed) + 16.0 * mask, dim=-1), mask
 
 
 def _big(seed):
@@ -49,6 +56,8 @@ FAMILIES = {
         Probe("arguments", "a padding mask (B, 1, 1, T_k)", lambda: ((_weights(2, 3, 4, 6, seed=402), _PADDING), {}),
               "填充掩码 (B, 1, 1, T_k)"),
         Probe("edges", "one query", lambda: ((_weights(2, 1, 5, seed=403), ref.causal_mask(1, 5)), {}), "只有一个查询"),
+        Probe("extreme", "weights whose kept entries are about 1e-7, the mass in the masked future", lambda: (_tiny_kept(406), {}),
+              "保留的权重约为 1e-7、权重集中在被屏蔽的未来"),
         Probe("edges", "weights whose rows do not sum to 1", lambda: ((torch.rand(2, 4, 6, generator=generator(405)) + 0.1, ref.causal_mask(4, 6)), {}),
               "每行之和不为 1 的权重"),
         # float64 only: the book's route multiplies by a float32 0/1 mask, which keeps float64 but
@@ -150,6 +159,22 @@ def _renormalize_variants(weights, mask):
     ]
 
 
+def _explain_renormalized(probe, out, expected):
+    """Rows in the right proportions that do not sum to 1: the divisor is not the row sum alone."""
+    if not (isinstance(out, torch.Tensor) and out.shape == expected.shape and torch.isfinite(out).all()):
+        return None
+    out, expected = out.detach().double(), expected.detach().double()
+    sums = out.sum(-1, keepdim=True)
+    if not ((sums > 0).all() and matches(out / sums, expected)) or matches(sums, torch.ones_like(sums)):
+        return None
+    en_on, zh_on = _where(probe)
+    tiny = probe.axis == "extreme"  # the kept weights are about 1e-7 there
+    return (f"mask_and_renormalize's rows do not sum to 1{en_on}: divide the kept weights by their row sum alone"
+            + ("; a constant added to the sum (an epsilon against division by zero) is not negligible next to row sums this small." if tiny else "."),
+            f"mask_and_renormalize 的行和不为 1{zh_on}：只用行和去除保留的权重"
+            + ("；加到行和上的常数（防止除以零的 epsilon）相对这样小的行和不可忽略。" if tiny else "。"))
+
+
 def check_mask_and_renormalize(mask_and_renormalize):
     scores = randn(2, 4, 7, seed=41) * 2  # batch items differ; T_q != T_k
     weights = torch.softmax(scores, dim=-1)
@@ -181,7 +206,7 @@ def check_mask_and_renormalize(mask_and_renormalize):
                  "对一批方形 (5, 5) 权重，mask_and_renormalize 不对：(T, T) 的掩码必须作用于每个样本。")
     with own_work(mask_and_renormalize, "mask_and_renormalize"):
         same_as_reference(mask_and_renormalize, ref.mask_and_renormalize, FAMILIES["mask_and_renormalize"],
-                          "mask_and_renormalize", grads=True)
+                          "mask_and_renormalize", explain=_explain_renormalized, grads=True)
 
 
 # masked_softmax --------------------------------------------------------------------------
