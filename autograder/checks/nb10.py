@@ -65,16 +65,20 @@ def _balance_inputs(seed, N, E, k, unused=False):  # float32 only: the text fixe
     return (probs, chosen.topk(k, -1).indices, E), {}
 
 
-def _gate_x(seed, N, dim=12, scale=1.0):
-    return (randn(N, dim, seed=seed) * scale,), {}
+def _tokens_family(seed, members):
+    """The layers' families (Expert, Gate, MoE): one probe per member (axis, label, zh, shape of x,
+    scale of x), the n-th input x drawn with seed + n; every output and gradient compared."""
+    return Family([Probe(axis, label, lambda n=n, shape=shape, scale=scale: ((randn(*shape, seed=seed + n) * scale,), {}), zh)
+                   for n, (axis, label, zh, shape, scale) in enumerate(members)],
+                  compares=("values", "shape", "dtype", "device", "inputs", "grads"))
 
 
 FAMILIES = {
-    "Expert": Family([
-        Probe("batch", "a (2, 3, dim) input whose tokens differ", lambda: ((randn(2, 3, 6, seed=160),), {}), "词元各不相同的 (2, 3, dim) 输入"),
-        Probe("edges", "a single token (dim,)", lambda: ((randn(6, seed=161),), {}), "单个词元 (dim,)"),
-        Probe("extreme", "inputs of order 30", lambda: ((randn(4, 6, seed=162) * 30,), {}), "30 量级的输入"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "Expert": _tokens_family(160, [
+        ("batch", "a (2, 3, dim) input whose tokens differ", "词元各不相同的 (2, 3, dim) 输入", (2, 3, 6), 1.0),
+        ("edges", "a single token (dim,)", "单个词元 (dim,)", (6,), 1.0),
+        ("extreme", "inputs of order 30", "30 量级的输入", (4, 6), 30.0),
+    ]),
     "topk_router": Family([
         Probe("batch", "five tokens whose logits differ, k=2", lambda: ((_router_logits(170), 2), {}), "五个 logits 各不相同的词元，k=2"),
         Probe("extreme", "logits in the hundreds (±500, 300)", lambda: ((_router_logits(171, [500.0, -500.0, 300.0, 0.0, -300.0]), 3), {}),
@@ -92,16 +96,16 @@ FAMILIES = {
         Probe("arguments", "k=3 of 6 experts", lambda: _balance_inputs(182, 5, 6, 3), "6 个专家中选 k=3"),
         Probe("edges", "one token, k=1", lambda: _balance_inputs(183, 1, 4, 1), "一个词元，k=1"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "Gate": Family([
-        Probe("batch", "six tokens that differ", lambda: _gate_x(190, 6), "六个各不相同的词元"),
-        Probe("edges", "one token", lambda: _gate_x(191, 1), "一个词元"),
-        Probe("extreme", "inputs of order 5", lambda: _gate_x(192, 6, scale=5.0), "5 量级的输入"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "MoE": Family([
-        Probe("batch", "a (2, 5, dim) input whose tokens differ", lambda: ((randn(2, 5, 12, seed=195),), {}), "词元各不相同的 (2, 5, dim) 输入"),
-        Probe("edges", "a single token (dim,)", lambda: ((randn(12, seed=196),), {}), "单个词元 (dim,)"),
-        Probe("extreme", "inputs of order 10", lambda: ((randn(6, 12, seed=197) * 10,), {}), "10 量级的输入"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "Gate": _tokens_family(190, [
+        ("batch", "six tokens that differ", "六个各不相同的词元", (6, 12), 1.0),
+        ("edges", "one token", "一个词元", (1, 12), 1.0),
+        ("extreme", "inputs of order 5", "5 量级的输入", (6, 12), 5.0),
+    ]),
+    "MoE": _tokens_family(195, [
+        ("batch", "a (2, 5, dim) input whose tokens differ", "词元各不相同的 (2, 5, dim) 输入", (2, 5, 12), 1.0),
+        ("edges", "a single token (dim,)", "单个词元 (dim,)", (12,), 1.0),
+        ("extreme", "inputs of order 10", "10 量级的输入", (6, 12), 10.0),
+    ]),
     "update_expert_bias": Family([
         Probe("ties", "loads exactly at the mean", lambda: ((torch.tensor([0.5, -0.2, 0.0, 0.1]), torch.tensor([4, 8, 2, 2]), 0.05), {}),
               "正好等于平均值的负载"),

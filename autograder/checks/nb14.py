@@ -63,6 +63,22 @@ def _apply_args(seed, causal, **sizes):
     return _qkv(seed, **sizes) + (causal,), {}
 
 
+# The members the three attention exercises share, as data: (axis, label, zh, causal, sizes).
+_BATCH = ("batch", "batch items and heads that differ", "各不相同的批次项与注意力头", False, {})
+_CAUSAL = ("arguments", "causal=True with T_q < T_k", "causal=True 且 T_q < T_k", True, {})
+_HUNDREDS = ("extreme", "scores in the hundreds", "数百量级的分数", True, {"scale": 100.0})
+# scores near 100: larger ones make the gradients so large that float32's rounding exceeds its tolerance
+_NEAR_100 = ("extreme", "scores near 100", "接近 100 的分数", True, {"scale": 40.0})
+_ONE_QUERY = ("edges", "one query, the default blocks", "一个查询，默认分块大小", True, {"blocks": None, "T_q": 1})
+_FLOAT64 = ("dtype", "float64", "float64", True, {"dtype": torch.float64})
+
+
+def _attention_family(build, seed, members, compares):
+    """One probe per member, the n-th built by build(seed + n, causal, **sizes)."""
+    return Family([Probe(axis, label, lambda n=n, causal=causal, sizes=sizes: build(seed + n, causal, **sizes), zh)
+                   for n, (axis, label, zh, causal, sizes) in enumerate(members)], compares=compares)
+
+
 def _flash_apply(cls):
     def apply(q, k, v, causal):
         return cls.apply(q, k, v, causal)
@@ -79,27 +95,9 @@ FAMILIES = {
         Probe("dtype", "float64", lambda: _rows(304, dtype=torch.float64, scale=4.0), "float64"),
         Probe("dtype", "bfloat16", lambda: _rows(305, dtype=torch.bfloat16, scale=4.0), "bfloat16"),
     ], compares=_ROWS),
-    "flash_attention_forward": Family([
-        Probe("batch", "batch items and heads that differ", lambda: _forward_args(310, False), "各不相同的批次项与注意力头"),
-        Probe("arguments", "causal=True with T_q < T_k", lambda: _forward_args(311, True), "causal=True 且 T_q < T_k"),
-        Probe("extreme", "scores in the hundreds", lambda: _forward_args(312, True, scale=100.0), "数百量级的分数"),
-        Probe("edges", "one query, the default blocks", lambda: _forward_args(313, True, blocks=None, T_q=1), "一个查询，默认分块大小"),
-        Probe("dtype", "float64", lambda: _forward_args(314, True, dtype=torch.float64), "float64"),
-    ], compares=_ROWS),
-    "flash_attention_backward": Family([
-        Probe("batch", "batch items and heads that differ", lambda: _backward_args(320, False), "各不相同的批次项与注意力头"),
-        Probe("arguments", "causal=True with T_q < T_k", lambda: _backward_args(321, True), "causal=True 且 T_q < T_k"),
-        # scores near 100: larger ones make the gradients so large that float32's rounding exceeds its tolerance
-        Probe("extreme", "scores near 100", lambda: _backward_args(322, True, scale=40.0), "接近 100 的分数"),
-        Probe("edges", "one query, the default blocks", lambda: _backward_args(323, True, blocks=None, T_q=1), "一个查询，默认分块大小"),
-        Probe("dtype", "float64", lambda: _backward_args(324, True, dtype=torch.float64), "float64"),
-    ], compares=_ROWS),
-    "FlashAttention": Family([
-        Probe("batch", "batch items and heads that differ", lambda: _apply_args(330, False), "各不相同的批次项与注意力头"),
-        Probe("arguments", "causal=True with T_q < T_k", lambda: _apply_args(331, True), "causal=True 且 T_q < T_k"),
-        Probe("extreme", "scores in the hundreds", lambda: _apply_args(332, True, scale=100.0), "数百量级的分数"),
-        Probe("dtype", "float64", lambda: _apply_args(333, True, dtype=torch.float64), "float64"),
-    ], compares=_ROWS + ("grads",)),
+    "flash_attention_forward": _attention_family(_forward_args, 310, (_BATCH, _CAUSAL, _HUNDREDS, _ONE_QUERY, _FLOAT64), _ROWS),
+    "flash_attention_backward": _attention_family(_backward_args, 320, (_BATCH, _CAUSAL, _NEAR_100, _ONE_QUERY, _FLOAT64), _ROWS),
+    "FlashAttention": _attention_family(_apply_args, 330, (_BATCH, _CAUSAL, _HUNDREDS, _FLOAT64), _ROWS + ("grads",)),
 }
 _SDPA = [(torch.nn.functional, "scaled_dot_product_attention")]
 _SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
