@@ -1,14 +1,15 @@
 """Notebook 10's MoE layer, graded beyond its output: built with the course's Gate and Expert,
-sparse by what it computes, any (..., dim) layout, and a gradient that reaches the gate.
+sparse by what it computes, any (..., dim) layout, and a gradient that reaches the gate; and the
+learner's Gate built, loaded with the course's weights and run (`gate_result`).
 
-`autograder.checks.nb10.check_MoE` calls these; they raise the same AssertionErrors as any check.
+`autograder.checks.nb10.check_MoE` and `check_Gate` call these; they raise the same AssertionErrors as any check.
 """
 import torch
 from torch import nn
 
 import utils.moe as ref
 from autograder.checks import Shortcut, call, expect, expect_close, fail, load_state, own_module, own_work, randn, seeded_state
-from autograder.checks.moe_probes import course_parts, gate_grad, measure, sparse_budget
+from autograder.checks.moe_probes import course_parts, gate_grad, gate_state, measure, sparse_budget
 
 MOE_SIZES = dict(dim=12, inter=6, E=8, k=2, shared=2, groups=4, limited=2, scale=2.0)
 
@@ -91,3 +92,31 @@ def check_gate_gradient(MoE, moe, reference, x):
            "No gradient (or a wrong one) reaches the gate through the routing weights: keep the weights in the graph (no .detach(), .item() or torch.no_grad() in forward).",
            "没有梯度（或梯度不对）通过路由权重传到路由门控：让权重留在计算图中（forward 中不要用 .detach()、.item() 或 torch.no_grad()）。",
            "no gradient" if got is None else f"largest difference {float((got - want).abs().max()):.3g}")
+
+
+def gate_result(Gate, args, x, grad=False):
+    """Build the learner's gate with `args`, load the course's weights for them, run it on x;
+    (weights, indices, the state loaded, the gate)."""
+    dim, E, k, groups, limited, func, scale, seed = args
+    with own_work(Gate, "Gate"):
+        gate = own_module(Gate, dim, E, k, groups, limited, func, scale)
+    params = dict(gate.named_parameters())
+    expect("weight" in params and "bias" in params,
+           "Gate needs two parameters, weight (n_routed_experts, dim) and bias (n_routed_experts,), as DeepSeek-V3's gate.",
+           "Gate 需要两个参数：weight (n_routed_experts, dim) 和 bias (n_routed_experts,)，与 DeepSeek-V3 的路由门控一致。",
+           f"parameters: {sorted(params)}")
+    state = gate_state(ref.Gate(dim, E, k, groups, limited, func, scale), seed)
+    load_state(gate, state, "Gate")
+    gate = gate.to(x.dtype)
+    with torch.set_grad_enabled(grad), own_work(Gate, "Gate"):
+        result = call(gate, x, name="Gate.forward")
+    expect(isinstance(result, tuple) and len(result) == 2, "Gate.forward must return a tuple (weights, indices).",
+           "Gate.forward 必须返回一个元组 (weights, indices)。", f"got {type(result).__name__}")
+    weights, indices = result
+    N = x.shape[0]
+    expect(isinstance(indices, torch.Tensor) and indices.shape == (N, k) and not indices.is_floating_point()
+           and isinstance(weights, torch.Tensor) and weights.shape == (N, k),
+           "weights and indices must both be (N, n_activated_experts), indices as integers.",
+           "weights 和 indices 的形状都必须是 (N, n_activated_experts)，indices 为整数。",
+           f"got {getattr(weights, 'shape', None)}, {getattr(indices, 'shape', None)}")
+    return weights, indices, state, gate

@@ -1,6 +1,6 @@
-"""What notebook 10's checks compare with: the gate restated with one known mistake at a time,
-the MoE's dropped assignments, the arithmetic a sparse layer may do, and the course's Gate and
-Expert put in place of the learner's while their MoE is graded.
+"""What notebook 10's checks compare with: the gate, update_expert_bias and moe_parameter_counts
+restated with one known mistake at a time, the MoE's dropped assignments, the arithmetic a sparse
+layer may do, and the course's Gate and Expert put in place of the learner's while their MoE is graded.
 
 The MoE is graded by what it computes, not by which modules it calls: a layer that runs every
 expert on every token through stacked weights, or loops over tokens calling w1/w2/w3 directly,
@@ -156,3 +156,41 @@ def gate_grad(moe: nn.Module, x, probe):
     gate_weight.grad = None
     (moe(x) * probe).sum().backward()
     return gate_weight.grad
+
+
+def bias_mistakes(bias, load, gamma):
+    """update_expert_bias restated with one known mistake at a time: (new bias, en, zh)."""
+    load = load.double()
+    sign = torch.sign(load - load.mean())
+    return [
+        (bias + gamma * sign, "The sign is reversed: overloaded experts must LOSE gamma (be chosen less), underloaded ones gain it.",
+         "符号反了：过载的专家必须减去 gamma（更少被选中），负载不足的专家加上 gamma。"),
+        (bias - gamma * (load - load.mean()), "The bias moves by exactly gamma (the sign of the load's difference from the mean), not in proportion to it.",
+         "偏置每次正好移动 gamma（负载与平均值之差的符号），而不是与差值成比例。"),
+        (-gamma * sign, "Start from the current bias: return bias - gamma * sign(load - mean), not a fresh one.",
+         "要从当前的偏置出发：返回 bias - gamma * sign(load - mean)，而不是一个新的偏置。"),
+        (bias - gamma * torch.where(load > load.mean(), 1.0, -1.0), "An expert exactly at the mean load keeps its bias: the step is gamma * sign(load - mean), and sign(0) = 0.",
+         "负载正好等于平均值的专家保持偏置不变：步长是 gamma * sign(load - mean)，而 sign(0) = 0。"),
+        (bias - gamma * torch.sign(load - load.sum().div(len(load), rounding_mode="floor")),
+         "The mean load is a real number: compute it in floating point (tokens_per_expert.float().mean()), not with integer division.",
+         "平均负载是实数：要用浮点数计算（tokens_per_expert.float().mean()），而不是整数除法。"),
+    ]
+
+
+def count_mistakes(args, want):
+    """moe_parameter_counts(*args) restated with one known mistake at a time: ((total, active), en, zh)."""
+    dim, inter, E, k, shared = args
+    expert, gate = 3 * dim * inter, E * dim + E
+    total, active = want
+    return (
+        ((total - gate, active - gate), "The gate is part of the layer: count its weight (n_routed_experts x dim) and its bias (n_routed_experts).",
+         "路由门控是层的一部分：计入它的 weight（n_routed_experts x dim）和 bias（n_routed_experts）。"),
+        ((total - E, active - E), "The gate's bias (n_routed_experts numbers) is a parameter too: count it.", "路由门控的偏置（n_routed_experts 个数）也是参数：要计入。"),
+        ((total, active - gate), "The gate scores every expert for every token: count the whole gate as active.", "路由门控要为每个词元给每个专家打分：整个路由门控都算作激活参数。"),
+        ((total - shared * expert, active - shared * expert), "Shared experts count in both numbers: every token uses them.", "共享专家在两个数中都要计入：每个词元都会用到它们。"),
+        ((total, active - shared * expert), "Shared experts are active for every token: add them to the active count.", "共享专家对每个词元都是激活的：把它们加到激活数中。"),
+        ((total, total), "Active counts only the experts a token uses: n_activated_experts routed ones plus the shared ones (and the gate).",
+         "激活参数只计一个词元用到的专家：n_activated_experts 个路由专家加上共享专家（以及路由门控）。"),
+        ((total - (E + shared) * dim * inter, active - (k + shared) * dim * inter), "An expert has three matrices of dim x moe_inter_dim (w1, w2, w3).",
+         "一个专家有三个 dim x moe_inter_dim 矩阵（w1、w2、w3）。"),
+    )

@@ -19,11 +19,11 @@ from torch import nn
 import utils.moe as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches, own_module,
                                own_work, randn, seeded_state)
-from autograder.checks.moe_layer import (MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, moe_modules,
-                                         run_moe)
-from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, ROUTER_GRAD, canonical,
-                                          course_parts, drops_assignments, gate_state, restated_gate, routing_grad)
-from autograder.checks.harness import Family, Probe, same_as_reference, same_as_reference_module
+from autograder.checks.families.nb10 import FAMILIES
+from autograder.checks.moe_layer import MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, gate_result, moe_modules, run_moe
+from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, ROUTER_GRAD, bias_mistakes, canonical,
+                                          count_mistakes, course_parts, drops_assignments, restated_gate, routing_grad)
+from autograder.checks.harness import same_as_reference, same_as_reference_module
 
 
 def _routed(result):
@@ -37,86 +37,6 @@ def _routed(result):
 def _scalar(loss):
     """One number, whatever its shape (a scalar or (1,))."""
     return loss.reshape(()) if isinstance(loss, torch.Tensor) and loss.numel() == 1 else loss
-
-
-def _router_logits(seed, shift=None, unused=None, N=5, E=6):
-    logits = randn(N, E, seed=seed) * 2
-    if shift is not None:
-        logits = logits + torch.tensor(shift)[:, None]
-    if unused is not None:
-        logits[:, unused] -= 20.0
-    return logits
-
-
-def _spaced_logits(seed, N=4, E=6):
-    """Each row a permutation of logits 0.8 apart: no two probabilities round to the same bfloat16 (a near-tie
-    at the k-th place would let a right solution computed in float32 choose another expert than one in bfloat16)."""
-    return randn(N, E, seed=seed).argsort(-1).float() * 0.8 - 2.0
-
-
-def _tied_logits():  # a tie inside the top k (both kept) and one below it (both dropped)
-    return torch.tensor([[2.0, 2.0, 0.0, -1.0, 0.5, -3.0], [4.0, 3.0, 1.0, 1.0, 1.0, -1.0], [0.5, -1.0, 3.0, -2.0, 3.0, 0.0]])
-
-
-def _balance_inputs(seed, N, E, k, unused=False):  # float32 only: the text fixes no other dtype
-    probs = torch.softmax(randn(N, E, seed=seed) * 2, -1)
-    steer = torch.linspace(0.0, 0.3, E)  # the choice made with a bias, as DeepSeek's
-    chosen = (probs + steer)[:, :E - 1] if unused else probs + steer  # expert E - 1 left unused
-    return (probs, chosen.topk(k, -1).indices, E), {}
-
-
-def _gate_x(seed, N, dim=12, scale=1.0):
-    return (randn(N, dim, seed=seed) * scale,), {}
-
-
-FAMILIES = {
-    "Expert": Family([
-        Probe("batch", "a (2, 3, dim) input whose tokens differ", lambda: ((randn(2, 3, 6, seed=160),), {}), "词元各不相同的 (2, 3, dim) 输入"),
-        Probe("edges", "a single token (dim,)", lambda: ((randn(6, seed=161),), {}), "单个词元 (dim,)"),
-        Probe("extreme", "inputs of order 30", lambda: ((randn(4, 6, seed=162) * 30,), {}), "30 量级的输入"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "topk_router": Family([
-        Probe("batch", "five tokens whose logits differ, k=2", lambda: ((_router_logits(170), 2), {}), "五个 logits 各不相同的词元，k=2"),
-        Probe("extreme", "logits in the hundreds (±500, 300)", lambda: ((_router_logits(171, [500.0, -500.0, 300.0, 0.0, -300.0]), 3), {}),
-              "数百量级的 logits（±500、300）"),
-        Probe("ties", "tied logits inside and below the top k", lambda: ((_tied_logits(), 2), {}), "在前 k 个之内和之下的并列 logits"),
-        Probe("edges", "k equal to the number of experts, one token", lambda: ((_router_logits(172, N=1), 6), {}), "k 等于专家数，只有一个词元"),
-        Probe("edges", "k=1", lambda: ((_router_logits(173, N=3), 1), {}), "k=1"),
-        Probe("coverage", "an expert no token picks", lambda: ((_router_logits(174, unused=5), 2), {}), "没有词元选择的专家"),
-        Probe("dtype", "float64 logits", lambda: ((_router_logits(175).double(), 2), {}), "float64 的 logits"),
-        Probe("dtype", "bfloat16 logits", lambda: ((_spaced_logits(176).bfloat16(), 2), {}), "bfloat16 的 logits"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "load_balancing_loss": Family([
-        Probe("batch", "six tokens, 4 experts, k=2", lambda: _balance_inputs(180, 6, 4, 2), "六个词元、4 个专家、k=2"),
-        Probe("coverage", "an expert no token picks", lambda: _balance_inputs(181, 6, 5, 2, unused=True), "没有词元选择的专家"),
-        Probe("arguments", "k=3 of 6 experts", lambda: _balance_inputs(182, 5, 6, 3), "6 个专家中选 k=3"),
-        Probe("edges", "one token, k=1", lambda: _balance_inputs(183, 1, 4, 1), "一个词元，k=1"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "Gate": Family([
-        Probe("batch", "six tokens that differ", lambda: _gate_x(190, 6), "六个各不相同的词元"),
-        Probe("edges", "one token", lambda: _gate_x(191, 1), "一个词元"),
-        Probe("extreme", "inputs of order 5", lambda: _gate_x(192, 6, scale=5.0), "5 量级的输入"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "MoE": Family([
-        Probe("batch", "a (2, 5, dim) input whose tokens differ", lambda: ((randn(2, 5, 12, seed=195),), {}), "词元各不相同的 (2, 5, dim) 输入"),
-        Probe("edges", "a single token (dim,)", lambda: ((randn(12, seed=196),), {}), "单个词元 (dim,)"),
-        Probe("extreme", "inputs of order 10", lambda: ((randn(6, 12, seed=197) * 10,), {}), "10 量级的输入"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
-    "update_expert_bias": Family([
-        Probe("ties", "loads exactly at the mean", lambda: ((torch.tensor([0.5, -0.2, 0.0, 0.1]), torch.tensor([4, 8, 2, 2]), 0.05), {}),
-              "正好等于平均值的负载"),
-        Probe("coverage", "an expert with no token", lambda: ((torch.tensor([0.1, 0.0, -0.1]), torch.tensor([7, 0, 3]), 0.01), {}),
-              "没有词元的专家"),
-        Probe("arguments", "the default gamma", lambda: ((torch.zeros(3), torch.tensor([5, 0, 1])), {}), "默认的 gamma"),
-        Probe("dtype", "a float64 bias", lambda: ((torch.tensor([0.5, -0.2, 0.3], dtype=torch.float64), torch.tensor([9, 1, 2]), 0.05), {}),
-              "float64 的偏置"),
-    ], compares=("values", "shape", "dtype", "device", "inputs")),
-    "moe_parameter_counts": Family([
-        Probe("arguments", "DeepSeek-V3's sizes", lambda: ((7168, 2048, 256, 8, 1), {}), "DeepSeek-V3 的尺寸"),
-        Probe("edges", "no shared expert", lambda: ((12, 5, 8, 2, 0), {}), "没有共享专家"),
-        Probe("arguments", "one activated, three shared", lambda: ((10, 3, 6, 1, 3), {}), "一个激活专家、三个共享专家"),
-    ], compares=("values",)),
-}
 
 
 # Expert ------------------------------------------------------------------------------------
@@ -241,39 +161,11 @@ def check_load_balancing_loss(load_balancing_loss):
 
 
 # Gate ----------------------------------------------------------------------------------------
-def _gate_result(Gate, args, x, grad=False):
-    """Build the learner's gate with `args`, load the course's weights for them, run it on x;
-    (weights, indices, the state loaded, the gate)."""
-    dim, E, k, groups, limited, func, scale, seed = args
-    with own_work(Gate, "Gate"):
-        gate = own_module(Gate, dim, E, k, groups, limited, func, scale)
-    params = dict(gate.named_parameters())
-    expect("weight" in params and "bias" in params,
-           "Gate needs two parameters, weight (n_routed_experts, dim) and bias (n_routed_experts,), as DeepSeek-V3's gate.",
-           "Gate 需要两个参数：weight (n_routed_experts, dim) 和 bias (n_routed_experts,)，与 DeepSeek-V3 的路由门控一致。",
-           f"parameters: {sorted(params)}")
-    state = gate_state(ref.Gate(dim, E, k, groups, limited, func, scale), seed)
-    load_state(gate, state, "Gate")
-    gate = gate.to(x.dtype)
-    with torch.set_grad_enabled(grad), own_work(Gate, "Gate"):
-        result = call(gate, x, name="Gate.forward")
-    expect(isinstance(result, tuple) and len(result) == 2, "Gate.forward must return a tuple (weights, indices).",
-           "Gate.forward 必须返回一个元组 (weights, indices)。", f"got {type(result).__name__}")
-    weights, indices = result
-    N = x.shape[0]
-    expect(isinstance(indices, torch.Tensor) and indices.shape == (N, k) and not indices.is_floating_point()
-           and isinstance(weights, torch.Tensor) and weights.shape == (N, k),
-           "weights and indices must both be (N, n_activated_experts), indices as integers.",
-           "weights 和 indices 的形状都必须是 (N, n_activated_experts)，indices 为整数。",
-           f"got {getattr(weights, 'shape', None)}, {getattr(indices, 'shape', None)}")
-    return weights, indices, state, gate
-
-
 def check_Gate(Gate):
     for args in GATE_CONFIGS:
         dim, E, k, groups, limited, func, scale, seed = args
         x = randn(24, dim, seed=seed + 10)
-        weights, indices, state, _ = _gate_result(Gate, args, x)
+        weights, indices, state, _ = gate_result(Gate, args, x)
         with torch.no_grad():
             variants = {m: restated_gate(state, x, k, groups, limited, func, scale, m) for m in GATE_MISTAKES}
             reference = ref.Gate(*args[:7])
@@ -297,11 +189,11 @@ def check_Gate(Gate):
                      f"Gate 的权重不对 {setting}：被选中专家的亲和度（不含偏置），sigmoid 时重新归一化，再乘以 route_scale。")
     args = GATE_CONFIGS[0]
     x = randn(24, args[0], seed=150).double()  # weights come back in x's dtype
-    weights, indices, _, _ = _gate_result(Gate, args, x)
+    weights, indices, _, _ = gate_result(Gate, args, x)
     expect(weights.dtype == torch.float64, "Gate's weights must come back in x's dtype (weights.type_as(x)), here float64.",
            "Gate 的权重必须以 x 的 dtype 返回（weights.type_as(x)），这里是 float64。", f"got {weights.dtype}")
     x, probe = randn(24, args[0], seed=151), randn(24, args[2], seed=152)
-    weights, indices, state, gate = _gate_result(Gate, args, x, grad=True)
+    weights, indices, state, gate = gate_result(Gate, args, x, grad=True)
     reference = ref.Gate(*args[:7])
     reference.load_state_dict(state)
     with own_work(Gate, "Gate"):
@@ -315,24 +207,6 @@ def check_Gate(Gate):
 
 
 # update_expert_bias ----------------------------------------------------------------------------
-def _bias_mistakes(bias, load, gamma):
-    load = load.double()
-    sign = torch.sign(load - load.mean())
-    return [
-        (bias + gamma * sign, "The sign is reversed: overloaded experts must LOSE gamma (be chosen less), underloaded ones gain it.",
-         "符号反了：过载的专家必须减去 gamma（更少被选中），负载不足的专家加上 gamma。"),
-        (bias - gamma * (load - load.mean()), "The bias moves by exactly gamma (the sign of the load's difference from the mean), not in proportion to it.",
-         "偏置每次正好移动 gamma（负载与平均值之差的符号），而不是与差值成比例。"),
-        (-gamma * sign, "Start from the current bias: return bias - gamma * sign(load - mean), not a fresh one.",
-         "要从当前的偏置出发：返回 bias - gamma * sign(load - mean)，而不是一个新的偏置。"),
-        (bias - gamma * torch.where(load > load.mean(), 1.0, -1.0), "An expert exactly at the mean load keeps its bias: the step is gamma * sign(load - mean), and sign(0) = 0.",
-         "负载正好等于平均值的专家保持偏置不变：步长是 gamma * sign(load - mean)，而 sign(0) = 0。"),
-        (bias - gamma * torch.sign(load - load.sum().div(len(load), rounding_mode="floor")),
-         "The mean load is a real number: compute it in floating point (tokens_per_expert.float().mean()), not with integer division.",
-         "平均负载是实数：要用浮点数计算（tokens_per_expert.float().mean()），而不是整数除法。"),
-    ]
-
-
 def check_update_expert_bias(update_expert_bias):
     fn = update_expert_bias
     bias = torch.tensor([0.5, -0.2, 0.0, 0.1, 0.3])
@@ -341,7 +215,7 @@ def check_update_expert_bias(update_expert_bias):
         with own_work(fn, "update_expert_bias"):
             got = call(fn, bias.clone(), load.clone(), 0.05, name="update_expert_bias")
         expect_tensor(got, "The new bias", "新的偏置")
-        expect_known(got, ref.update_expert_bias(bias, load, 0.05), _bias_mistakes(bias, load, 0.05),
+        expect_known(got, ref.update_expert_bias(bias, load, 0.05), bias_mistakes(bias, load, 0.05),
                      "update_expert_bias is wrong: minus gamma above the mean load, plus gamma below, unchanged at the mean.",
                      "update_expert_bias 不对：高于平均负载减去 gamma，低于平均负载加上 gamma，等于平均值时不变。")
     with own_work(fn, "update_expert_bias"):
@@ -394,21 +268,7 @@ def check_moe_parameter_counts(moe_parameter_counts):
                "moe_parameter_counts 必须返回一个元组 (total, active)。", f"got {got!r}")
         if tuple(got) == tuple(want):
             continue
-        dim, inter, E, k, shared = args
-        expert, gate = 3 * dim * inter, E * dim + E
-        total, active = want
-        for pair, en, zh in (
-            ((total - gate, active - gate), "The gate is part of the layer: count its weight (n_routed_experts x dim) and its bias (n_routed_experts).",
-             "路由门控是层的一部分：计入它的 weight（n_routed_experts x dim）和 bias（n_routed_experts）。"),
-            ((total - E, active - E), "The gate's bias (n_routed_experts numbers) is a parameter too: count it.", "路由门控的偏置（n_routed_experts 个数）也是参数：要计入。"),
-            ((total, active - gate), "The gate scores every expert for every token: count the whole gate as active.", "路由门控要为每个词元给每个专家打分：整个路由门控都算作激活参数。"),
-            ((total - shared * expert, active - shared * expert), "Shared experts count in both numbers: every token uses them.", "共享专家在两个数中都要计入：每个词元都会用到它们。"),
-            ((total, active - shared * expert), "Shared experts are active for every token: add them to the active count.", "共享专家对每个词元都是激活的：把它们加到激活数中。"),
-            ((total, total), "Active counts only the experts a token uses: n_activated_experts routed ones plus the shared ones (and the gate).",
-             "激活参数只计一个词元用到的专家：n_activated_experts 个路由专家加上共享专家（以及路由门控）。"),
-            ((total - (E + shared) * dim * inter, active - (k + shared) * dim * inter), "An expert has three matrices of dim x moe_inter_dim (w1, w2, w3).",
-             "一个专家有三个 dim x moe_inter_dim 矩阵（w1、w2、w3）。"),
-        ):
+        for pair, en, zh in count_mistakes(args, want):
             if tuple(got) == pair:
                 fail(en, zh, f"got {tuple(got)}, expected {want}")
         fail(f"moe_parameter_counts{args} is wrong: total = (routed + shared) experts x 3 x dim x moe_inter_dim + the gate; active = (activated + shared) experts + the gate.",

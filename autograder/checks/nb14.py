@@ -22,45 +22,16 @@ import torch
 
 import utils.flash_attention as ref
 from autograder.checks import graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, forbid, matches, own_work, randn
+from autograder.checks.families.nb14 import FAMILIES
 from autograder.checks.flash_variants import (autograd_grads, backward_mistakes, forward_mistakes, lse_mistakes, online_variant,
                                               scaled_scores, sdpa)
 from autograder.checks.flash_variants import expect_dtype, expect_grads, expect_pair, heads_layout
 from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
                                             watched_apply_and_backward, directional_error, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_skips, expect_tiles, work_of
-from autograder.checks.harness import Family, Probe, same_as_reference
+from autograder.checks.harness import same_as_reference
 
 NEG_INF = float("-inf")
-_ROWS = ("values", "shape", "dtype", "device", "inputs")
-
-
-def _rows(seed, shape=(2, 3, 11), scale=1.0, block=4, dtype=torch.float32, shift=None):
-    x = randn(*shape, seed=seed) * scale
-    if shift is not None:  # rows far from 0: exp overflows (or underflows to 0 / 0) without the running maximum
-        x = x + torch.tensor(shift).view(-1, *[1] * (x.dim() - 1))
-    return (x.to(dtype), block), {}
-
-
-def _qkv(seed, B=2, H=2, T_q=5, T_k=7, d=4, d_v=3, scale=1.0, dtype=torch.float32):
-    q, k, v = heads_layout(B, H, T_q, d, seed) * scale, heads_layout(B, H, T_k, d, seed + 1), heads_layout(B, H, T_k, d_v, seed + 2)
-    return tuple(t.to(dtype) for t in (q, k, v))
-
-
-def _forward_args(seed, causal, blocks=(2, 3), **sizes):
-    return _qkv(seed, **sizes), dict(causal=causal, **({} if blocks is None else dict(block_q=blocks[0], block_k=blocks[1])))
-
-
-def _backward_args(seed, causal, blocks=(2, 3), **sizes):
-    """q, k, v, the out and lse the forward saved (PyTorch's own; built inside the check, where SDPA is blocked), and grad_out."""
-    q, k, v = _qkv(seed, **sizes)
-    scores = scaled_scores(q, k, causal)
-    out, lse = torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
-    g = heads_layout(q.shape[0], q.shape[1], q.shape[2], v.shape[-1], seed + 3).to(q.dtype)
-    return (q, k, v, out, lse, g), dict(causal=causal, **({} if blocks is None else dict(block_q=blocks[0], block_k=blocks[1])))
-
-
-def _apply_args(seed, causal, **sizes):
-    return _qkv(seed, **sizes) + (causal,), {}
 
 
 def _flash_apply(cls):
@@ -69,38 +40,6 @@ def _flash_apply(cls):
     return apply
 
 
-FAMILIES = {
-    "online_softmax": Family([
-        Probe("batch", "rows that differ, blocks of 4", lambda: _rows(300), "各不相同的行，块大小 4"),
-        Probe("extreme", "rows shifted by ±1000 and scaled by 300", lambda: _rows(301, (3, 9), scale=300.0, shift=[1000.0, -1000.0, 0.0]),
-              "平移 ±1000、放大 300 倍的行"),
-        Probe("edges", "a block longer than the row", lambda: _rows(302, (2, 5), block=64), "比行更长的块"),
-        Probe("edges", "rows of length 1", lambda: _rows(303, (3, 1), block=2), "长度为 1 的行"),
-        Probe("dtype", "float64", lambda: _rows(304, dtype=torch.float64, scale=4.0), "float64"),
-        Probe("dtype", "bfloat16", lambda: _rows(305, dtype=torch.bfloat16, scale=4.0), "bfloat16"),
-    ], compares=_ROWS),
-    "flash_attention_forward": Family([
-        Probe("batch", "batch items and heads that differ", lambda: _forward_args(310, False), "各不相同的批次项与注意力头"),
-        Probe("arguments", "causal=True with T_q < T_k", lambda: _forward_args(311, True), "causal=True 且 T_q < T_k"),
-        Probe("extreme", "scores in the hundreds", lambda: _forward_args(312, True, scale=100.0), "数百量级的分数"),
-        Probe("edges", "one query, the default blocks", lambda: _forward_args(313, True, blocks=None, T_q=1), "一个查询，默认分块大小"),
-        Probe("dtype", "float64", lambda: _forward_args(314, True, dtype=torch.float64), "float64"),
-    ], compares=_ROWS),
-    "flash_attention_backward": Family([
-        Probe("batch", "batch items and heads that differ", lambda: _backward_args(320, False), "各不相同的批次项与注意力头"),
-        Probe("arguments", "causal=True with T_q < T_k", lambda: _backward_args(321, True), "causal=True 且 T_q < T_k"),
-        # scores near 100: larger ones make the gradients so large that float32's rounding exceeds its tolerance
-        Probe("extreme", "scores near 100", lambda: _backward_args(322, True, scale=40.0), "接近 100 的分数"),
-        Probe("edges", "one query, the default blocks", lambda: _backward_args(323, True, blocks=None, T_q=1), "一个查询，默认分块大小"),
-        Probe("dtype", "float64", lambda: _backward_args(324, True, dtype=torch.float64), "float64"),
-    ], compares=_ROWS),
-    "FlashAttention": Family([
-        Probe("batch", "batch items and heads that differ", lambda: _apply_args(330, False), "各不相同的批次项与注意力头"),
-        Probe("arguments", "causal=True with T_q < T_k", lambda: _apply_args(331, True), "causal=True 且 T_q < T_k"),
-        Probe("extreme", "scores in the hundreds", lambda: _apply_args(332, True, scale=100.0), "数百量级的分数"),
-        Probe("dtype", "float64", lambda: _apply_args(333, True, dtype=torch.float64), "float64"),
-    ], compares=_ROWS + ("grads",)),
-}
 _SDPA = [(torch.nn.functional, "scaled_dot_product_attention")]
 _SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
 _AUTOGRAD = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward")]

@@ -110,6 +110,11 @@ def renorm_assumes_unit_rows(weights, mask):  # divides by 1 - (blocked weight):
     return weights.masked_fill(mask, 0.0) / (1 - weights.masked_fill(~mask, 0.0).sum(dim=-1, keepdim=True))
 
 
+def renorm_epsilon(weights, mask):  # an epsilon against division by zero: right unless the kept weights are tiny
+    kept = weights.masked_fill(mask, 0.0)
+    return kept / (kept.sum(dim=-1, keepdim=True) + 1e-6)
+
+
 def renorm_always_float32(weights, mask):
     kept = weights.float().masked_fill(mask, 0.0)
     return kept / kept.sum(dim=-1, keepdim=True)
@@ -393,6 +398,7 @@ WRONG = {
         "assumes rows summed to 1": (renorm_assumes_unit_rows, "input 1 through mask_and_renormalize differs"),
         "row sum detached": (renorm_sum_detached, "The gradient of input 1 through mask_and_renormalize differs"),
         "always float32": (renorm_always_float32, "must follow its input's dtype (torch.float64)"),
+        "an epsilon added to the row sum": (renorm_epsilon, "rows do not sum to 1 (on weights whose kept entries are about 1e-7, the mass"),
     },
     "masked_softmax": {
         "filled with 0 instead of -inf": (softmax_fill_zero, "filled with 0"),

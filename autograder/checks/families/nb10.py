@@ -1,0 +1,90 @@
+"""Notebook 10's input families (mixture of experts): what the harness runs each exercise and
+the course's utils.moe on, as data (autograder/checks/harness.py)."""
+import torch
+
+from autograder.checks import randn
+from autograder.checks.harness import Family, Probe
+
+
+def _router_logits(seed, shift=None, unused=None, N=5, E=6):
+    logits = randn(N, E, seed=seed) * 2
+    if shift is not None:
+        logits = logits + torch.tensor(shift)[:, None]
+    if unused is not None:
+        logits[:, unused] -= 20.0
+    return logits
+
+
+def _spaced_logits(seed, N=4, E=6):
+    """Each row a permutation of logits 0.8 apart: no two probabilities round to the same bfloat16 (a near-tie
+    at the k-th place would let a right solution computed in float32 choose another expert than one in bfloat16)."""
+    return randn(N, E, seed=seed).argsort(-1).float() * 0.8 - 2.0
+
+
+def _tied_logits():  # a tie inside the top k (both kept) and one below it (both dropped)
+    return torch.tensor([[2.0, 2.0, 0.0, -1.0, 0.5, -3.0], [4.0, 3.0, 1.0, 1.0, 1.0, -1.0], [0.5, -1.0, 3.0, -2.0, 3.0, 0.0]])
+
+
+def _balance_inputs(seed, N, E, k, unused=False):  # float32 only: the text fixes no other dtype
+    probs = torch.softmax(randn(N, E, seed=seed) * 2, -1)
+    steer = torch.linspace(0.0, 0.3, E)  # the choice made with a bias, as DeepSeek's
+    chosen = (probs + steer)[:, :E - 1] if unused else probs + steer  # expert E - 1 left unused
+    return (probs, chosen.topk(k, -1).indices, E), {}
+
+
+def _tokens_family(seed, members):
+    """The layers' families (Expert, Gate, MoE): one probe per member (axis, label, zh, shape of x,
+    scale of x), the n-th input x drawn with seed + n; every output and gradient compared."""
+    return Family([Probe(axis, label, lambda n=n, shape=shape, scale=scale: ((randn(*shape, seed=seed + n) * scale,), {}), zh)
+                   for n, (axis, label, zh, shape, scale) in enumerate(members)],
+                  compares=("values", "shape", "dtype", "device", "inputs", "grads"))
+
+
+FAMILIES = {
+    "Expert": _tokens_family(160, [
+        ("batch", "a (2, 3, dim) input whose tokens differ", "词元各不相同的 (2, 3, dim) 输入", (2, 3, 6), 1.0),
+        ("edges", "a single token (dim,)", "单个词元 (dim,)", (6,), 1.0),
+        ("extreme", "inputs of order 30", "30 量级的输入", (4, 6), 30.0),
+    ]),
+    "topk_router": Family([
+        Probe("batch", "five tokens whose logits differ, k=2", lambda: ((_router_logits(170), 2), {}), "五个 logits 各不相同的词元，k=2"),
+        Probe("extreme", "logits in the hundreds (±500, 300)", lambda: ((_router_logits(171, [500.0, -500.0, 300.0, 0.0, -300.0]), 3), {}),
+              "数百量级的 logits（±500、300）"),
+        Probe("ties", "tied logits inside and below the top k", lambda: ((_tied_logits(), 2), {}), "在前 k 个之内和之下的并列 logits"),
+        Probe("edges", "k equal to the number of experts, one token", lambda: ((_router_logits(172, N=1), 6), {}), "k 等于专家数，只有一个词元"),
+        Probe("edges", "k=1", lambda: ((_router_logits(173, N=3), 1), {}), "k=1"),
+        Probe("coverage", "an expert no token picks", lambda: ((_router_logits(174, unused=5), 2), {}), "没有词元选择的专家"),
+        Probe("dtype", "float64 logits", lambda: ((_router_logits(175).double(), 2), {}), "float64 的 logits"),
+        Probe("dtype", "bfloat16 logits", lambda: ((_spaced_logits(176).bfloat16(), 2), {}), "bfloat16 的 logits"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "load_balancing_loss": Family([
+        Probe("batch", "six tokens, 4 experts, k=2", lambda: _balance_inputs(180, 6, 4, 2), "六个词元、4 个专家、k=2"),
+        Probe("coverage", "an expert no token picks", lambda: _balance_inputs(181, 6, 5, 2, unused=True), "没有词元选择的专家"),
+        Probe("arguments", "k=3 of 6 experts", lambda: _balance_inputs(182, 5, 6, 3), "6 个专家中选 k=3"),
+        Probe("edges", "one token, k=1", lambda: _balance_inputs(183, 1, 4, 1), "一个词元，k=1"),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    "Gate": _tokens_family(190, [
+        ("batch", "six tokens that differ", "六个各不相同的词元", (6, 12), 1.0),
+        ("edges", "one token", "一个词元", (1, 12), 1.0),
+        ("extreme", "inputs of order 5", "5 量级的输入", (6, 12), 5.0),
+    ]),
+    "MoE": _tokens_family(195, [
+        ("batch", "a (2, 5, dim) input whose tokens differ", "词元各不相同的 (2, 5, dim) 输入", (2, 5, 12), 1.0),
+        ("edges", "a single token (dim,)", "单个词元 (dim,)", (12,), 1.0),
+        ("extreme", "inputs of order 10", "10 量级的输入", (6, 12), 10.0),
+    ]),
+    "update_expert_bias": Family([
+        Probe("ties", "loads exactly at the mean", lambda: ((torch.tensor([0.5, -0.2, 0.0, 0.1]), torch.tensor([4, 8, 2, 2]), 0.05), {}),
+              "正好等于平均值的负载"),
+        Probe("coverage", "an expert with no token", lambda: ((torch.tensor([0.1, 0.0, -0.1]), torch.tensor([7, 0, 3]), 0.01), {}),
+              "没有词元的专家"),
+        Probe("arguments", "the default gamma", lambda: ((torch.zeros(3), torch.tensor([5, 0, 1])), {}), "默认的 gamma"),
+        Probe("dtype", "a float64 bias", lambda: ((torch.tensor([0.5, -0.2, 0.3], dtype=torch.float64), torch.tensor([9, 1, 2]), 0.05), {}),
+              "float64 的偏置"),
+    ], compares=("values", "shape", "dtype", "device", "inputs")),
+    "moe_parameter_counts": Family([
+        Probe("arguments", "DeepSeek-V3's sizes", lambda: ((7168, 2048, 256, 8, 1), {}), "DeepSeek-V3 的尺寸"),
+        Probe("edges", "no shared expert", lambda: ((12, 5, 8, 2, 0), {}), "没有共享专家"),
+        Probe("arguments", "one activated, three shared", lambda: ((10, 3, 6, 1, 3), {}), "一个激活专家、三个共享专家"),
+    ], compares=("values",)),
+}
