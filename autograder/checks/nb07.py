@@ -53,11 +53,18 @@ def check_KVCache(KVCache):
                  "KVCache.update 在不连续的键上报错（split_heads 给出的是转置后的视图）：请用切片赋值或 copy_ 写入，并用 reshape 而不是 view。",
                  str(e).split("[")[-1].rstrip("]"))
         second, seq_after_second = _snap(raw), cache.seq_len
-        in_place = (cache.k is k and cache.v is v, k[:, :, :4].clone(), v[:, :, :4].clone(),
+        # the same storage, not the same Python object: k and v may be properties over one buffer
+        in_place = ((cache.k.data_ptr(), cache.v.data_ptr()) == (k.data_ptr(), v.data_ptr()), k[:, :, :4].clone(), v[:, :, :4].clone(),
                     isinstance(raw, tuple) and all(isinstance(t, torch.Tensor) for t in raw)
                     and (raw[0].data_ptr(), raw[1].data_ptr()) == (k.data_ptr(), v.data_ptr()))
         if isinstance(second, tuple) and getattr(second[0], "shape", None) == (2, 3, 4, 4):
-            call(cache.update, v1, k1, name="KVCache.update")  # fills the cache exactly: allowed
+            try:  # fills the cache exactly: allowed
+                call(cache.update, v1, k1, name="KVCache.update")
+            except AssertionError as e:
+                if "crashed with ValueError" not in str(e):
+                    raise
+                fail("A write that fills the cache exactly (seq_len + T_new == max_seq_len) must be allowed: raise ValueError only past max_seq_len.",
+                     "恰好填满缓存的写入（seq_len + T_new == max_seq_len）必须允许：只有超过 max_seq_len 时才抛出 ValueError。", str(e))
             expect_raises(ValueError, cache.update, k1[:, :, :1], v1[:, :, :1], name="KVCache.update",
                           en="Writing past max_seq_len must raise ValueError: all 6 positions are filled, and 1 more does not fit.",
                           zh="写入超过 max_seq_len 的位置必须抛出 ValueError：6 个位置已全部填满，再放 1 个放不下。")
@@ -86,6 +93,10 @@ def check_KVCache(KVCache):
            "seq_len 必须等于已填的位置数（先 2，后 4）：模型把它当作下一个词元的位置，否则位置会从 0 重新开始。",
            f"seq_len {seq_after_first}, then {seq_after_second}")
     want_k, want_v = torch.cat((k1, k2), dim=2), torch.cat((v1, v2), dim=2)
+    if isinstance(sk, torch.Tensor) and tuple(sk.shape) == tuple(k2.shape):
+        fail("update returned only the keys just written: return every filled position, self.k[:, :, :seq_len], which the new queries attend to.",
+             "update 只返回了刚写入的键：要返回所有已填的位置 self.k[:, :, :seq_len]，新的查询要关注它们全部。",
+             f"shape {tuple(sk.shape)}, expected {tuple(want_k.shape)}")
     if isinstance(sk, torch.Tensor) and tuple(sk.shape) != tuple(want_k.shape):
         fail("The new keys were added along the wrong axis: tokens are axis 2 of (B, H_kv, T, hd), so write (or cat) along dim=2.",
              "新的键沿错误的轴加入了：词元是 (B, H_kv, T, hd) 的第 2 轴，所以要沿 dim=2 写入（或拼接）。",
@@ -100,7 +111,7 @@ def check_KVCache(KVCache):
     expect(same and torch.equal(held_k, want_k) and torch.equal(held_v, want_v),
            "update must write into the preallocated self.k and self.v (self.k[:, :, start:end] = k_new), not replace them: a new tensor per step copies the whole cache, the cost preallocation exists to avoid.",
            "update 必须写入预先分配的 self.k 和 self.v（self.k[:, :, start:end] = k_new），而不是替换它们：每一步新建张量就要复制整个缓存，而预先分配正是为了避免这个代价。",
-           f"self.k is the tensor made in __init__: {same}")
+           f"self.k and self.v still in the storage made in __init__: {same}")
     expect(views, "update must return views of the buffers (self.k[:, :, :seq_len]), not copies: copying the filled part every step costs what torch.cat costs.",
            "update 必须返回缓冲区的视图（self.k[:, :, :seq_len]），而不是副本：每一步复制已填的部分，代价和 torch.cat 一样。")
     expect(seq_after_reset == 0 and isinstance(tk, torch.Tensor) and tuple(tk.shape) == tuple(k2.shape),

@@ -60,6 +60,10 @@ FAMILIES = {
                                                        ctor_kwargs={"dtype": torch.float64}), "float64 缓存"),
         Probe("dtype", "a bfloat16 cache", lambda: Steps(_updates([2, 1], 96, B=1, H=2, hd=3, dtype=torch.bfloat16), ctor=(1, 4, 2, 3),
                                                         ctor_kwargs={"dtype": torch.bfloat16}), "bfloat16 缓存"),
+        Probe("state", "a bfloat16 cache: 2 tokens, a reset, then 1 token",
+              lambda: Steps(_updates([2], 97, B=1, H=2, hd=3, dtype=torch.bfloat16) + [("reset", (), {})]
+                            + _updates([1], 99, B=1, H=2, hd=3, dtype=torch.bfloat16), ctor=(1, 4, 2, 3), ctor_kwargs={"dtype": torch.bfloat16}),
+              "bfloat16 缓存：写入 2 个词元，重置，再写入 1 个"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "state", "holds")),
 }
 
