@@ -30,6 +30,9 @@ def _layer_family(kv_heads, head_dim):
         Probe("batch", "a batch whose items differ", lambda: ((randn(3, 5, D_IN, seed=101),), {}), "各项不同的批次"),
         Probe("extreme", "inputs 30 times larger", lambda: ((30 * randn(B, 4, D_IN, seed=102),), {}), "放大 30 倍的输入"),
         Probe("state", "a cache fed 3, 1, then 2 tokens", cached, "依次送入 3、1、2 个词元的缓存"),
+        Probe("state", "a batch of two, then a batch of one", lambda: Steps([("__call__", (randn(2, 3, D_IN, seed=103),), {}),
+                                                                            ("__call__", (randn(1, 4, D_IN, seed=104),), {})]),
+              "先是两个的批次，然后是一个的批次"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state", "holds"))
 
 

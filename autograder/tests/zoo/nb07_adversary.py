@@ -3,7 +3,7 @@ RIGHT): state across calls, dtypes after a reset, off-by-one at the cache's end,
 solutions written differently from the reference."""
 import torch
 
-from autograder.tests.zoo.nb07 import cache_class, generate_fn
+from autograder.tests.zoo.nb07 import cache_class, generate_fn, gqa_class
 
 
 # KVCache ------------------------------------------------------------------------------------
@@ -61,6 +61,19 @@ class ResetKeepsDtype:
         return self.k[:, :, :end], self.v[:, :, :end]
 
 
+# Attention layers ---------------------------------------------------------------------------
+def first_batch_class(mha):
+    """Remembers the batch size of its first call and merges the heads with it: right while every
+    call has that batch, wrong (or a crash) for a batch of one after a batch of two."""
+    base = gqa_class(mha=mha)
+
+    class FirstBatch(base):
+        def forward(self, x, kv_cache=None):
+            self.__dict__.setdefault("batch", x.shape[0])
+            return super().forward(x, kv_cache).reshape(self.batch, -1, self.out_proj.out_features)
+    return FirstBatch
+
+
 # generate -----------------------------------------------------------------------------------
 def generate_token_by_token_prefill(model, token_ids, max_new_tokens, use_cache=True):
     """Right tokens; with the cache, the prompt is fed one token at a time (T passes instead of one)."""
@@ -94,6 +107,12 @@ WRONG = {
         "reset() reallocates in float32": (ResetFloat32, "a reset, then 1 token"),
         "a write that fills the cache exactly is refused": (FullIsOverflow, "fills the cache exactly"),
         "returns only the new positions": (ReturnsNewOnly, "only the keys just written"),
+    },
+    "CachedMultiHeadAttention": {
+        "the batch size of the first call kept": (first_batch_class(True), "a batch of two, then a batch of one"),
+    },
+    "GroupedQueryAttention": {
+        "the batch size of the first call kept": (first_batch_class(False), "a batch of two, then a batch of one"),
     },
     "generate": {
         "the prompt fed one token at a time": (generate_token_by_token_prefill, "feed the prompt once"),
