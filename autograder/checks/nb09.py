@@ -221,14 +221,20 @@ def _expect_training_and_dtype(cls):
             module = load_state(own_module(cls, cfg), state, who)
             call(module, x, 0, absorb, name=f"{who}.forward").square().sum().backward()
         expect_gradients(module, f"{who} (absorb={absorb})")
-        with torch.no_grad(), own_work(cls, who):
-            wide = attempt(module.double(), x.double(), 0, absorb,
+        with torch.no_grad(), own_work(cls, who):  # a fresh module: no cache yet, so it is made for float64 inputs
+            module = load_state(own_module(cls, cfg), state, who).double()
+            wide = attempt(module, x.double(), 0, absorb,
                            en=f"{who} must work in the dtype of its input (float64 here): after the float32 softmax, cast the weights back with .type_as(x).",
                            zh=f"{who} 必须使用输入的 dtype 计算（这里是 float64）：float32 的 softmax 之后，用 .type_as(x) 把权重转换回来。")
         expect_dtype(wide, torch.float64, who)
         with torch.no_grad():
             want = reference.double()(x.double(), 0, absorb)
         expect_close(wide, want, f"{who} is wrong on float64 inputs (absorb={absorb}).", f"{who} 在 float64 输入上的结果不对（absorb={absorb}）。")
+        # float64 tolerances are float32's: a cache kept in float32 shows in its dtype, not in the values
+        narrow = {name: b.dtype for name, b in module.named_buffers() if name.endswith("_cache") and b.dtype != torch.float64}
+        expect(not narrow, f"{who}'s caches must hold the dtype of what they cache (float64 here, absorb={absorb}): allocate them from the new entries (new.new_zeros), as the given _write does.",
+               f"{who} 的缓存必须使用所缓存内容的 dtype（这里是 float64，absorb={absorb}）：像给出的 _write 那样按新条目分配（new.new_zeros）。",
+               f"buffers {narrow}")
 
 
 def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
@@ -264,12 +270,19 @@ def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
                 same_as_reference_module(cls, reference_cls, (cfg,), part, who, grads=grads, state_seed=seed)
 
 
+def _expect_int(got, who):
+    expect(isinstance(got, int) and not isinstance(got, bool),
+           f"{who} must return an int (a number of elements), not a float or a tensor: multiply integers only.",
+           f"{who} 必须返回 int（元素个数），而不是浮点数或张量：只做整数乘法。", f"got {type(got).__name__} {got!r}")
+
+
 def check_mla_cache_elements_per_token(mla_cache_elements_per_token):
     fn = mla_cache_elements_per_token
     for args in ((61, 512, 64), (60, 512, 64), (3, 10, 4), (1, 7, 2)):
         with own_work(fn, "mla_cache_elements_per_token"):
             got = call(fn, *args, name="mla_cache_elements_per_token")
         want = ref.mla_cache_elements_per_token(*args)
+        _expect_int(got, "mla_cache_elements_per_token")
         if got == want:
             continue
         if got == 2 * want:
@@ -292,6 +305,7 @@ def check_kv_cache_elements_per_token(kv_cache_elements_per_token):
         with own_work(fn, "kv_cache_elements_per_token"):
             got = call(fn, *args, name="kv_cache_elements_per_token")
         want = ref.kv_cache_elements_per_token(*args)
+        _expect_int(got, "kv_cache_elements_per_token")
         if got == want:
             continue
         if got == want // 2:

@@ -28,6 +28,10 @@ def _mla_family(dim: int, seed: int) -> Family:
           for absorb in (False, True)],
         *[Probe("edges", f"a one-token prefill (absorb={absorb})", lambda absorb=absorb: ((randn(2, 1, dim, seed=seed + 1), 0, absorb), {}),
                 f"只有一个词元的预填充（absorb={absorb}）") for absorb in (False, True)],
+        Probe("state", "a text of one, then a new text of two (absorb=True)",
+              lambda: Steps([("__call__", (randn(1, 3, dim, seed=seed + 3), 0, True), {}), ("__call__", (randn(2, 4, dim, seed=seed + 4), 0, True), {}),
+                             ("__call__", (randn(2, 1, dim, seed=seed + 5), 4, True), {})]),
+              "先是一段文本，然后是两段新文本（absorb=True）"),
         *[Probe("extreme", f"inputs of size 30 (absorb={absorb})", lambda absorb=absorb: ((randn(2, 4, dim, seed=seed + 2) * 30, 0, absorb), {}),
                 f"大小为 30 的输入（absorb={absorb}）") for absorb in (False, True)],
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state", "holds"))
