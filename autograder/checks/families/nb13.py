@@ -11,7 +11,7 @@ from utils.sliding_window import sliding_window_mask as ref_mask
 GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
 
 
-def _chunks(seed, sizes, B=2, H=2, hd=3):
+def _chunks(seed, sizes, B=2, H=2, hd=3, dtype=torch.float32):
     """Steps of RollingKVCache.update on random keys and values (batch items and heads differ); "reset" between texts.
     Every sequence ends with a one-token update: what is held then is the window, whatever came before."""
     calls = []
@@ -19,8 +19,8 @@ def _chunks(seed, sizes, B=2, H=2, hd=3):
         if T == "reset":
             calls.append(("reset", (), {}))
         else:
-            calls.append(("update", (randn(B, H, T, hd, seed=seed + i), randn(B, H, T, hd, seed=seed + 50 + i)), {}))
-    return Steps(calls)
+            calls.append(("update", (randn(B, H, T, hd, seed=seed + i).to(dtype), randn(B, H, T, hd, seed=seed + 50 + i).to(dtype)), {}))
+    return Steps(calls, ctor_kwargs=None if dtype == torch.float32 else {"dtype": dtype})
 
 
 def _same_text_twice(seed):  # reset, then the very same positions written again
@@ -70,12 +70,16 @@ FAMILIES = {
         Probe("state", "a chunk longer than the window, then tokens", lambda: _chunks(210, [5, 1, 2, 1]), "比窗口更长的一块，然后是单个词元"),
         Probe("state", "reset, then the same positions again", lambda: _same_text_twice(220), "重置之后再写同样的位置"),
         Probe("edges", "a text shorter than the window", lambda: _chunks(230, [1, 1]), "比窗口更短的文本"),
+        Probe("dtype", "a float64 cache: 2 tokens, a reset, then 1 token", lambda: _chunks(235, [2, "reset", 1], dtype=torch.float64),
+              "float64 缓存：写入 2 个词元，重置，再写入 1 个"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "state", "holds")),
     "attention_with_sinks": Family([
         Probe("batch", "batch items and heads that differ", lambda: _sink_inputs(240), "各不相同的批次项与注意力头"),
         Probe("edges", "a fully blocked row", lambda: _sink_inputs(241, _blocked_row()), "完全被屏蔽的一行"),
         Probe("arguments", "a (B, 1, T_q, T_k) sliding-window mask", lambda: _sink_inputs(242, ref_mask(4, 6, 3).expand(2, 1, 4, 6)),
               "(B, 1, T_q, T_k) 的滑动窗口掩码"),
+        Probe("batch", "a (B, 1, T_q, T_k) mask that differs between batch items",
+              lambda: _sink_inputs(246, torch.stack((ref_mask(4, 6, 3), ref_mask(4, 6, 2)))[:, None]), "各批次项不同的 (B, 1, T_q, T_k) 掩码"),
         Probe("extreme", "logits and sinks in the hundreds", lambda: _sink_inputs(243, scale=100.0, sinks=(300.0, -300.0, 0.0)),
               "数百量级的 logits 和 sink"),
         Probe("dtype", "float64 inputs", lambda: _sink_inputs(244, ref_mask(4, 6, 2), dtype=torch.float64), "float64 输入"),
