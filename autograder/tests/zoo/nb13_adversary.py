@@ -1,10 +1,12 @@
 """Solutions of notebook 13 written as an adversarial learner would (merged into nb13's WRONG):
-a dtype lost at reset(), one batch item's mask used for every item, the scores changed in place."""
+a dtype lost at reset(), one batch item's mask used for every item, the scores changed in place,
+keys that outlive their text, an indexer that restarts at every call."""
 import math
 
 import torch
 
-from autograder.tests.zoo.nb13 import cache_cls, topk_fn
+from autograder.tests.zoo.nb13 import cache_cls, indexer_cls, topk_fn
+from autograder.tests.zoo.nb13_more import GatherSparseMLA
 
 
 # RollingKVCache ------------------------------------------------------------------------------
@@ -36,8 +38,34 @@ def topk_fills_scores_in_place(index_scores, topk):
     return blocked | (index_scores == torch.finfo(index_scores.dtype).min)
 
 
+# LightningIndexer ----------------------------------------------------------------------------
+class OwnPositions(indexer_cls()):
+    """Ignores start_pos and counts the keys it holds: right along one text, but a new text
+    (start_pos=0) continues the previous one's positions and sees its keys."""
+
+    def forward(self, x, qr, start_pos=0):
+        return super().forward(x, qr, 0 if self.keys is None else self.keys.shape[1])
+
+
+# SparseMLA -----------------------------------------------------------------------------------
+class _IndexerAtZero(indexer_cls()):
+    def forward(self, x, qr, start_pos=0):
+        scores = super().forward(x, qr, 0)  # only the new tokens' keys, the earlier ones read as -inf
+        return torch.cat([scores.new_full((*scores.shape[:2], start_pos), float("-inf")), scores], -1)
+
+
+class IndexerRestarts(GatherSparseMLA):
+    """Calls the indexer with start_pos=0 at every step: at decode it scores the new tokens only."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.indexer = _IndexerAtZero(cfg)
+
+
 WRONG = {
     "RollingKVCache": {"reset() reallocates in float32": (ResetFloat32, "a reset, then 1 token")},
     "attention_with_sinks": {"one batch item's mask for every item": (sinks_first_item_mask, "differs between batch items")},
     "topk_key_mask": {"the scores changed in place": (topk_fills_scores_in_place, "in place")},
+    "LightningIndexer": {"start_pos ignored, positions counted by the module": (OwnPositions, "crashed with RuntimeError")},
+    "SparseMLA": {"the indexer restarted at every step": (IndexerRestarts, "start_pos=5")},
 }
