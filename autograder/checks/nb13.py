@@ -276,13 +276,18 @@ def _topk_across_batch(scores, topk):  # the mistake: one top-k over the whole b
     return ~(keep & torch.isfinite(flat)).view(scores.shape[1], scores.shape[0], -1).transpose(0, 1)
 
 
+def _own_topk(fn):
+    """utils.dsa.topk_indices is the exercise's selection (min(topk, S) best, which are -inf): not the learner's to call."""
+    return own_work(fn, "topk_key_mask", extra=((ref, "topk_indices"),))
+
+
 def check_topk_key_mask(topk_key_mask):
     fn = topk_key_mask
     scores = torch.linspace(-2, 3, 2 * 5 * 7)[torch.randperm(70, generator=torch.Generator().manual_seed(136))].view(2, 5, 7)
     scores = scores.masked_fill(torch.ones(5, 7, dtype=torch.bool).triu(3), float("-inf"))  # row t has t + 3 finite
     for topk in (1, 3, 5, 7, 20):
         given = scores.clone() if topk != 5 else scores.double().transpose(0, 1).contiguous().transpose(0, 1)  # float64, not contiguous
-        with own_work(fn, "topk_key_mask"):
+        with _own_topk(fn):
             got = _call_topk(fn, given, topk)
         expect_tensor(got, "topk_key_mask's result", "topk_key_mask 的结果")
         expect(got.dtype == torch.bool and got.shape == scores.shape, "The mask is boolean, shaped like the scores (B, T, S), True = blocked.",
@@ -303,7 +308,7 @@ def check_topk_key_mask(topk_key_mask):
         fail("topk_key_mask must keep, for each query, its min(topk, finite) highest scores and block all the others.",
              "topk_key_mask 必须为每个查询保留它最高的 min(topk, 有限分数个数) 个分数，屏蔽其余的。", evidence)
     reference = _kept(ref.topk_key_mask)  # looked up before own_work blocks it
-    with own_work(fn, "topk_key_mask"):
+    with _own_topk(fn):
         same_as_reference(_kept(fn), reference, FAMILIES["topk_key_mask"], "topk_key_mask", explain=_explain_kept)
 
 

@@ -1,10 +1,11 @@
 """Solutions of notebook 13 written as an adversarial learner would (merged into nb13's WRONG):
 a dtype lost at reset(), one batch item's mask used for every item, the scores changed in place,
-keys that outlive their text, an indexer that restarts at every call."""
+positions counted by the module, an indexer that restarts at every call, the course's selection helper called."""
 import math
 
 import torch
 
+import utils.dsa
 from autograder.tests.zoo.nb13 import cache_cls, indexer_cls, topk_fn
 from autograder.tests.zoo.nb13_more import GatherSparseMLA
 
@@ -31,6 +32,12 @@ def sinks_first_item_mask(q, k, v, sinks, mask=None):
 
 
 # topk_key_mask -------------------------------------------------------------------------------
+def topk_by_course_helper(index_scores, topk):
+    """The course's own selection, utils.dsa.topk_indices, scattered into a mask."""
+    indices, blocked = utils.dsa.topk_indices(index_scores, topk)
+    return ~torch.zeros_like(index_scores, dtype=torch.bool).scatter(-1, indices, ~blocked)
+
+
 def topk_fills_scores_in_place(index_scores, topk):
     """Pushes -inf scores below every finite one by writing into the caller's scores."""
     index_scores.masked_fill_(torch.isneginf(index_scores), torch.finfo(index_scores.dtype).min)
@@ -65,7 +72,8 @@ class IndexerRestarts(GatherSparseMLA):
 WRONG = {
     "RollingKVCache": {"reset() reallocates in float32": (ResetFloat32, "a reset, then 1 token")},
     "attention_with_sinks": {"one batch item's mask for every item": (sinks_first_item_mask, "differs between batch items")},
-    "topk_key_mask": {"the scores changed in place": (topk_fills_scores_in_place, "in place")},
+    "topk_key_mask": {"the scores changed in place": (topk_fills_scores_in_place, "in place"),
+                      "utils.dsa.topk_indices called": (topk_by_course_helper, "without the library function")},
     "LightningIndexer": {"start_pos ignored, positions counted by the module": (OwnPositions, "crashed with RuntimeError")},
     "SparseMLA": {"the indexer restarted at every step": (IndexerRestarts, "start_pos=5")},
 }
