@@ -74,6 +74,19 @@ def first_batch_class(mha):
     return FirstBatch
 
 
+class _DetachedLinear(torch.nn.Linear):
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight.detach(), None if self.bias is None else self.bias.detach())
+
+
+class DetachedValueWeight(gqa_class()):
+    """Projects the values with W_value's weight detached: right outputs, W_value never trains."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.W_value.__class__ = _DetachedLinear
+
+
 # generate -----------------------------------------------------------------------------------
 def generate_token_by_token_prefill(model, token_ids, max_new_tokens, use_cache=True):
     """Right tokens; with the cache, the prompt is fed one token at a time (T passes instead of one)."""
@@ -113,6 +126,7 @@ WRONG = {
     },
     "GroupedQueryAttention": {
         "the batch size of the first call kept": (first_batch_class(False), "a batch of two, then a batch of one"),
+        "W_value's weight detached": (DetachedValueWeight, "W_value"),
     },
     "generate": {
         "the prompt fed one token at a time": (generate_token_by_token_prefill, "feed the prompt once"),
