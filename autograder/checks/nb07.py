@@ -12,66 +12,12 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
                                load_state, own_module, own_work, randn, seeded_state)
 from autograder.checks.cached_layers import (attend, expect_attributes, expect_gradients, expect_probes, expect_steps,
                                              in_float64, run_steps)
-from autograder.checks.harness import Family, Probe, Steps, same_as_reference, same_as_reference_module
-from utils.gpt import GPTConfig, GPTModel
+from autograder.checks.families.nb07 import B, CONTEXT, D_IN, FAMILIES, seeded_gpt
+from autograder.checks.harness import same_as_reference, same_as_reference_module
+from utils.gpt import GPTModel
 from utils.multihead import merge_heads, split_heads
 
-B, D_IN, CONTEXT = 2, 5, 9
 X = randn(B, 7, D_IN, seed=70)  # 3 prompt tokens, then 1, 1 and a chunk of 2
-
-
-def _kv(seed, B=2, H=3, T=1, hd=4, dtype=torch.float32):
-    """Keys and values (B, H, T, hd) whose batch items and heads differ; the keys not contiguous."""
-    k = randn(B, T, H, hd, seed=seed).transpose(1, 2).to(dtype)
-    return k, randn(B, H, T, hd, seed=seed + 1).to(dtype)
-
-
-def _updates(sizes, seed, **shape):
-    return [("update", _kv(seed + 2 * i, T=T, **shape), {}) for i, T in enumerate(sizes)]
-
-
-def _layer_family(kv_heads, head_dim):
-    """A layer's family: batches that differ, large inputs, and a cached sequence of 3, 1 and 2
-    tokens through the course's KVCache (so a mistake in the learner's KVCache costs marks once)."""
-    def cached():
-        x, cache = randn(B, 6, D_IN, seed=100), ref.KVCache(B, CONTEXT, kv_heads, head_dim)
-        return Steps([("__call__", (x[:, a:b],), {"kv_cache": cache}) for a, b in ((0, 3), (3, 4), (4, 6))])
-    return Family([
-        Probe("batch", "a batch whose items differ", lambda: ((randn(3, 5, D_IN, seed=101),), {}), "各项不同的批次"),
-        Probe("extreme", "inputs 30 times larger", lambda: ((30 * randn(B, 4, D_IN, seed=102),), {}), "放大 30 倍的输入"),
-        Probe("state", "a cache fed 3, 1, then 2 tokens", cached, "依次送入 3、1、2 个词元的缓存"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state", "holds"))
-
-
-FAMILIES = {
-    "CachedMultiHeadAttention": _layer_family(kv_heads=2, head_dim=3),  # d_out 6, 2 heads
-    "GroupedQueryAttention": _layer_family(kv_heads=2, head_dim=2),  # d_out 8, 4 heads, 2 groups
-    "generate": Family([
-        Probe("batch", "two prompts that differ, with the cache", lambda: ((_model(), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {}),
-              "两个不同的提示，使用缓存"),
-        Probe("arguments", "use_cache=False", lambda: ((_model(), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {"use_cache": False}),
-              "use_cache=False"),
-        Probe("edges", "a one-token prompt", lambda: ((_model(), torch.tensor([[7], [21]]), 3), {}), "只有一个词元的提示"),
-        Probe("edges", "no new tokens", lambda: ((_model(), torch.tensor([[4, 9, 1]]), 0), {}), "不生成新词元"),
-    ], compares=("values", "shape", "dtype", "device", "inputs")),
-    "kv_cache_bytes": Family([
-        Probe("edges", "sizes of one", lambda: ((1, 1, 1, 1, 1), {}), "全部为 1 的大小"),
-        Probe("arguments", "bytes_per_element=1 (FP8) and 4 (float32)", lambda: ((2, 5, 3, 4, 16), {"bytes_per_element": 1}),
-              "bytes_per_element=1（FP8）和 4（float32）"),
-        Probe("extreme", "DeepSeek-V3's size at 128K tokens, batch 8", lambda: ((8, 131072, 61, 128, 128), {"bytes_per_element": 4}),
-              "DeepSeek-V3 的规模，128K 词元，批大小 8"),
-    ], compares=("values",)),
-    "KVCache": Family([
-        Probe("state", "updates of 3, 1 and 2 tokens, a reset, then 1 token",
-              lambda: Steps(_updates([3, 1, 2], 80) + [("reset", (), {})] + _updates([1], 90)), "先写入 3、1、2 个词元，重置，再写入 1 个"),
-        Probe("edges", "one update that fills every position",
-              lambda: Steps(_updates([6], 92)), "一次写满所有位置"),
-        Probe("dtype", "a float64 cache", lambda: Steps(_updates([2, 1], 94, B=1, H=2, hd=3, dtype=torch.float64), ctor=(1, 4, 2, 3),
-                                                       ctor_kwargs={"dtype": torch.float64}), "float64 缓存"),
-        Probe("dtype", "a bfloat16 cache", lambda: Steps(_updates([2, 1], 96, B=1, H=2, hd=3, dtype=torch.bfloat16), ctor=(1, 4, 2, 3),
-                                                        ctor_kwargs={"dtype": torch.bfloat16}), "bfloat16 缓存"),
-    ], compares=("values", "shape", "dtype", "device", "inputs", "state", "holds")),
-}
 
 
 # KVCache ----------------------------------------------------------------------------------
@@ -107,11 +53,18 @@ def check_KVCache(KVCache):
                  "KVCache.update 在不连续的键上报错（split_heads 给出的是转置后的视图）：请用切片赋值或 copy_ 写入，并用 reshape 而不是 view。",
                  str(e).split("[")[-1].rstrip("]"))
         second, seq_after_second = _snap(raw), cache.seq_len
-        in_place = (cache.k is k and cache.v is v, k[:, :, :4].clone(), v[:, :, :4].clone(),
+        # the same storage, not the same Python object: k and v may be properties over one buffer
+        in_place = ((cache.k.data_ptr(), cache.v.data_ptr()) == (k.data_ptr(), v.data_ptr()), k[:, :, :4].clone(), v[:, :, :4].clone(),
                     isinstance(raw, tuple) and all(isinstance(t, torch.Tensor) for t in raw)
                     and (raw[0].data_ptr(), raw[1].data_ptr()) == (k.data_ptr(), v.data_ptr()))
         if isinstance(second, tuple) and getattr(second[0], "shape", None) == (2, 3, 4, 4):
-            call(cache.update, v1, k1, name="KVCache.update")  # fills the cache exactly: allowed
+            try:  # fills the cache exactly: allowed
+                call(cache.update, v1, k1, name="KVCache.update")
+            except AssertionError as e:
+                if "crashed with ValueError" not in str(e):
+                    raise
+                fail("A write that fills the cache exactly (seq_len + T_new == max_seq_len) must be allowed: raise ValueError only past max_seq_len.",
+                     "恰好填满缓存的写入（seq_len + T_new == max_seq_len）必须允许：只有超过 max_seq_len 时才抛出 ValueError。", str(e))
             expect_raises(ValueError, cache.update, k1[:, :, :1], v1[:, :, :1], name="KVCache.update",
                           en="Writing past max_seq_len must raise ValueError: all 6 positions are filled, and 1 more does not fit.",
                           zh="写入超过 max_seq_len 的位置必须抛出 ValueError：6 个位置已全部填满，再放 1 个放不下。")
@@ -140,6 +93,10 @@ def check_KVCache(KVCache):
            "seq_len 必须等于已填的位置数（先 2，后 4）：模型把它当作下一个词元的位置，否则位置会从 0 重新开始。",
            f"seq_len {seq_after_first}, then {seq_after_second}")
     want_k, want_v = torch.cat((k1, k2), dim=2), torch.cat((v1, v2), dim=2)
+    if isinstance(sk, torch.Tensor) and tuple(sk.shape) == tuple(k2.shape):
+        fail("update returned only the keys just written: return every filled position, self.k[:, :, :seq_len], which the new queries attend to.",
+             "update 只返回了刚写入的键：要返回所有已填的位置 self.k[:, :, :seq_len]，新的查询要关注它们全部。",
+             f"shape {tuple(sk.shape)}, expected {tuple(want_k.shape)}")
     if isinstance(sk, torch.Tensor) and tuple(sk.shape) != tuple(want_k.shape):
         fail("The new keys were added along the wrong axis: tokens are axis 2 of (B, H_kv, T, hd), so write (or cat) along dim=2.",
              "新的键沿错误的轴加入了：词元是 (B, H_kv, T, hd) 的第 2 轴，所以要沿 dim=2 写入（或拼接）。",
@@ -154,7 +111,7 @@ def check_KVCache(KVCache):
     expect(same and torch.equal(held_k, want_k) and torch.equal(held_v, want_v),
            "update must write into the preallocated self.k and self.v (self.k[:, :, start:end] = k_new), not replace them: a new tensor per step copies the whole cache, the cost preallocation exists to avoid.",
            "update 必须写入预先分配的 self.k 和 self.v（self.k[:, :, start:end] = k_new），而不是替换它们：每一步新建张量就要复制整个缓存，而预先分配正是为了避免这个代价。",
-           f"self.k is the tensor made in __init__: {same}")
+           f"self.k and self.v still in the storage made in __init__: {same}")
     expect(views, "update must return views of the buffers (self.k[:, :, :seq_len]), not copies: copying the filled part every step costs what torch.cat costs.",
            "update 必须返回缓冲区的视图（self.k[:, :, :seq_len]），而不是副本：每一步复制已填的部分，代价和 torch.cat 一样。")
     expect(seq_after_reset == 0 and isinstance(tk, torch.Tensor) and tuple(tk.shape) == tuple(k2.shape),
@@ -247,9 +204,6 @@ def check_GroupedQueryAttention(GroupedQueryAttention):
 
 
 # generate ------------------------------------------------------------------------------
-CFG = GPTConfig(vocab_size=23, context_length=40, emb_dim=8, n_heads=2, n_layers=2)
-
-
 class _RestartingPositions(GPTModel):
     """What a model computes when every new token is placed at position 0."""
 
@@ -258,12 +212,6 @@ class _RestartingPositions(GPTModel):
         for i, block in enumerate(self.trf_blocks):
             x = block(x, None if caches is None else caches[i])
         return self.out_head(self.final_norm(x))
-
-
-def _model(cls=GPTModel):
-    model = cls(CFG).eval()
-    model.load_state_dict(seeded_state(model, 90))
-    return model
 
 
 def _calls(model):
@@ -277,9 +225,9 @@ def _calls(model):
 
 
 def check_generate(generate):
-    model, prompts = _model(), [torch.tensor([[3, 17, 5], [8, 1, 20]]), torch.tensor([[11, 2, 9, 14], [0, 22, 6, 6]])]
+    model, prompts = seeded_gpt(), [torch.tensor([[3, 17, 5], [8, 1, 20]]), torch.tensor([[11, 2, 9, 14], [0, 22, 6, 6]])]
     wants = [ref.generate(model, p, 6, use_cache=True) for p in prompts]
-    restarting = ref.generate(_model(_RestartingPositions), prompts[0], 6)
+    restarting = ref.generate(seeded_gpt(_RestartingPositions), prompts[0], 6)
     outs, seen = {}, {}
     with own_work(generate, "generate"):
         for use_cache in (True, False):

@@ -17,56 +17,17 @@ import utils.mla as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, fail, load_state, matches, own_module, own_work,
                                randn, seeded_state)
 from autograder.checks.cost import MatmulCost
-from autograder.checks.harness import Family, Probe, Steps, same_as_reference, same_as_reference_module
+from autograder.checks.families.nb09 import CONFIGS, FAMILIES, FAMILY_WQ, N, SEGMENTS
+from autograder.checks.harness import same_as_reference, same_as_reference_module
 from autograder.checks.saturated import split_saturated
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
 from utils.rope import apply_rope
 
-CONFIGS = (  # rope_theta not the default, T and widths all different, q compressed or not
-    (ref.MLAConfig(dim=20, n_heads=3, q_lora_rank=10, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4,
-                   v_head_dim=5, max_seq_len=16, rope_theta=100.0), 90),
-    (ref.MLAConfig(dim=18, n_heads=2, q_lora_rank=0, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=6,
-                   v_head_dim=3, max_seq_len=12, rope_theta=50.0), 95),
-)
 # Heads wide against the latent, so that the naive path reads far more per cached position than
 # the absorbed one (H * (nope + rope + v) = 272 against H * (2 * c + rope) = 80).
 COST_CFG = ref.MLAConfig(dim=16, n_heads=8, q_lora_rank=8, kv_lora_rank=4, qk_nope_head_dim=16, qk_rope_head_dim=2,
                          v_head_dim=16, max_seq_len=72, rope_theta=100.0)
 COST_CONTEXT, COST_SLACK = 64, 1.25
-SEGMENTS = ((0, 5), (5, 6), (6, 8))  # prefill, one decode step, a chunk at start_pos 6
-N = SEGMENTS[-1][1]
-
-def _mla_family(dim: int, seed: int) -> Family:
-    """Prefill, a one-token decode step and a chunk, on both paths (state across calls), a
-    one-token prefill, and inputs of size 30 (outputs only: a saturated softmax's gradient is rounding).
-    What the buffers hold is not compared: the contract fixes what is cached per token, not the
-    batch a buffer is allocated for (DeepSeek-V3 allocates max_batch_size)."""
-    def steps(absorb):
-        x = randn(2, N, dim, seed=seed)
-        return Steps([("__call__", (x[:, a:b].clone(), a, absorb), {}) for a, b in SEGMENTS])
-    return Family([
-        *[Probe("state", f"prefill 5 tokens, decode 1 at start_pos 5, then 2 at 6, two batch items that differ (absorb={absorb})",
-                lambda absorb=absorb: steps(absorb), f"预填充 5 个词元，在 start_pos 5 解码 1 个，再在 6 解码 2 个，两个不同的批次项（absorb={absorb}）")
-          for absorb in (False, True)],
-        *[Probe("edges", f"a one-token prefill (absorb={absorb})", lambda absorb=absorb: ((randn(2, 1, dim, seed=seed + 1), 0, absorb), {}),
-                f"只有一个词元的预填充（absorb={absorb}）") for absorb in (False, True)],
-        *[Probe("extreme", f"inputs of size 30 (absorb={absorb})", lambda absorb=absorb: ((randn(2, 4, dim, seed=seed + 2) * 30, 0, absorb), {}),
-                f"大小为 30 的输入（absorb={absorb}）") for absorb in (False, True)],
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads", "state", "holds"))
-
-
-FAMILIES = {
-    "MultiHeadLatentAttention": _mla_family(CONFIGS[0][0].dim, 901),
-    "mla_cache_elements_per_token": Family([
-        Probe("edges", "one layer", lambda: ((1, 7, 2), {}), "只有一层"),
-        Probe("arguments", "DeepSeek-V3's 61 layers, 512 + 64", lambda: ((61, 512, 64), {}), "DeepSeek-V3 的 61 层，512 + 64"),
-    ], compares=("values",)),
-    "kv_cache_elements_per_token": Family([
-        Probe("edges", "one layer, one KV head (MQA)", lambda: ((1, 1, 128), {}), "一层、一个键值头（MQA）"),
-        Probe("arguments", "GQA: 8 KV heads over 95 layers", lambda: ((95, 8, 128), {}), "GQA：95 层、8 个键值头"),
-    ], compares=("values",)),
-}
-_FAMILY_WQ = _mla_family(CONFIGS[1][0].dim, 905)  # the second config: no query compression (wq)
 
 MISTAKES = {  # name: (English, Chinese)
     "half-split": ("RoPE must rotate adjacent pairs (2i, 2i+1) as DeepSeek-V3 does: apply_rope(..., interleaved=True), not the half-split layout.",
@@ -260,14 +221,20 @@ def _expect_training_and_dtype(cls):
             module = load_state(own_module(cls, cfg), state, who)
             call(module, x, 0, absorb, name=f"{who}.forward").square().sum().backward()
         expect_gradients(module, f"{who} (absorb={absorb})")
-        with torch.no_grad(), own_work(cls, who):
-            wide = attempt(module.double(), x.double(), 0, absorb,
+        with torch.no_grad(), own_work(cls, who):  # a fresh module: no cache yet, so it is made for float64 inputs
+            module = load_state(own_module(cls, cfg), state, who).double()
+            wide = attempt(module, x.double(), 0, absorb,
                            en=f"{who} must work in the dtype of its input (float64 here): after the float32 softmax, cast the weights back with .type_as(x).",
                            zh=f"{who} 必须使用输入的 dtype 计算（这里是 float64）：float32 的 softmax 之后，用 .type_as(x) 把权重转换回来。")
         expect_dtype(wide, torch.float64, who)
         with torch.no_grad():
             want = reference.double()(x.double(), 0, absorb)
         expect_close(wide, want, f"{who} is wrong on float64 inputs (absorb={absorb}).", f"{who} 在 float64 输入上的结果不对（absorb={absorb}）。")
+        # float64 tolerances are float32's: a cache kept in float32 shows in its dtype, not in the values
+        narrow = {name: b.dtype for name, b in module.named_buffers() if name.endswith("_cache") and b.dtype != torch.float64}
+        expect(not narrow, f"{who}'s caches must hold the dtype of what they cache (float64 here, absorb={absorb}): allocate them from the new entries (new.new_zeros), as the given _write does.",
+               f"{who} 的缓存必须使用所缓存内容的 dtype（这里是 float64，absorb={absorb}）：像给出的 _write 那样按新条目分配（new.new_zeros）。",
+               f"buffers {narrow}")
 
 
 def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
@@ -296,11 +263,17 @@ def check_MultiHeadLatentAttention(MultiHeadLatentAttention):
     _expect_absorbed_cost(cls)
     _expect_training_and_dtype(cls)
     reference_cls, who = ref.MultiHeadLatentAttention, "MultiHeadLatentAttention"  # looked up before own_work blocks it
-    for (cfg, seed), family in zip(CONFIGS, (FAMILIES[who], _FAMILY_WQ)):
+    for (cfg, seed), family in zip(CONFIGS, (FAMILIES[who], FAMILY_WQ)):
         graded, steep = split_saturated(family)
         with own_work(cls, who):
             for part, grads in ((graded, True), (steep, False)):
                 same_as_reference_module(cls, reference_cls, (cfg,), part, who, grads=grads, state_seed=seed)
+
+
+def _expect_int(got, who):
+    expect(isinstance(got, int) and not isinstance(got, bool),
+           f"{who} must return an int (a number of elements), not a float or a tensor: multiply integers only.",
+           f"{who} 必须返回 int（元素个数），而不是浮点数或张量：只做整数乘法。", f"got {type(got).__name__} {got!r}")
 
 
 def check_mla_cache_elements_per_token(mla_cache_elements_per_token):
@@ -309,6 +282,7 @@ def check_mla_cache_elements_per_token(mla_cache_elements_per_token):
         with own_work(fn, "mla_cache_elements_per_token"):
             got = call(fn, *args, name="mla_cache_elements_per_token")
         want = ref.mla_cache_elements_per_token(*args)
+        _expect_int(got, "mla_cache_elements_per_token")
         if got == want:
             continue
         if got == 2 * want:
@@ -331,6 +305,7 @@ def check_kv_cache_elements_per_token(kv_cache_elements_per_token):
         with own_work(fn, "kv_cache_elements_per_token"):
             got = call(fn, *args, name="kv_cache_elements_per_token")
         want = ref.kv_cache_elements_per_token(*args)
+        _expect_int(got, "kv_cache_elements_per_token")
         if got == want:
             continue
         if got == want // 2:

@@ -280,3 +280,10 @@ RIGHT = {
                  "model.forward(...)": generate_fn(style="forward")},
     "kv_cache_bytes": {"math.prod": bytes_fn()},
 }
+
+from autograder.tests.zoo import nb07_adversary  # noqa: E402  (it imports cache_class and generate_fn from here)
+
+for _exercise, _entries in nb07_adversary.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb07_adversary.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

@@ -236,3 +236,10 @@ RIGHT = {
                                "SDPA with a bottom-right mask": rope_mha_class(style="sdpa"),
                                "softmax in float32, cast back": rope_mha_class(style="float32 softmax")},
 }
+
+from autograder.tests.zoo import nb08_adversary  # noqa: E402  (it imports rope_fn and rope_mha_class from here)
+
+for _exercise, _entries in nb08_adversary.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb08_adversary.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

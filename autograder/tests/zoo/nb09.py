@@ -248,3 +248,8 @@ RIGHT = {
     "mla_cache_elements_per_token": {"a sum over layers": cache_right},
     "kv_cache_elements_per_token": {"keys plus values": kv_right},
 }
+
+from autograder.tests.zoo import nb09_adversary  # noqa: E402  (it imports mla_class from here)
+
+for _exercise, _entries in nb09_adversary.WRONG.items():
+    WRONG[_exercise].update(_entries)

@@ -370,3 +370,8 @@ for _exercise, _entries in nb13_more.WRONG.items():
     WRONG[_exercise].update(_entries)
 for _exercise, _entries in nb13_more.RIGHT.items():
     RIGHT[_exercise].update(_entries)
+
+from autograder.tests.zoo import nb13_adversary  # noqa: E402  (it imports cache_cls and topk_fn from here)
+
+for _exercise, _entries in nb13_adversary.WRONG.items():
+    WRONG[_exercise].update(_entries)
