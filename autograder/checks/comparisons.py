@@ -9,6 +9,7 @@ bfloat16 probe is graded at bfloat16's tolerance against the reference run in fl
 """
 import collections
 import math
+import numbers
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -40,6 +41,12 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
             return
         if isinstance(expected, float):
             ok = isinstance(out, (int, float)) and math.isclose(out, expected, rel_tol=RTOL, abs_tol=ATOL)
+        elif isinstance(expected, int) and not isinstance(expected, bool):  # a count: 7.0 or tensor(7) is not one
+            expect(isinstance(out, numbers.Integral) and not isinstance(out, bool),
+                   f"{who} must return an int{en_on}, not a float or a tensor: counts are integers (multiply ints, int(...) a tensor's item).",
+                   f"{who} 必须返回 int{zh_on}，而不是浮点数或张量：计数是整数（做整数乘法，对张量的元素用 int(...)）。",
+                   f"got {type(out).__name__} {out!r} for {path}")
+            ok = out == expected
         else:
             ok = out == expected
         if not ok:

@@ -42,6 +42,10 @@ def check_KVCache(KVCache):
         wide = call(KVCache, 1, 4, 2, 3, dtype=torch.float64, name="KVCache")
         expect(wide.k.dtype == torch.float64, "KVCache must create its tensors with the dtype it is given.",
                "KVCache 必须用传入的 dtype 创建张量。", f"dtype {wide.k.dtype}")
+        on_meta = call(KVCache, 1, 4, 2, 3, device="meta", name="KVCache")  # the meta device: shapes only, no memory
+        devices = sorted({str(getattr(t, "device", t)) for t in (on_meta.k, on_meta.v)})
+        expect(devices == ["meta"], "KVCache must create its tensors on the device it is given (device=...).",
+               "KVCache 必须在给定的设备（device=...）上创建张量。", f"devices {devices} for device='meta'")
         first = _snap(call(cache.update, k1, v1, name="KVCache.update"))
         seq_after_first = cache.seq_len
         try:

@@ -277,8 +277,8 @@ def _topk_across_batch(scores, topk):  # the mistake: one top-k over the whole b
 
 
 def _own_topk(fn):
-    """utils.dsa.topk_indices is the exercise's selection (min(topk, S) best, which are -inf): not the learner's to call."""
-    return own_work(fn, "topk_key_mask", extra=((ref, "topk_indices"),))
+    """utils.dsa.topk_indices, the exercise's selection, is refused through shortcuts.OWN_HELPERS."""
+    return own_work(fn, "topk_key_mask")
 
 
 def check_topk_key_mask(topk_key_mask):

@@ -19,8 +19,9 @@ def cache_class(mistake=None, style="slice"):
                 self.k = self.v = None
             else:
                 self.k = make(batch_size, num_kv_heads, max_seq_len, head_dim,
-                              dtype=torch.float32 if mistake == "ignores dtype" else dtype, device=device)
-                self.v = make(batch_size, num_kv_heads, max_seq_len, head_dim, dtype=self.k.dtype, device=device)
+                              dtype=torch.float32 if mistake == "ignores dtype" else dtype,
+                              device=None if mistake == "ignores device" else device)
+                self.v = make(batch_size, num_kv_heads, max_seq_len, head_dim, dtype=self.k.dtype, device=self.k.device)
             self.seq_len = 0
             self._filled = None
 
@@ -212,6 +213,8 @@ def bytes_fn(mistake=None):
 
 WRONG = {
     "KVCache": {
+        # the cache lives where it is told / 缓存放在指定的设备上
+        "ignores its device= argument": (cache_class("ignores device"), "on the device it is given"),
         "whole buffer": (cache_class("whole buffer"), "whole preallocated buffer"),
         "no overflow check": (cache_class("no overflow check"), "max_seq_len"),
         "wrong axis": (cache_class("wrong axis"), "wrong axis"),

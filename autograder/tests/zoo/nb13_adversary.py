@@ -73,7 +73,7 @@ WRONG = {
     "RollingKVCache": {"reset() reallocates in float32": (ResetFloat32, "a reset, then 1 token")},
     "attention_with_sinks": {"one batch item's mask for every item": (sinks_first_item_mask, "differs between batch items")},
     "topk_key_mask": {"the scores changed in place": (topk_fills_scores_in_place, "in place"),
-                      "utils.dsa.topk_indices called": (topk_by_course_helper, "without the library function")},
+                      "utils.dsa.topk_indices called": (topk_by_course_helper, "a helper of the course's reference")},
     "LightningIndexer": {"start_pos ignored, positions counted by the module": (OwnPositions, "crashed with RuntimeError")},
     "SparseMLA": {"the indexer restarted at every step": (IndexerRestarts, "start_pos=5")},
 }
