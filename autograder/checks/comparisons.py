@@ -99,7 +99,7 @@ def _loss(out, seed):
     """sum(w * out) over every floating tensor of out, however nested, w fixed by the seed and by
     the tensor's place in out."""
     tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    return sum((t * randn(t.numel(), seed=seed + i).view(t.shape).to(t.dtype)).sum() for i, t in enumerate(tensors) if t.requires_grad)
+    return sum((t * randn(t.numel(), seed=seed + i).view(t.shape).to(t.device, t.dtype)).sum() for i, t in enumerate(tensors) if t.requires_grad)
 
 
 def compare_grads(own, want, names, probe, who, tolerance=TOLERANCE):
