@@ -70,9 +70,10 @@ def graded_checks(namespace: dict):
     harness knows the notebook's exercises, to grade each with the course's earlier ones."""
     from autograder.checks import elsewhere, harness
     exercises = tuple(key[len("check_"):] for key in namespace if key.startswith("check_"))  # in the notebook's order
+    own_earlier = namespace.get("OWN_EARLIER", ())  # exercises whose text asks them to call the learner's earlier ones
     for key, fn in list(namespace.items()):
         if key.startswith("check_") and callable(fn) and not getattr(fn, "graded", False):
-            namespace[key] = harness.among(elsewhere.deferred(fn), exercises)
+            namespace[key] = harness.among(elsewhere.deferred(fn), exercises, own_earlier)
 
 
 def _describe(x) -> str:

@@ -24,6 +24,7 @@ for a failure that the harness has already decided.
 How two runs are compared (outputs, gradients, what an object holds) and the precision rule
 are in `comparisons.py`.
 """
+import contextlib
 import copy
 import functools
 from dataclasses import dataclass, field
@@ -120,13 +121,19 @@ def _fresh(value):
 _EXERCISES = [()]  # the running check's notebook's exercises, in order (set by `among`)
 
 
-def among(check, exercises: tuple):
-    """check, knowing the exercises of its notebook (graded_checks wraps every check with it)."""
+def among(check, exercises: tuple, own_earlier=()):
+    """check, knowing the exercises of its notebook (graded_checks wraps every check with it). The
+    learner's code runs with the notebook's earlier exercises as the course's for the whole check,
+    named checks included, unless the exercise is in `own_earlier`: its text asks it to call the
+    learner's own (FlashAttention's backward must be yours)."""
+    who = check.__name__[len("check_"):]
+
     @functools.wraps(check)
     def run(*args, **kwargs):
         saved, _EXERCISES[0] = _EXERCISES[0], exercises
         try:
-            return check(*args, **kwargs)
+            with _earlier_as_the_course(args[0], who) if args and who not in own_earlier else contextlib.nullcontext():
+                return check(*args, **kwargs)
         finally:
             _EXERCISES[0] = saved
     run.graded = True

@@ -303,4 +303,5 @@ def check_FlashAttention(FlashAttention):
         same_as_reference(_flash_apply(FlashAttention), reference, FAMILIES[who], who, grads=True)
 
 
+OWN_EARLIER = ("FlashAttention",)  # graded with the learner's earlier exercises: its backward must be the learner's flash_attention_backward
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -103,6 +103,37 @@ def test_wrong_exponent_costs_only_its_exercise(tmp_path):
         assert exercises[later]["score"] == exercises[later]["max_score"], exercises[later]["feedback"]
 
 
+WRONG_EARLIER = {  # issue 29, point 8: a wrong earlier exercise costs marks there only, in every notebook where later ones call it
+    "06_multi_head_attention": ("split_heads", "def split_heads(x, num_heads):\n"
+                                "    B, T, D = x.shape\n"
+                                "    return x.reshape(B, num_heads, T, D // num_heads)  # mixes tokens into heads\n",
+                                ("MultiHeadAttention",)),
+    "12_capstone_mini_deepseek": ("RMSNorm", "import torch\nfrom torch import nn\n"
+                                  "class RMSNorm(nn.Module):\n"
+                                  "    def __init__(self, dim, eps=1e-6):\n"
+                                  "        super().__init__()\n"
+                                  "        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))\n"
+                                  "    def forward(self, x):  # the mean of |x|, not the root mean square\n"
+                                  "        return x / (x.abs().mean(-1, keepdim=True) + self.eps) * self.weight\n",
+                                  ("Block", "MiniDeepSeek")),
+    "13_sparse_attention": ("topk_key_mask", "import torch\n"
+                            "def topk_key_mask(index_scores, topk):  # keeps the lowest scores\n"
+                            "    chosen = index_scores.topk(min(topk, index_scores.shape[-1]), dim=-1, largest=False).indices\n"
+                            "    keep = torch.zeros_like(index_scores, dtype=torch.bool).scatter(-1, chosen, True)\n"
+                            "    return ~(keep & torch.isfinite(index_scores))\n",
+                            ("SparseMLA",)),
+}
+
+
+@pytest.mark.parametrize("stem", WRONG_EARLIER)
+def test_a_wrong_earlier_exercise_costs_only_its_own_marks(stem, tmp_path):
+    exercise, source, later = WRONG_EARLIER[stem]
+    _, exercises = graded(with_cells(stem, tmp_path, **{exercise: source}))
+    assert exercises[exercise]["score"] < exercises[exercise]["max_score"]
+    for name in later:
+        assert exercises[name]["score"] == exercises[name]["max_score"], (name, exercises[name]["feedback"])
+
+
 def test_edited_test_cell_is_graded_with_the_original(tmp_path):
     path = with_cells("00_tokens_and_embeddings", tmp_path, source_dir=COURSE,
                       test_encode="print('all tests passed')", test_encode_hidden="pass")
