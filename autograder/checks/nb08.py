@@ -1,55 +1,21 @@
 """Hidden checks of notebook 08, positions: the sinusoidal encoding and RoPE.
 
-apply_rope is compared with formulations written here, independent of utils.rope: complex
+apply_rope is compared with formulations written independently of utils.rope (rope_variants.py): complex
 multiplication for adjacent pairs (Meta's Llama code), rotate-half for half-split pairs (Hugging
 Face). Known mistakes are recognised by their outputs and named.
 """
-import math
-
 import torch
 
 import utils.rope as ref
-from autograder.checks import (graded_checks, call, course_runs, course_versions, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
+from autograder.checks import (graded_checks, call, course_runs, expect, expect_close, expect_known, expect_tensor, load_state, own_module,
                                own_work, randn, seeded_state)
 from autograder.checks.families.nb08 import FAMILIES
 from autograder.checks.harness import same_as_reference, same_as_reference_module
 from autograder.checks.saturated import split_saturated
 from autograder.checks.probes import attempt, expect_dtype, expect_gradients
+from autograder.checks.rope_variants import _freqs, _rope_mha, _rope_mistakes, rope
 from utils.kv_cache import KVCache
 from utils.multihead import merge_heads, split_heads
-
-
-def _freqs(hd, theta, exponent=lambda i, hd: 2 * i / hd):
-    return torch.tensor([theta ** -exponent(i, hd) for i in range(hd // 2)], dtype=torch.float64)
-
-
-def rope_complex(x, positions, theta=10000.0, freqs=None):
-    """Adjacent pairs (2i, 2i+1) as complex numbers, times e^(i * t * w_i)."""
-    hd = x.shape[-1]
-    w = _freqs(hd, theta) if freqs is None else freqs
-    turn = torch.polar(torch.ones(len(positions), hd // 2, dtype=torch.float64), positions.double()[:, None] * w)
-    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], hd // 2, 2).contiguous())
-    return torch.view_as_real(z * turn).reshape(x.shape).to(x.dtype)
-
-
-def rope_rotate_half(x, positions, theta=10000.0, freqs=None, swap=False):
-    """Half-split pairs (i, i + hd/2): x * cos + rotate_half(x) * sin."""
-    hd = x.shape[-1]
-    w = _freqs(hd, theta) if freqs is None else freqs
-    angles = torch.cat([positions.double()[:, None] * w] * 2, dim=-1)
-    cos, sin = (angles.sin(), angles.cos()) if swap else (angles.cos(), angles.sin())
-    x1, x2 = x.double()[..., : hd // 2], x.double()[..., hd // 2:]
-    return (x.double() * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
-
-
-def rope(x, positions, theta=10000.0, interleaved=False, **kw):
-    return rope_complex(x, positions, theta, kw.get("freqs")) if interleaved else rope_rotate_half(x, positions, theta, **kw)
-
-
-def _course_parts(fn, *names):
-    """The course's version of the earlier exercises fn reads (by these names), so that a mistake
-    there costs marks in its own exercise only (a wrong exponent once, not three times)."""
-    return course_versions(fn, {name: getattr(ref, name) for name in names})
 
 
 # sinusoidal_positions ------------------------------------------------------------------------
@@ -118,31 +84,7 @@ def check_rope_inverse_frequencies(rope_inverse_frequencies):
 
 
 # apply_rope ----------------------------------------------------------------------------------
-def _rope_mistakes(x, pos, theta, interleaved):
-    hd = x.shape[-1]
-    return [
-        (rope(x, pos, theta, not interleaved),
-         f"The pairs are wrong for interleaved={interleaved}: interleaved=True rotates adjacent pairs (2i, 2i+1), the default rotates half-split pairs (i, i + head_dim/2).",
-         f"interleaved={interleaved} 时配对方式不对：interleaved=True 旋转相邻的一对 (2i, 2i+1)，默认旋转前后两半中的一对 (i, i + head_dim/2)。"),
-        (rope(x, pos, theta, interleaved, freqs=_freqs(hd, theta, lambda i, d: i / d)),
-         "The frequencies use theta^(-i/d): pair i turns at theta^(-2i/head_dim).", "频率用了 theta^(-i/d)：第 i 对以 theta^(-2i/head_dim) 转动。"),
-        (rope(x, pos, theta, interleaved, freqs=_freqs(hd, theta, lambda i, d: 2 * i / (d // 2))),
-         "The frequencies are computed over head_dim // 2: the exponent is 2i/head_dim.", "频率是按 head_dim // 2 计算的：指数应为 2i/head_dim。"),
-        (rope(x, -pos, theta, interleaved), "The rotation goes the wrong way: (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos).",
-         "旋转方向反了：(x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)。"),
-        (rope(x, torch.arange(len(pos)), theta, interleaved), "apply_rope ignores the positions it is given and uses 0 .. T-1.",
-         "apply_rope 忽略了传入的 positions，而用了 0 .. T-1。"),
-        (None if interleaved else rope_rotate_half(x, pos, theta, swap=True),
-         "sin and cos are swapped: x1 cos - x2 sin, x1 sin + x2 cos.", "sin 和 cos 弄反了：x1 cos - x2 sin，x1 sin + x2 cos。"),
-    ]
-
-
 def check_apply_rope(apply_rope):
-    with _course_parts(apply_rope, "rope_inverse_frequencies"):
-        _check_apply_rope(apply_rope)
-
-
-def _check_apply_rope(apply_rope):
     x = randn(2, 3, 5, 8, seed=80)
     pos = torch.tensor([3, 4, 5, 6, 9])
     for interleaved in (False, True):
@@ -235,32 +177,7 @@ def check_interleaved_to_half_split(interleaved_to_half_split):
 
 
 # RoPEMultiHeadAttention ----------------------------------------------------------------------
-def _rope_mha(module, x, start, interleaved, theta, mistake=None, cache=None):
-    """The reference computation, with one known mistake switched on."""
-    B, T, _ = x.shape
-    H, d_out = module.num_heads, module.W_query.out_features
-    pos = torch.arange(T) if mistake == "restart" else torch.arange(start, start + T)
-    if mistake == "before split":  # RoPE over d_out-wide vectors, then heads
-        q, k = (split_heads(rope(layer(x), pos, theta, interleaved), H) for layer in (module.W_query, module.W_key))
-    else:
-        q, k = (rope(split_heads(layer(x), H), pos, theta, interleaved) for layer in (module.W_query, module.W_key))
-    v = split_heads(module.W_value(x), H)
-    if mistake == "values":
-        v = rope(v, pos, theta, interleaved)
-    if cache is not None:
-        k, v = cache.update(k, v)
-    S = k.shape[2]
-    blocked = torch.ones(T, S, dtype=torch.bool).triu(1 + S - T)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(d_out // H)).masked_fill(blocked, float("-inf"))
-    return module.out_proj(merge_heads(torch.softmax(scores, -1) @ v))
-
-
 def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
-    with _course_parts(RoPEMultiHeadAttention, "apply_rope", "rope_inverse_frequencies"):
-        _check_RoPEMultiHeadAttention(RoPEMultiHeadAttention)
-
-
-def _check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
     name, d_in, d_out, H, ctx, theta = "RoPEMultiHeadAttention", 5, 8, 2, 9, 50.0
     x = randn(2, 7, d_in, seed=84)
     chunks = ((0, 3), (3, 4), (4, 5), (5, 7))
