@@ -9,7 +9,7 @@
   check compares them itself (call(..., inputs_named=True) in its source);
 - device: every call() with tensor inputs runs its first calls with inputs that report a GPU
   (elsewhere.py), for every exercise alike;
-- family: the axes of the exercise's declared input family (FAMILIES in its nbNN.py) and what
+- family: the axes of the exercise's declared input family (FAMILIES in checks/families/nbNN.py) and what
   the harness compares on every member (harness.py); "-" where none is declared yet.
 """
 import importlib

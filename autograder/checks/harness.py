@@ -1,5 +1,5 @@
 """Grading by properties: the learner's code and the course's reference, side by side, over a
-family of inputs that each exercise declares as data (`FAMILIES` in its `nbNN.py`).
+family of inputs that each exercise declares as data (`FAMILIES` in `families/nbNN.py`).
 
 A family is a list of `Probe`s. Each probe names the axis of variation it stands for (`AXES`:
 batch items that differ, extreme values, edges, other dtypes, ...) and builds fresh, seeded
