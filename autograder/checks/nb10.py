@@ -70,6 +70,19 @@ def check_Expert(Expert):
     ]
     expect_known(out, reference(x).detach(), mistakes, "Expert's output is wrong: w2(silu(w1(x)) * w3(x)).",
                  "Expert 的输出不对：w2(silu(w1(x)) * w3(x))。")
+    # a model moved to another dtype (model.double(), model.bfloat16()) computes in it: no .float() inside
+    with own_work(Expert, "Expert"):
+        expert = own_module(Expert, 6, 10)
+    load_state(expert, state, "Expert")
+    x = randn(3, 6, seed=102).double()
+    with torch.no_grad(), own_work(Expert, "Expert"):
+        out = call(expert.double(), x, name="Expert.forward")
+    expect(isinstance(out, torch.Tensor) and out.dtype == torch.float64,
+           "After expert.double(), a float64 x must give a float64 output: compute in the dtype of the layers and the input (no .float() inside).",
+           "执行 expert.double() 之后，float64 的 x 必须得到 float64 的输出：用各层与输入的 dtype 计算（内部不要 .float()）。",
+           f"got {getattr(out, 'dtype', type(out).__name__)}")
+    expect_close(out, reference.double()(x), "After expert.double(), Expert's output is wrong: w2(silu(w1(x)) * w3(x)).",
+                 "执行 expert.double() 之后，Expert 的输出不对：w2(silu(w1(x)) * w3(x))。")
     reference = ref.Expert  # looked up before own_work blocks it
     with own_work(Expert, "Expert"):
         same_as_reference_module(Expert, reference, (6, 10), FAMILIES["Expert"], "Expert", grads=True)

@@ -142,7 +142,8 @@ def check_flash_attention_forward(flash_attention_forward):
     later_k[..., 24:, :], later_v[..., 24:, :] = randn(B, H, 5, d, seed=149) * 3, randn(B, H, 5, d_v, seed=149) * 3
     sq, sk, sv = randn(1, 2, 48, 4, seed=145), randn(1, 2, 80, 4, seed=146), randn(1, 2, 80, 3, seed=147)
     eq = randn(1, 1, 64, 4, seed=148)
-    runs, work, watch = {}, {}, TileWatch()
+    runs, work = {}, {}
+    watches = {(8, 16): TileWatch(), (32, 4): TileWatch()}  # block_q below and above block_k: each used where it belongs
     en = f"This exercise asks you to write {who} yourself, tile by tile, not to call F.scaled_dot_product_attention or the course's reference in utils."
     zh = f"本练习要求你逐个分块自己实现 {who}，而不是调用 F.scaled_dot_product_attention 或 utils 中课程的参考实现。"
     shapes = (B, H, T_q, d_v), (B, H, T_q)
@@ -154,8 +155,9 @@ def check_flash_attention_forward(flash_attention_forward):
         big = expect_pair(call(fn, q * 30, k, v, causal=True, block_q=5, block_k=6, name=who), who, *shapes)
         double = call(fn, q.double(), k.double(), v.double(), causal=True, block_q=4, block_k=7, name=who)
         decode = expect_pair(call(fn, q[..., -1:, :], k, v, causal=True, block_q=4, block_k=7, name=who), who, (B, H, 1, d_v), (B, H, 1))
-        with watch:
-            call(fn, sq, sk, sv, causal=True, block_q=8, block_k=16, name=who)
+        for (bq, bk), watch in watches.items():
+            with watch:
+                call(fn, sq, sk, sv, causal=True, block_q=bq, block_k=bk, name=who)
         for causal in (False, True):
             runs[f"64 {causal}"], work[causal] = work_of(call, fn, eq, eq, eq, causal=causal, block_q=8, block_k=8, name=who)
     expect(all(torch.equal(a, b) for a, b in zip((q, k, v), copies)), f"{who} changed q, k or v in place: leave the inputs as they are.",
@@ -185,7 +187,8 @@ def check_flash_attention_forward(flash_attention_forward):
     expect_dtype(double, ("out", "lse"), who)
     expect_close(double[0], sdpa(q.double(), k.double(), v.double(), True), f"{who} is wrong on float64 inputs.",
                  f"{who} 在 float64 输入上不对。")
-    expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
+    for (bq, bk), watch in watches.items():
+        expect_tiles(watch, max(elements(sq, sk, sv), 2 * bq * bk), who, bq, bk)
     expect_skips(work[True], work[False], who, _SQUARE)
     reference = ref.flash_attention_forward  # looked up before own_work blocks it
     with own_work(fn, who, extra=_SDPA, en=en, zh=zh):
@@ -203,7 +206,8 @@ def check_flash_attention_backward(flash_attention_backward):
     saved = {causal: ref.flash_attention_forward(q, k, v, causal, 64, 64) for causal in (False, True)}
     small = ref.flash_attention_forward(sq, sk, sv, True, 64, 64)
     square = {causal: ref.flash_attention_forward(eq, eq, eq, causal, 64, 64) for causal in (False, True)}
-    runs, work, watch = {}, {}, TileWatch()
+    runs, work = {}, {}
+    watches = {(8, 16): TileWatch(), (32, 4): TileWatch()}  # block_q below and above block_k: each used where it belongs
     en = f"This exercise asks you to write {who} yourself from lse (recomputing each tile), not to call autograd, F.scaled_dot_product_attention or the course's reference in utils."
     zh = f"本练习要求你根据 lse 自己实现 {who}（重新计算每个分块），而不是调用 autograd、F.scaled_dot_product_attention 或 utils 中课程的参考实现。"
     copies = [t.clone() for t in (q, k, v, g, *saved[True])]
@@ -213,8 +217,9 @@ def check_flash_attention_backward(flash_attention_backward):
         default = call(fn, q, k, v, *saved[True], g, True, name=who)
         double = call(fn, q.double(), k.double(), v.double(), *(t.double() for t in saved[True]), g.double(), True,
                       block_q=4, block_k=7, name=who)
-        with watch:
-            call(fn, sq, sk, sv, *small, sg, causal=True, block_q=8, block_k=16, name=who)
+        for (bq, bk), watch in watches.items():
+            with watch:
+                call(fn, sq, sk, sv, *small, sg, causal=True, block_q=bq, block_k=bk, name=who)
         for causal in (False, True):
             _, work[causal] = work_of(call, fn, eq, eq, eq, *square[causal], eg, causal=causal, block_q=8, block_k=8, name=who)
     expect(all(torch.equal(a, b) for a, b in zip((q, k, v, g, *saved[True]), copies)),
@@ -237,7 +242,8 @@ def check_flash_attention_backward(flash_attention_backward):
     for name, ours, expected in zip(("dq", "dk", "dv"), double, autograd_grads(q.double(), k.double(), v.double(), g.double(), True)):
         expect_close(ours, expected, f"{who} is wrong on float64 inputs: {name} differs from autograd's.",
                      f"{who} 在 float64 输入上不对：{name} 与 autograd 的结果不同。", atol=1e-4, rtol=1e-4)
-    expect_tiles(watch, max(elements(sq, sk, sv), 2 * 8 * 16), who, 8, 16)
+    for (bq, bk), watch in watches.items():
+        expect_tiles(watch, max(elements(sq, sk, sv), 2 * bq * bk), who, bq, bk)
     expect_skips(work[True], work[False], who, _SQUARE)
     reference = ref.flash_attention_backward  # looked up before own_work blocks it
     with own_work(fn, who, extra=[*_SDPA, *_AUTOGRAD], en=en, zh=zh):

@@ -37,11 +37,16 @@ FAMILIES = {
               lambda: (ref.fp8_block_quantize(randn(70, 130, seed=126), 32), {"block_size": 32}), "不整齐的边缘（70 x 130，32 的块）"),
         Probe("edges", "one block larger than the matrix", lambda: (ref.fp8_block_quantize(randn(5, 3, seed=127), 8), {"block_size": 8}),
               "一个比矩阵还大的块"),
+        Probe("arguments", "the default block_size, 128 (a 200 x 300 weight)", lambda: (ref.fp8_block_quantize(randn(200, 300, seed=137)), {}),
+              "默认的 block_size，128（200 x 300 的权重）"),
     ], compares=_NO_GRADS),
     "fp8_activation_quantize": Family([
         Probe("batch", "tokens of a batch that differ", lambda: ((randn(2, 3, 64, seed=128),), {"block_size": 32}), "批次中各不相同的词元"),
         Probe("extreme", "activations in the thousands", lambda: ((2000 * randn(4, 64, seed=129),), {"block_size": 16}), "数千量级的激活"),
         Probe("dtype", "a bfloat16 input", lambda: ((_bf16(3, 64, seed=130),), {"block_size": 32}), "bfloat16 输入"),
+        # bad input: the text says K is a multiple of block_size, as DeepSeek-V3's act_quant asserts
+        Probe("edges", "a last dimension (40) that is not a multiple of block_size (32)", lambda: ((randn(2, 40, seed=138),), {"block_size": 32}),
+              "最后一维（40）不是 block_size（32）的倍数"),
     ], compares=_NO_GRADS),
     # Run as from_linear(linear)(x) (checks/int8_views.py). The layer does not train (int8 buffers,
     # no parameters): no gradient to compare.

@@ -521,3 +521,10 @@ RIGHT = {
             "built from a wrong Gate and Expert of its notebook": moe_with_own_parts()},
     "moe_parameter_counts": {"counted per matrix": counts_per_matrix},
 }
+
+from autograder.tests.zoo import nb10_adversary2  # noqa: E402
+
+for _exercise, _entries in nb10_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb10_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

@@ -511,3 +511,10 @@ RIGHT = {
     "quantize_model_": {"named_modules": qm_named, "recursive": qm_recursive, "_modules dict": qm_modules_dict,
                         "over a wrong Int8WeightOnlyLinear": over_broken_int8()},
 }
+
+from autograder.tests.zoo import nb11_adversary2  # noqa: E402
+
+for _exercise, _entries in nb11_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb11_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

@@ -676,3 +676,10 @@ RIGHT = {
                     "embedding-by-index": mtp_forward_embedding_by_index},
     "mtp_loss": {"stacked-mean": mtp_loss_stacked},
 }
+
+from autograder.tests.zoo import nb12_adversary2  # noqa: E402
+
+for _exercise, _entries in nb12_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb12_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

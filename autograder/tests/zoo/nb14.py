@@ -521,3 +521,10 @@ RIGHT = {
                        "einsum kernels, FA-1 loop order": _function(forward_keys_outside, backward_queries_outside),
                        "lse kept as a ctx attribute, running log-sum-exp": _function(forward_running_lse, keep="lse on ctx")},
 }
+
+from autograder.tests.zoo import nb14_adversary2  # noqa: E402
+
+for _exercise, _entries in nb14_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb14_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
