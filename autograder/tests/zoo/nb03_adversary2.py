@@ -103,7 +103,7 @@ def jacobian_batched(p):
 
 # scaled_dot_product_attention -------------------------------------------------------------
 def sdpa_bmm(q, k, v, mask=None, scale=None):
-    """torch.bmm: only for 3-D inputs."""
+    """RIGHT: torch.bmm on the leading dimensions flattened."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = torch.bmm(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]).transpose(1, 2)).reshape(*q.shape[:-1], k.shape[-2]) * scale
     if mask is not None:
@@ -180,7 +180,7 @@ WRONG = {
                              "at most 500 trials": variance_capped_trials},
     "softmax_jacobian": {"p @ p.T on a 1-D p": jacobian_pT_on_1d, "p.unsqueeze_ on the caller's p": jacobian_unsqueeze_in_place,
                          "torch.eye without dtype": jacobian_eye_float32},
-    "scaled_dot_product_attention": {"torch.bmm on flattened leads": sdpa_bmm, "blocked scores set to -1e4": sdpa_fill_minus_1e4,
+    "scaled_dot_product_attention": {"blocked scores set to -1e4": sdpa_fill_minus_1e4,
                                      "mask * -1e9 added": sdpa_add_minus_1e9, "scale from T_q": sdpa_scale_by_q_rows,
                                      "first mask of each shape reused": sdpa_mask_cached},
 }
@@ -189,5 +189,5 @@ RIGHT = {
     "dot_product_variance": {"(d, n_trials) draws, variance / d, float64 statistics": variance_trials_last},
     "softmax_jacobian": {"-outer, diagonal added in place": jacobian_in_place_build, "diag_embed, batched": jacobian_batched,
                          "p_j (δ_ij - p_i), the symmetric form": jacobian_row_first},
-    "scaled_dot_product_attention": {"float64 inside, cast back": sdpa_float64_inside, "keys scaled, torch.where": sdpa_scale_keys},
+    "scaled_dot_product_attention": {"float64 inside, cast back": sdpa_float64_inside, "torch.bmm on flattened leading dims": sdpa_bmm, "keys scaled, torch.where": sdpa_scale_keys},
 }
