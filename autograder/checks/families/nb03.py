@@ -17,9 +17,9 @@ def _far(*shape, seed):
 
 
 def _below(*shape, seed, sign):
-    """Vectors with a shared coordinate of ±300: with one q and one k, every q·k / sqrt(8) is about -31,800."""
-    x = randn(*shape, seed=seed)
-    x[..., 0] = 300.0 * sign
+    """Whole-number vectors with a shared coordinate of ±150: every q·k is about -22,500, exact in float32."""
+    x = (randn(*shape, seed=seed) * 2).round()
+    x[..., 0] = 150.0 * sign
     return x
 
 
@@ -122,16 +122,17 @@ FAMILIES = {
               "scale=0.0（每个键的权重相同）"),
         Probe("extreme", "scores of about 140", lambda: ((_far(2, 4, 8, seed=317), _far(2, 6, 8, seed=318), randn(2, 6, 5, seed=319)), {}),
               "约为 140 的分数"),
-        # float64: in float32 the rounding of scores this large differs between right answers
-        Probe("extreme", "float64 scores of about -31,800 with a mask (a finite fill such as -1e4 would outweigh them)",
-              lambda: (tuple(t.double() for t in (_below(2, 4, 8, seed=340, sign=1), _below(2, 6, 8, seed=341, sign=-1),
-                                                  randn(2, 6, 5, seed=342))), {"mask": _MASK}),
-              "约为 -31,800 的 float64 分数，带掩码（-1e4 这样的有限填充值会压过它们）"),
-        Probe("arguments", "another (T_q, T_k) mask, after the first one", lambda: (_qkv(343), {"mask": _OTHER_MASK}),
-              "另一个 (T_q, T_k) 掩码，在第一个之后"),
         Probe("edges", "one key (T_k = 1)", lambda: (_qkv(320, t_q=3, t_k=1, lead=(2,)), {}), "只有一个键（T_k = 1）"),
         Probe("edges", "one query (T_q = 1)", lambda: (_qkv(323, t_q=1, lead=(2,)), {}), "只有一个查询（T_q = 1）"),
         *[Probe("dtype", f"{name} inputs with a mask", lambda dt=dt: (tuple(t.to(dt) for t in _qkv(326)), {"mask": _MASK}),
                 f"带掩码的 {name} 输入") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+        # last, so that they do not come before the probes that name the usual mistakes. Whole-number q and k
+        # and scale=0.5 make every score exact in float32, so right answers agree on scores this large.
+        Probe("extreme", "scores of about -11,000 with a mask (a finite fill such as -1e4 would outweigh them)",
+              lambda: ((_below(2, 4, 8, seed=340, sign=1), _below(2, 6, 8, seed=341, sign=-1), randn(2, 6, 5, seed=342)),
+                       {"mask": _MASK, "scale": 0.5}),
+              "约为 -11,000 的分数，带掩码（-1e4 这样的有限填充值会压过它们）"),
+        Probe("arguments", "another (T_q, T_k) mask, after the first one", lambda: (_qkv(343), {"mask": _OTHER_MASK}),
+              "另一个 (T_q, T_k) 掩码，在第一个之后"),
     ], compares=_GRADED),
 }

@@ -175,14 +175,14 @@ def sdpa_scale_keys(q, k, v, mask=None, scale=None):
 
 
 WRONG = {
-    "dot_product_variance": {"scaled by sqrt(d - 1)": variance_sqrt_d_minus_1, "one key for all trials": variance_one_key,
-                             "keys from the global generator": variance_half_generator, "rounded to an integer": variance_rounded,
-                             "at most 500 trials": variance_capped_trials},
-    "softmax_jacobian": {"p @ p.T on a 1-D p": jacobian_pT_on_1d, "p.unsqueeze_ on the caller's p": jacobian_unsqueeze_in_place,
-                         "torch.eye without dtype": jacobian_eye_float32},
-    "scaled_dot_product_attention": {"blocked scores set to -1e4": sdpa_fill_minus_1e4,
-                                     "mask * -1e9 added": sdpa_add_minus_1e9, "scale from T_q": sdpa_scale_by_q_rows,
-                                     "first mask of each shape reused": sdpa_mask_cached},
+    "dot_product_variance": {"scaled by sqrt(d - 1)": (variance_sqrt_d_minus_1, "six standard deviations"), "one key for all trials": (variance_one_key, "the variance must be about 1"),
+                             "keys from the global generator": (variance_half_generator, "another seed a different one"), "rounded to an integer": (variance_rounded, "do not vary from seed to seed"),
+                             "at most 500 trials": (variance_capped_trials, "the variance must be about 1")},
+    "softmax_jacobian": {"p @ p.T on a 1-D p": (jacobian_pT_on_1d, "must sum to 0"), "p.unsqueeze_ on the caller's p": (jacobian_unsqueeze_in_place, "changed its input p in place"),
+                         "torch.eye without dtype": (jacobian_eye_float32, "combines a tensor on the CPU")},
+    "scaled_dot_product_attention": {"blocked scores set to -1e4": (sdpa_fill_minus_1e4, "a finite fill such as -1e4"),
+                                     "mask * -1e9 added": (sdpa_add_minus_1e9, "crashed with RuntimeError"), "scale from T_q": (sdpa_scale_by_q_rows, "the weights are wrong"),
+                                     "first mask of each shape reused": (sdpa_mask_cached, "another (T_q, T_k) mask")},
 }
 
 RIGHT = {
