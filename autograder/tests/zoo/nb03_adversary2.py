@@ -143,7 +143,7 @@ def sdpa_scale_by_q_rows(q, k, v, mask=None, scale=None):
 
 
 def sdpa_mask_cached(q, k, v, mask=None, scale=None, _seen={}):
-    """The first mask of each shape is remembered and reused."""
+    """The first mask of each shape is remembered and reused (which check names it depends on the masks seen before: no words)."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale
     if mask is not None:
@@ -182,7 +182,7 @@ WRONG = {
                          "torch.eye without dtype": (jacobian_eye_float32, "combines a tensor on the CPU")},
     "scaled_dot_product_attention": {"blocked scores set to -1e4": (sdpa_fill_minus_1e4, "a finite fill such as -1e4"),
                                      "mask * -1e9 added": (sdpa_add_minus_1e9, "crashed with RuntimeError"), "scale from T_q": (sdpa_scale_by_q_rows, "the weights are wrong"),
-                                     "first mask of each shape reused": (sdpa_mask_cached, "another (T_q, T_k) mask")},
+                                     "first mask of each shape reused": (sdpa_mask_cached, None)},
 }
 
 RIGHT = {
