@@ -41,6 +41,7 @@ def check_dot_product_variance(dot_product_variance):
         again, other = run(16, 2_000, False, 0), run(16, 2_000, False, 4)
         repeat = run(16, 2_000, False, 0)
         few = [run(16, 50, False, 10 + s) for s in range(20)]
+        few_scaled = [run(16, 200, True, 40 + s) for s in range(10)]
         default = _number(call(dot_product_variance, 8, name="dot_product_variance"))
     evidence = f"d=64: unscaled {raw:.4g}, scaled {scaled:.4g}"
     same = abs(raw - scaled) < 0.05 * max(abs(raw), abs(scaled), 1e-9)
@@ -81,6 +82,12 @@ def check_dot_product_variance(dot_product_variance):
            "With n_trials=50 the estimates barely vary from seed to seed: draw exactly n_trials pairs (q, k), not a fixed number.",
            "当 n_trials=50 时，各个种子的估计几乎不变：请恰好采样 n_trials 对 (q, k)，而不是固定的数量。",
            f"std over 20 seeds {spread:.3g}, expected about {16 * math.sqrt(2 / 50):.3g}")
+    scaled_spread = torch.tensor(few_scaled).std().item()
+    expect(scaled_spread > 0.3 * math.sqrt(2.375 / 200),
+           "With scaled=True the estimates do not vary from seed to seed: return the sample variance of the scaled dot products itself, "
+           "not rounded and not the theory's 1.",
+           "当 scaled=True 时，各个种子的估计没有变化：应返回缩放后点积的样本方差本身，不要取整，也不要直接返回理论值 1。",
+           f"d=16, 200 trials, 10 seeds: {', '.join(f'{v:.4g}' for v in few_scaled)}")
     expect(abs(default - 8) < 0.15 * 8,
            "Called with only d (default n_trials, no generator), the variance must still be about d.",
            "只传入 d（默认 n_trials，没有生成器）时，方差仍应约为 d。", f"d=8: {default:.4g}")

@@ -16,12 +16,21 @@ def _far(*shape, seed):
     return x
 
 
+def _below(*shape, seed, sign):
+    """Whole-number vectors with a shared coordinate of ±150: every q·k is about -22,500, exact in float32."""
+    x = (randn(*shape, seed=seed) * 2).round()
+    x[..., 0] = 150.0 * sign
+    return x
+
+
 def _qkv(seed, t_q=4, t_k=6, lead=(2, 3), d_k=8, d_v=5):
     return randn(*lead, t_q, d_k, seed=seed), randn(*lead, t_k, d_k, seed=seed + 1), randn(*lead, t_k, d_v, seed=seed + 2)
 
 
 _MASK = torch.tensor([[False, True, False, True, True, False], [False] * 6,
                       [True, True, True, False, False, True], [False, True, True, True, True, True]])  # (T_q, T_k)
+_OTHER_MASK = torch.tensor([[False, False, True, True, True, True], [True, False, False, False, True, True],
+                            [False, False, False, False, False, True], [True, True, True, True, True, False]])  # _MASK's shape, other keys
 _PADDING = torch.tensor([[False] * 6, [False, False, False, True, True, True]])[:, None, None, :]  # (B, 1, 1, T_k)
 _GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
 
@@ -117,5 +126,13 @@ FAMILIES = {
         Probe("edges", "one query (T_q = 1)", lambda: (_qkv(323, t_q=1, lead=(2,)), {}), "只有一个查询（T_q = 1）"),
         *[Probe("dtype", f"{name} inputs with a mask", lambda dt=dt: (tuple(t.to(dt) for t in _qkv(326)), {"mask": _MASK}),
                 f"带掩码的 {name} 输入") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+        # last, so that they do not come before the probes that name the usual mistakes. Whole-number q and k
+        # and scale=0.5 make every score exact in float32, so right answers agree on scores this large.
+        Probe("extreme", "scores of about -11,000 with a mask (a finite fill such as -1e4 would outweigh them)",
+              lambda: ((_below(2, 4, 8, seed=340, sign=1), _below(2, 6, 8, seed=341, sign=-1), randn(2, 6, 5, seed=342)),
+                       {"mask": _MASK, "scale": 0.5}),
+              "约为 -11,000 的分数，带掩码（-1e4 这样的有限填充值会压过它们）"),
+        Probe("arguments", "another (T_q, T_k) mask, after the first one", lambda: (_qkv(343), {"mask": _OTHER_MASK}),
+              "另一个 (T_q, T_k) 掩码，在第一个之后"),
     ], compares=_GRADED),
 }

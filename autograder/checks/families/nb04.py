@@ -63,6 +63,9 @@ FAMILIES = {
         Probe("edges", "one query", lambda: ((randn(2, 1, 5, seed=415), ref.causal_mask(1, 5)), {}), "只有一个查询"),
         *[Probe("dtype", f"{name} scores", lambda dt=dt: ((randn(2, 4, 6, seed=416).to(dt), ref.causal_mask(4, 6)), {}), f"{name} 分数")
           for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
+        # last (after the probes that name the usual mistakes); -2e9 and -2e9 + 1024 are exact in float32: a finite fill such as -1e9 would outweigh every visible score
+        Probe("extreme", "scores of about -2e9", lambda: ((-2e9 + 1024.0 * (randn(2, 4, 6, seed=417) > 0), ref.causal_mask(4, 6)), {}),
+              "约为 -2e9 的分数"),
     ], compares=_GRADED),
     "CausalSelfAttention": Family([
         *layer_probes(D_IN, CONTEXT, 420),

@@ -34,6 +34,9 @@ FAMILIES = {
         Probe("edges", "head_dim 1 (as many heads as features)", lambda: ((randn(2, 3, 4, seed=603), 4), {}),
               "head_dim 为 1（头数等于特征数）"),
         *_dtypes((2, 3, 6), 604, (2,)),
+        # last: bad input, after the probes that name the usual mistakes
+        Probe("edges", "a width of 10 for 4 heads (not divisible: no split holds every feature)",
+              lambda: ((randn(2, 3, 10, seed=605), 4), {}), "宽度 10、4 个头（不能整除：没有能容纳所有特征的切分）"),
     ], compares=_GRADED),
     "merge_heads": Family([
         Probe("batch", "(2, 3, 4, 2) inputs whose batch items and heads differ", lambda: ((randn(2, 3, 4, 2, seed=611),), {}),

@@ -291,3 +291,10 @@ RIGHT = {
                               ".data.copy_ without no_grad": copy_data_copy, "new contiguous Parameters": copy_new_contiguous,
                               "copy_ under torch.inference_mode()": copy_in_inference_mode},
 }
+
+from autograder.tests.zoo import nb02_adversary2  # noqa: E402
+
+for _exercise, _entries in nb02_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb02_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

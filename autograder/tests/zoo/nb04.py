@@ -453,3 +453,10 @@ RIGHT = {
         "softmax in float32, cast back": causal_float32_softmax(),
     },
 }
+
+from autograder.tests.zoo import nb04_adversary2  # noqa: E402
+
+for _exercise, _entries in nb04_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb04_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

@@ -344,3 +344,10 @@ RIGHT = {
     "mha_parameter_count": {"count the modules": count_by_modules, "formula": count_formula},
     "attention_parameter_count": {"matrix by matrix": gpt3_per_matrix},
 }
+
+from autograder.tests.zoo import nb06_adversary2  # noqa: E402
+
+for _exercise, _entries in nb06_adversary2.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb06_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
