@@ -61,6 +61,12 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
              f"work on a new tensor (x = x / s), the caller still needs its {arg}.",
              f"{name} 原地修改了它的输入 {arg}（对调用者的张量做 x /= s、x.add_(...)、x[...] = ...）："
              f"请在新张量上计算（x = x / s），调用者还需要原来的 {arg}。", evidence)
+    if (found := inputs.switched(copies)) is not None:
+        arg, evidence = found
+        fail(f"{name} left {arg} in another mode (train() or eval()) than it found it: the mode is the caller's choice "
+             "(a generate inside a training loop must not leave the model in eval()). Do not change it, or put it back before returning.",
+             f"{name} 改变了 {arg} 的模式（train() 或 eval()）并且没有恢复：模式由调用者决定（训练循环中调用 generate 后，"
+             "模型不能被留在 eval() 模式）。不要改变它，或者在返回之前恢复原来的模式。", evidence)
     return out
 
 

@@ -64,13 +64,31 @@ def snapshot(fn, name: str, args, kwargs) -> list:
             for what, t in _tensors(arg, value):
                 if t.device.type != "meta" and not t.is_sparse:
                     found.append((arg, what, t, t.detach().clone()))
+            if isinstance(value, nn.Module):  # its train()/eval() mode is the caller's too
+                found.append((arg, "mode", value, _modes(value)))
     return found
+
+
+def _modes(module) -> tuple:
+    return tuple(m.training for m in module.modules())
+
+
+def switched(found) -> tuple | None:
+    """The first module argument whose train()/eval() mode the call left changed, with the evidence."""
+    for arg, what, module, modes in found:
+        if what == "mode" and _modes(module) != modes:
+            before, after = ("train" if modes[0] else "eval"), ("train" if module.training else "eval")
+            return arg, f"{arg} was in {before}() mode before the call, {after}() after" + (
+                "" if before != after else " (a submodule's mode changed)")
+    return None
 
 
 def changed(found) -> tuple | None:
     """The first (argument, what) whose tensor differs from its copy, with the evidence."""
     with _disable_current_modes(), torch.no_grad():
         for arg, what, t, copy in found:
+            if what == "mode":
+                continue
             if t.shape != copy.shape or t.dtype != copy.dtype:
                 return arg, what, f"{what} became {t.dtype} {tuple(t.shape)}, was {copy.dtype} {tuple(copy.shape)}"
             same = t.detach() == copy

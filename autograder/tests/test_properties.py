@@ -187,6 +187,35 @@ def test_where_the_reference_raises_the_learner_must_raise(fn, refused):
         same_as_reference(fn, _pick, PAST_THE_END, "pick")
 
 
+def _sample(model, x):
+    return model(x)
+
+
+def _sample_in_eval(model, x):  # switches the caller's model to eval() and leaves it there
+    model.eval()
+    return model(x)
+
+
+def _sample_and_restore(model, x):
+    was = model.training
+    model.eval()
+    try:
+        return model(x)
+    finally:
+        model.train(was)
+
+
+@pytest.mark.parametrize("fn, refused", [(_sample, False), (_sample_in_eval, True), (_sample_and_restore, False)])
+def test_a_module_argument_keeps_its_mode(fn, refused):
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.0)).train()
+    if refused:
+        with pytest.raises(AssertionError, match="left model in another mode"):
+            call(fn, model, torch.zeros(1, 3), name="sample")
+    else:
+        call(fn, model, torch.zeros(1, 3), name="sample")
+        assert model.training
+
+
 def test_holds_counts_tensors_in_any_container():
     import collections
 

@@ -114,7 +114,7 @@ WRONG = {
         "start_pos not passed to the block": (mtp_cls("start_pos ignored by block"), "pass start_pos to self.block"),
     },
     # the caller's model left in eval mode / 调用者的模型被留在 eval 模式
-    "mtp_forward": {"switches the model and modules to eval mode": (mtp_forward_eval, "changed the mode of the modules")},
+    "mtp_forward": {"switches the model and modules to eval mode": (mtp_forward_eval, "left model in another mode")},
     "mtp_loss": {
         "one mean over every depth's positions": (mtp_loss_pooled, "lam / D * sum over k"),
         "D taken as the batch size": (mtp_loss_D_is_batch, "lam / D * sum over k"),
