@@ -93,7 +93,8 @@ def prestart_kernel(kernel_name: str | None = None):
     limit = memory_limit_mb(section.memory_limit_mb if "memory_limit_mb" in section else DEFAULT_MEMORY_MB)
     km = AsyncKernelManager(kernel_name=kernel_name, **sockets)
     try:  # `import torch` at boot, binding no name in the learner's namespace
-        run_sync(km.start_kernel)(cwd=cwd, env=kernel_env(), preexec_fn=limit_memory(limit), extra_arguments=[
+        # its temporary files go in its own folder, removed with it even when it is killed mid-import
+        run_sync(km.start_kernel)(cwd=cwd, env={**kernel_env(), "TMPDIR": cwd}, preexec_fn=limit_memory(limit), extra_arguments=[
             *KERNEL_ARGUMENTS, "--IPKernelApp.exec_lines=__import__('torch') and None"])
     except Exception:  # GradingExecute starts its own, as nbgrader would
         return None

@@ -216,6 +216,50 @@ def test_a_module_argument_keeps_its_mode(fn, refused):
         assert model.training
 
 
+class _Scale(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return x * self.w
+
+
+class _ScaleKeepsFirst(_Scale):  # right on any first call: keeps that call's input
+    def forward(self, x):
+        self.__dict__.setdefault("first", x)
+        return self.first * self.w
+
+
+ONE_CALL = Family([Probe("batch", "rows that differ", lambda: ((randn(2, 3, seed=7),), {}), "不同的行")],
+                  compares=("values", "shape", "dtype", "device", "inputs", "grads"))
+
+
+def test_a_module_is_called_again_on_other_inputs():
+    from autograder.checks.harness import same_as_reference_module
+    same_as_reference_module(_Scale, _Scale, (3,), ONE_CALL, "Scale", grads=True)
+    with pytest.raises(AssertionError, match="compute every call from its own inputs"):
+        same_as_reference_module(_ScaleKeepsFirst, _Scale, (3,), ONE_CALL, "Scale", grads=True)
+
+
+_RESULTS = {}
+
+
+def _double(x):
+    return x * 2
+
+
+def _double_cached(x):  # one result per shape, handed to every caller
+    return _RESULTS.setdefault(tuple(x.shape), x * 2)
+
+
+def test_a_function_returns_a_new_result_on_every_call():
+    family = Family([Probe("batch", "rows", lambda: ((torch.ones(2, 3),), {}), "行")])
+    same_as_reference(_double, _double, family, "double")
+    with pytest.raises(AssertionError, match="returned the same tensor on a second call"):
+        same_as_reference(_double_cached, _double, family, "double")
+
+
 def test_holds_counts_tensors_in_any_container():
     import collections
 

@@ -217,10 +217,10 @@ def copy_setattr_loop(v1, v2):
 WRONG = {
     "project_qkv": {"batch flattened, not restored": (project_flattened, "for every token of every batch item"), "always float32": (project_float32, "must follow its input's dtype"),
                     "values under no_grad": (project_in_place, "part of the output does not train")},
-    "SelfAttentionV1": {"W_key is W_query": (V1SharedQK, "must be a registered nn.Parameter"), "keys and values of the first call cached": (V1KeysOfFirstCall, "a second call on another x of the same shape"),
+    "SelfAttentionV1": {"W_key is W_query": (V1SharedQK, "must be a registered nn.Parameter"), "keys and values of the first call cached": (V1KeysOfFirstCall, "compute every call from its own inputs"),
                         "caller's x scaled in place": (V1ScalesInputInPlace, "changed its input x in place"), "float64 parameters, input cast": (V1Float64, "must follow its input's dtype")},
     "SelfAttentionV2": {"W_value is W_key": (V2SharedKV, "must have the names of the contract"), "query and key biased always": (V2BiasAlways, "must not have a bias"),
-                        "nn.LazyLinear": (V2Lazy, "must map d_in features to d_out"), "values of the first call kept": (V2ValuesOfFirstCall, "a second call on another x of the same shape"), "scale from d_in at __init__": (V2ScaleAtInit, "sqrt(d_in)")},
+                        "nn.LazyLinear": (V2Lazy, "must map d_in features to d_out"), "values of the first call kept": (V2ValuesOfFirstCall, "compute every call from its own inputs"), "scale from d_in at __init__": (V2ScaleAtInit, "sqrt(d_in)")},
     "copy_weights_v2_to_v1": {"reshape instead of transpose": (copy_reshape, "without the transpose"), "W_value not copied": (copy_forgets_value, "v1.W_value must receive")},
 }
 

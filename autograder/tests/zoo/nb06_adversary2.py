@@ -213,7 +213,7 @@ WRONG = {
     "split_heads": {"heads interleaved (feature i to head i % H)": (split_interleaved, "Head h must hold features"), "indivisible D silently truncated": (split_truncates, "returns a result for bad input")},
     "merge_heads": {"dimension-major (heads interleaved)": (merge_head_dim_major, "must undo split_heads")},
     "MultiHeadAttention": {"out_proj without bias": (MHAOutProjNoBias, "out_proj must be nn.Linear(d_out, d_out) with a bias"), "out_proj bias follows qkv_bias": (MHAOutProjBiasIsQkvBias, "out_proj must be nn.Linear(d_out, d_out) with a bias"),
-                           "dropout on the scores": (MHADropoutOnScores, "dropout to the scores"), "first call's values kept": (MHAFirstValuesKept, "from its own input")},
+                           "dropout on the scores": (MHADropoutOnScores, "dropout to the scores"), "first call's values kept": (MHAFirstValuesKept, "compute every call from its own inputs")},
     "mha_parameter_count": {"a float (true division)": (count_float, "must return an int"), "out_proj bias follows qkv_bias": (count_out_bias_tied, "forgot out_proj's bias")},
     "attention_parameter_count": {"4 d_model² per layer": (attention_count_d_model_squared, "is wrong: 4 * d_model * head_dim"), "a float": (attention_count_float, "must return an int")},
 }
