@@ -14,7 +14,8 @@ inputs. For every probe, `same_as_reference` (functions) and `same_as_reference_
 - bad input: where the reference raises (an id past the vocabulary), the learner's code must
   raise too, any exception, rather than answer silently;
 - a second call: a module is called again on other inputs of the same shapes, after the same
-  first call on both sides; a function called again on equal inputs must return new tensors;
+  first call on both sides; a function called again on equal inputs must return new tensors
+  (these added calls are in `extra_calls.py`);
 - state (`Steps`): a sequence of method calls on one object, each output compared, and then
   what the object holds (`holds`: tensor elements reachable from it, in any container), which
   may not grow by more than the reference's does (what each holds at the start, a mask buffer
@@ -34,12 +35,12 @@ from typing import Callable
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
 from utils.mla import one_thread  # probes are tiny: one thread is fastest, and a busy machine's handoffs stay out
-from autograder.checks import call, course_runs, expect, fail, load_state, seeded_state
+from autograder.checks import call, course_runs, expect, load_state, seeded_state
 from autograder.checks.comparisons import (TOLERANCE, _backward, _grad_leaves, _where, compare_grads,  # noqa: F401 (re-exported)
                                            compare_outputs, expect_holds_at_most, holds, message_on)
+from autograder.checks.extra_calls import _expect_refused, _fresh_result, _plain, _second_call
 
 AXES = {
     "batch": ("batch items and heads that differ", "各不相同的批次项与注意力头"),
@@ -197,42 +198,6 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
             compare_grads(own, want, names, probe, who, family.tolerances(gradients=True, probe=probe))
 
 
-def _fresh_result(fn, out, args, kwargs, probe, who):
-    """Called again on copies of the same inputs, fn must return new tensors, not the first call's
-    (a cache of results: a caller that writes into one changes what the next caller gets)."""
-    first = {t.untyped_storage().data_ptr() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.numel()}
-    if not first:
-        return
-    args, kwargs = _fresh((args, kwargs))
-    again = call(fn, *args, name=who, **kwargs)
-    shared = [t for t in tree_flatten(again)[0] if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() in first]
-    en_on, zh_on = _where(probe)
-    expect(not shared, f"{who} returned the same tensor on a second call with equal inputs{en_on}: build a new result on every call "
-           "(no cache of results such as functools.lru_cache), since a caller that writes into one would change the next caller's.",
-           f"{who} 在第二次用相同输入调用时返回了同一个张量{zh_on}：每次调用都要构造新的结果（不要缓存结果，例如 functools.lru_cache），"
-           "因为调用者写入其中一个，就会改变下一个调用者得到的结果。", f"output of shape {tuple(shared[0].shape) if shared else ()} shares its storage")
-
-
-def _expect_refused(fn, args, kwargs, probe, who, refused):
-    """Where the course's code raises (an id past the vocabulary), the learner's must raise too:
-    bad input gets a clear error, not a silent answer. Any exception will do."""
-    from autograder.checks import Shortcut
-    try:
-        fn(*args, **kwargs)
-    except Shortcut:
-        raise
-    except NotImplementedError:
-        fail(f"{who} is not implemented yet: replace `raise NotImplementedError()` with your code.",
-             f"{who} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
-    except Exception:
-        return
-    en_on, zh_on = _where(probe)
-    fail(f"{who} returns a result for bad input{en_on}: the course's raises {type(refused).__name__} there. Bad input must get a "
-         "clear error, not a silent answer (do not clamp or wrap what is out of range).",
-         f"{who} 对错误的输入返回了结果{zh_on}：课程的实现在这里会抛出 {type(refused).__name__}。错误的输入必须得到清楚的报错，"
-         "而不是悄悄给出答案（不要截断或回绕越界的值）。", f"{type(refused).__name__}: {refused}")
-
-
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
                              grads=False, seed=0, ctor_kwargs=None, state_seed=1, view=None, by_position=False):
     """Learner's cls(*ctor) and reference_cls(*ctor) (an nn.Module gets the reference's seeded
@@ -274,54 +239,6 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
             expect_holds_at_most(obj, holds(reference) + max(held, 0), probe, who)
         if not _is_steps(built) and isinstance(reference, nn.Module) and _plain(built):
             _second_call(obj, reference, built, probe, who, explain, family, view)
-
-
-def _plain(value) -> bool:
-    """Only tensors, numbers and containers of them: no object (a cache) that a call changes."""
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(_plain(v) for v in value.values())
-    return isinstance(value, (torch.Tensor, int, float, bool, str, type(None), torch.dtype))
-
-
-def _other(value):
-    """Other inputs of the same shapes and kinds: floats negated, ids in reverse order."""
-    if isinstance(value, (list, tuple)):
-        return type(value)(_other(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _other(v) for k, v in value.items()}
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return -value.detach()
-    if isinstance(value, torch.Tensor) and value.dtype != torch.bool and value.dim() > 0:
-        return value.flip(-1)
-    return value
-
-
-def _second_call(obj, reference, built, probe, who, explain, family, view):
-    """The same object called again on other inputs of the same shapes, after the same first call
-    on both sides: what it kept from the first call (its values, its mask, its batch size) must not
-    show in the second (issue 29, point 6)."""
-    args, kwargs = _other(built)
-    ref_args, ref_kwargs = _fresh((args, kwargs))
-    with course_runs(), torch.enable_grad():
-        expected = reference(*ref_args, **ref_kwargs)
-    with torch.enable_grad():
-        out = call(obj, *args, name=f"{who}.forward", **kwargs)
-    if view:
-        out, expected = view(out), view(expected)
-    again = Probe(probe.axis, f"{probe.label}, then called again on other inputs of the same shapes", probe.build,
-                  f"{probe.zh or probe.label}，随后用形状相同的其他输入再调用一次", probe.tolerance)
-
-    def kept(probe_, out_, expected_):
-        named = explain(probe_, out_, expected_) if explain else None
-        en_on, zh_on = _where(probe_)
-        return named or (f"{who} must compute every call from its own inputs: called again on other inputs of the same shapes, it gave "
-                         f"a wrong output{en_on} (something kept from the first call?). Keep nothing from one call to the next.",
-                         f"{who} 每次调用都必须只用它自己的输入计算：用形状相同的其他输入再次调用时输出不对{zh_on}"
-                         "（保留了第一次调用的东西？）。不要在两次调用之间保留任何东西。")
-    compare_outputs(out, expected, again, who, kept, values="values" in family.compares, dtype="dtype" in family.compares,
-                    tolerance=family.tolerances(probe=probe))
 
 
 def _construct(cls, reference_cls, args, kwargs, who, state_seed, by_position=False):
