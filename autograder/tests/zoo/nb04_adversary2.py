@@ -187,7 +187,7 @@ class CSAAllowedTril(nn.Module):
 
 
 WRONG = {
-    "causal_mask": {"lru_cache: one tensor shared by all callers": (mask_cached, "must build a new mask on every call"), "uint8 mask": (mask_uint8, "must be boolean")},
+    "causal_mask": {"lru_cache: one tensor shared by all callers": (mask_cached, "returned the same tensor on a second call"), "uint8 mask": (mask_uint8, "must be boolean")},
     "mask_and_renormalize": {"row sums without keepdim": (renorm_no_keepdim, "crashed with RuntimeError"), "row sums in float64": (renorm_float64_sums, "must follow its input's dtype"),
                              "mask[0] of a batched mask": (renorm_mask_first_item, "padding mask")},
     "masked_softmax": {"maximum over the last dim whatever dim is": (msoftmax_max_last_dim, "ignores its dim argument"), "blocked scores set to -1e9": (msoftmax_fill_minus_1e9, "scores of about -2e9")},
