@@ -19,6 +19,7 @@ from torch import nn
 import utils.moe as ref
 from autograder.checks import (graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, load_state, matches, own_module,
                                own_work, randn, seeded_state)
+from autograder.checks.causal_layers import converted, split_dtypes
 from autograder.checks.families.nb10 import FAMILIES
 from autograder.checks.moe_layer import MOE_SIZES, check_gate_gradient, check_layouts, check_sparse, gate_result, moe_modules, run_moe
 from autograder.checks.moe_probes import (CHOICE_MISTAKES, DROPS, GATE_CONFIGS, GATE_MISTAKES, ROUTER_GRAD, bias_mistakes, canonical,
@@ -70,22 +71,14 @@ def check_Expert(Expert):
     ]
     expect_known(out, reference(x).detach(), mistakes, "Expert's output is wrong: w2(silu(w1(x)) * w3(x)).",
                  "Expert 的输出不对：w2(silu(w1(x)) * w3(x))。")
-    # a model moved to another dtype (model.double(), model.bfloat16()) computes in it: no .float() inside
+    # a model moved to another dtype (model.double()) computes in it: the dtype members run on
+    # experts built by causal_layers.converted, the learner's and the course's alike
+    plain, typed = split_dtypes(FAMILIES["Expert"])
+    reference, references = ref.Expert, {dtype: converted(ref.Expert, dtype) for dtype, _ in typed}  # looked up before own_work
     with own_work(Expert, "Expert"):
-        expert = own_module(Expert, 6, 10)
-    load_state(expert, state, "Expert")
-    x = randn(3, 6, seed=102).double()
-    with torch.no_grad(), own_work(Expert, "Expert"):
-        out = call(expert.double(), x, name="Expert.forward")
-    expect(isinstance(out, torch.Tensor) and out.dtype == torch.float64,
-           "After expert.double(), a float64 x must give a float64 output: compute in the dtype of the layers and the input (no .float() inside).",
-           "执行 expert.double() 之后，float64 的 x 必须得到 float64 的输出：用各层与输入的 dtype 计算（内部不要 .float()）。",
-           f"got {getattr(out, 'dtype', type(out).__name__)}")
-    expect_close(out, reference.double()(x), "After expert.double(), Expert's output is wrong: w2(silu(w1(x)) * w3(x)).",
-                 "执行 expert.double() 之后，Expert 的输出不对：w2(silu(w1(x)) * w3(x))。")
-    reference = ref.Expert  # looked up before own_work blocks it
-    with own_work(Expert, "Expert"):
-        same_as_reference_module(Expert, reference, (6, 10), FAMILIES["Expert"], "Expert", grads=True)
+        same_as_reference_module(Expert, reference, (6, 10), plain, "Expert", grads=True)
+        for dtype, family in typed:
+            same_as_reference_module(converted(Expert, dtype), references[dtype], (6, 10), family, "Expert", grads=True)
 
 
 # topk_router -------------------------------------------------------------------------------

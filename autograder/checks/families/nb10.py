@@ -32,12 +32,16 @@ def _balance_inputs(seed, N, E, k, unused=False):  # float32 only: the text fixe
     return (probs, chosen.topk(k, -1).indices, E), {}
 
 
-def _tokens_family(seed, members):
+def _tokens_family(seed, members, typed=()):
     """The layers' families (Expert, Gate, MoE): one probe per member (axis, label, zh, shape of x,
-    scale of x), the n-th input x drawn with seed + n; every output and gradient compared."""
-    return Family([Probe(axis, label, lambda n=n, shape=shape, scale=scale: ((randn(*shape, seed=seed + n) * scale,), {}), zh)
-                   for n, (axis, label, zh, shape, scale) in enumerate(members)],
-                  compares=("values", "shape", "dtype", "device", "inputs", "grads"))
+    scale of x), the n-th input x drawn with seed + n; every output and gradient compared. `typed`
+    members (label, zh, shape, dtype) are dtype probes, for a layer moved to that dtype
+    (causal_layers.split_dtypes); each label names its dtype."""
+    probes = [Probe(axis, label, lambda n=n, shape=shape, scale=scale: ((randn(*shape, seed=seed + n) * scale,), {}), zh)
+              for n, (axis, label, zh, shape, scale) in enumerate(members)]
+    probes += [Probe("dtype", label, lambda n=n, shape=shape, dtype=dtype: ((randn(*shape, seed=seed + 50 + n).to(dtype),), {}), zh)
+               for n, (label, zh, shape, dtype) in enumerate(typed)]
+    return Family(probes, compares=("values", "shape", "dtype", "device", "inputs", "grads"))
 
 
 FAMILIES = {
@@ -45,7 +49,8 @@ FAMILIES = {
         ("batch", "a (2, 3, dim) input whose tokens differ", "词元各不相同的 (2, 3, dim) 输入", (2, 3, 6), 1.0),
         ("edges", "a single token (dim,)", "单个词元 (dim,)", (6,), 1.0),
         ("extreme", "inputs of order 30", "30 量级的输入", (4, 6), 30.0),
-    ]),
+    ], typed=[("float64 inputs, the expert moved with .to(torch.float64)", "float64 输入，专家已用 .to(torch.float64) 转换",
+               (3, 6), torch.float64)]),
     "topk_router": Family([
         Probe("batch", "five tokens whose logits differ, k=2", lambda: ((_router_logits(170), 2), {}), "五个 logits 各不相同的词元，k=2"),
         Probe("extreme", "logits in the hundreds (±500, 300)", lambda: ((_router_logits(171, [500.0, -500.0, 300.0, 0.0, -300.0]), 3), {}),

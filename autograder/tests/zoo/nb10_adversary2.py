@@ -152,7 +152,7 @@ WRONG = {
     "Expert": {
         "w3 is the same layer as w1": (ExpertTied, "names of the contract"),
         # a model in float64 or bfloat16 gets float32 back / 在 float64 或 bfloat16 的模型中返回 float32
-        "computes in float32 whatever its dtype": (ExpertFloat32, "a float64 x must give a float64 output"),
+        "computes in float32 whatever its dtype": (ExpertFloat32, "must follow its input's dtype (torch.float64)"),
     },
     "Gate": {
         "groups ranked without the bias": (gate_cls("groups without bias"), "rank by score + bias within the kept groups"),
