@@ -96,7 +96,9 @@ def main(argv=None) -> int:
                     return 1
                 print("every solutions/*.ipynb matches its .py source")
             else:
-                for stem in args.stems or list(stale):
+                if sources.write_rules(sources.GRADING, None):
+                    print("rewrote GRADING.md's course-wide rules")
+                for stem in args.stems or [s for s in stale if s != "GRADING.md"]:
                     print(f"synced {sources.sync(stem, execute=not args.no_execute).relative_to(ROOT)}")
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,6 +8,7 @@ nbval and the learner's course/ are made from, so the two must say the same thin
 same sources, same nbgrader metadata. Only nbgrader's cell metadata is kept in the text
 (solutions/jupytext.toml), so execution metadata never shows up in a diff.
 """
+import re
 from pathlib import Path
 
 import jupytext
@@ -24,6 +25,54 @@ def stems() -> list[str]:
     return sorted(names)
 
 
+# The Rules blocks: generated from the exercises' contracts (autograder/checks/rules.py) into the
+# text source, between these markers, so the text a learner reads and the checks cannot disagree.
+_RULES = re.compile(r"^(?P<prefix># |)<!-- rules: (?P<name>\w+) -->\n.*?^(?P=prefix)<!-- /rules -->$", re.M | re.S)
+
+
+def rules_markdown(name: str, notebook: str | None) -> str:
+    """The generated block for `name` ("general": the course-wide rules)."""
+    from autograder.checks import rules
+    if name == "general":
+        return rules.general_block()
+    contracts = rules.load(notebook) if notebook else {}
+    if name not in contracts:
+        raise KeyError(f"no contract declares {name} (autograder/checks/families/nb{notebook}.py CONTRACTS)")
+    return rules.rules_block(contracts[name])
+
+
+def with_rules(text: str, notebook: str | None) -> str:
+    """`text` with every Rules block regenerated, commented as its marker is (jupytext markdown: "# ")."""
+    def block(m):
+        prefix = m.group("prefix")
+        body = rules_markdown(m.group("name"), notebook)
+        inner = "\n".join((prefix + line).rstrip() if line else prefix.rstrip() for line in body.split("\n"))
+        return f"{prefix}<!-- rules: {m.group('name')} -->\n{inner}\n{prefix}<!-- /rules -->"
+    return _RULES.sub(block, text)
+
+
+def rules_markers(text: str) -> list[str]:
+    return [m.group("name") for m in _RULES.finditer(text)]
+
+
+def stale_rules(stem: str) -> str:
+    """'' when solutions/<stem>.py's Rules blocks say what the contracts generate."""
+    py = SOLUTIONS / f"{stem}.py"
+    text = py.read_text(encoding="utf-8") if py.exists() else ""
+    return "" if with_rules(text, stem[:2]) == text else f"{py.name}: a Rules block differs from its contract (make sync rewrites it)"
+
+
+def write_rules(path: Path, notebook: str | None) -> bool:
+    text = path.read_text(encoding="utf-8")
+    new = with_rules(text, notebook)
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+GRADING = SOLUTIONS.parent / "GRADING.md"  # its course-wide rules are notebook 00's block
+
+
 def _cells(nb) -> list[tuple]:
     return [(c.cell_type, c.source.strip(), c.get("metadata", {}).get("nbgrader")) for c in nb.cells]
 
@@ -33,6 +82,8 @@ def differences(stem: str) -> str:
     py, ipynb = SOLUTIONS / f"{stem}.py", SOLUTIONS / f"{stem}.ipynb"
     if not py.exists():
         return f"{ipynb.name} has no text source {py.name} (jupytext --to py:percent)"
+    if stale := stale_rules(stem):
+        return stale
     if not ipynb.exists():
         return f"{py.name} has no notebook {ipynb.name} (python -m autograder sync {stem})"
     text, notebook = _cells(jupytext.read(py)), _cells(nbformat.read(ipynb, as_version=4))
@@ -49,13 +100,17 @@ def differences(stem: str) -> str:
 
 
 def out_of_sync() -> dict[str, str]:
-    return {stem: d for stem in stems() if (d := differences(stem))}
+    stale = {stem: d for stem in stems() if (d := differences(stem))}
+    if GRADING.exists() and with_rules(text := GRADING.read_text(encoding="utf-8"), None) != text:
+        stale["GRADING.md"] = "its course-wide rules differ from autograder/checks/rules.py (make sync rewrites them)"
+    return stale
 
 
 def sync(stem: str, execute: bool = True, timeout: int = 600) -> Path:
     """Write solutions/<stem>.ipynb from its .py (outputs kept where a cell is unchanged), then
     execute it in solutions/ so its stored outputs are fresh for nbval."""
     py, ipynb = SOLUTIONS / f"{stem}.py", SOLUTIONS / f"{stem}.ipynb"
+    write_rules(py, stem[:2])  # the Rules blocks first: the notebook is made from the text they are in
     nb = jupytext.read(py)
     if ipynb.exists():
         nb = combine_inputs_with_outputs(nb, nbformat.read(ipynb, as_version=4), fmt=FORMAT)

@@ -41,8 +41,12 @@ def reason(cell, timeout: int) -> str:
     if ename == "NameError":
         return (f"{evalue}: run your solution cell, and keep the name that the exercise asks for. "
                 f"{evalue}：请运行你的答案单元格，并保持练习要求的名称。")
-    if ename in ("AssertionError", "Shortcut") and evalue:
+    if ename in ("CheckFailed", "Shortcut") and evalue:
         return " ".join(evalue.split())
+    if ename == "AssertionError":  # not a check's sentence (those are CheckFailed): the learner's own assert
+        said = " ".join(evalue.split())[:300] or "(an assert without a message)"
+        return (f"Your code raised AssertionError: {said}. That is your own assert, not a check's: see which of your "
+                f"conditions failed. 你的代码抛出了 AssertionError：{said}。这是你自己的 assert，不是检查给出的：请看你的哪个条件不成立。")
     first = " ".join(evalue.split())[:300]
     return f"{ename}: {first}" if first else ename
 

@@ -49,6 +49,41 @@
 # - 工具栏中的 **Validate** 按钮会运行整个笔记本和所有可见测试。
 # - 想要得到分数，在终端中、于课程的顶层目录（有 `Makefile` 的那个目录；JupyterLab 的 File → New → Terminal 打开在 `course/` 中，所以先输入 `cd ..`）运行 `make submit NB=course/00_tokens_and_embeddings.ipynb`。你会看到每个练习的得分、每个失分的原因，以及一个 HTML 反馈文件。你的笔记本只会被读取，不会被修改。
 
+# %% [markdown]
+# ### How grading works · 评分如何进行
+#
+# Every exercise ends with a **Rules** block: what grading checks for that exercise beyond "the same
+# numbers as the course's reference" (a library call that is not allowed, an input that must raise,
+# the dtypes graded). A rule that can cost a mark is written there or below, and nowhere else. A
+# failing check quotes the rule it applies and says how to comply. The rules below hold for every
+# exercise.
+#
+# 每个练习的最后都有一个 **规则（Rules）** 区块：除了“与课程参考实现的结果相同”之外，评分对这个练习还检查什么（不允许使用的库函数、
+# 必须报错的输入、评分所用的 dtype）。会扣分的规则只写在那里或下面，不会写在别处。未通过的检查会引用它所依据的规则，并说明如何满足它。
+# 下面的规则对每个练习都成立。
+#
+# <!-- rules: general -->
+#
+# - **Same numbers as the course's.** Your code runs beside the course's reference on a family of inputs (sizes, values, dtypes, layouts and flags the exercise allows); outputs, shapes, dtypes and every gradient are compared.
+# - **Inputs unchanged.** Do not change an argument in place (`x /= s`, `x.add_(...)`), unless the exercise's rules say it does; a module argument keeps its `train()`/`eval()` mode.
+# - **Device.** Outputs stay on the inputs' device, and a tensor you create is made there: `torch.arange(T, device=x.device)`, `torch.ones(T, T, dtype=torch.bool, device=x.device)`. Grading runs your code with inputs that report a GPU, so a tensor left on the CPU shows.
+# - **dtype and precision.** The output has the input's dtype unless the exercise says otherwise. float32 is the precision graded: a float64 input is graded at float32's tolerance (computing in float32 and casting back is fine), a bfloat16 input at bfloat16's; the dtypes graded are the ones the exercise's rules list.
+# - **New results, no memory of earlier calls.** Every call returns new tensors (no cache of results), an output does not share memory with an input unless the course's does (a copy is a copy), and a module called twice answers the second call as if the first had not happened, unless keeping something is its job (a cache).
+# - **Bad input.** Where an exercise's rules say it raises an error, it must raise that error; what they call a precondition is never graded.
+# - **Your own work.** Handing in the course's reference from `utils/` is refused (an alias, a wrapper or a subclass of it too); a library function is allowed unless the exercise's rules name it. Reusing a class of an earlier notebook is fine.
+# - **A mistake costs marks once.** While an exercise is graded, the earlier exercises of its notebook that it calls are the course's versions, visible tests included, unless its rules say it calls your own.
+#
+# - **与课程的结果相同。** 你的代码与课程的参考实现在一族输入上并排运行（练习允许的大小、数值、dtype、内存布局和选项）；比较输出、形状、dtype 以及每一个梯度。
+# - **输入保持不变。** 不要原地修改参数（`x /= s`、`x.add_(...)`），除非练习的规则说明它会这样做；模块参数保持它的 `train()`/`eval()` 模式。
+# - **设备。** 输出留在输入所在的设备上，你新建的张量也要建在那里：`torch.arange(T, device=x.device)`、`torch.ones(T, T, dtype=torch.bool, device=x.device)`。评分时你的代码会在报告自己位于 GPU 上的输入上运行，所以留在 CPU 上的张量会被发现。
+# - **dtype 与精度。** 除非练习另有说明，输出与输入的 dtype 相同。评分的精度是 float32：float64 输入按 float32 的容差评分（用 float32 计算再转换回来是可以的），bfloat16 输入按 bfloat16 的容差评分；评分所用的 dtype 就是练习规则中列出的那些。
+# - **新的结果，不记得之前的调用。** 每次调用返回新的张量（不缓存结果）；除非课程的实现如此，输出不与输入共享内存（复制就是复制）；模块被调用两次时，第二次的回答与第一次调用没有发生过一样，除非保存东西正是它的任务（缓存）。
+# - **错误的输入。** 练习的规则说明会抛出某个错误时，必须抛出那个错误；规则中称为前提条件的情况不会被评分。
+# - **自己的工作。** 交上 `utils/` 中课程的参考实现会被拒绝（它的别名、包装或子类也一样）；库函数都可以用，除非练习的规则点名不允许。复用之前笔记本中的类是可以的。
+# - **一个错误只扣一次分。** 评某个练习时，它调用的本笔记本中较早的练习会换成课程的版本（可见测试也一样），除非它的规则说明调用的是你自己的。
+#
+# <!-- /rules -->
+
 # %%
 import torch
 import matplotlib.pyplot as plt
@@ -105,10 +140,11 @@ def encode(text: str) -> list[int]:
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_encode", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from autograder.checks import expect
+
 ids = encode("Hello, world")
-assert ids == [15496, 11, 995], (
-    f"encode('Hello, world') should be [15496, 11, 995], got {ids}: use GPT-2's BPE tokenizer. "
-    f"encode('Hello, world') 应为 [15496, 11, 995]，实际为 {ids}：请使用 GPT-2 的 BPE 分词器。")
+expect(ids == [15496, 11, 995], f"encode('Hello, world') should be [15496, 11, 995], got {ids}: use GPT-2's BPE tokenizer.",
+       f"encode('Hello, world') 应为 [15496, 11, 995]，实际为 {ids}：请使用 GPT-2 的 BPE 分词器。")
 print("✓ encode")
 
 # %% nbgrader={"grade": true, "grade_id": "test_encode_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

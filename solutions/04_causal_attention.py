@@ -89,6 +89,22 @@ plt.show()
 # Hint: `torch.triu(..., diagonal=...)` keeps the entries on and above a chosen diagonal.
 #
 # 返回一个形状为 `(num_queries, num_keys)` 的布尔张量（`num_keys` 默认等于 `num_queries`），创建在 `device` 上；在查询 `i` **不能** 看到键 `j` 的地方为 True，并且右下对齐。提示：`torch.triu(..., diagonal=...)` 保留选定对角线及其上方的元素。
+#
+# <!-- rules: causal_mask -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`causal_mask`)
+#
+# - Not graded (the caller guarantees it): num_keys >= num_queries (the queries are the last positions of the keys).
+# - dtype: the result is `torch.bool`.
+# - Device: the result is created on the `device` argument (pass `device=device` to what you build).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：num_keys >= num_queries（查询是键的最后几个位置）。
+# - dtype：结果是 `torch.bool`。
+# - 设备：结果创建在参数 `device` 指定的设备上（把 `device=device` 传给你构造的张量）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "causal_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def causal_mask(num_queries, num_keys=None, device=None):
@@ -164,6 +180,22 @@ print(causal_mask(3, 7).int())
 # its sum. Do not change the input in place.
 #
 # 给定形状为 `(..., T_q, T_k)` 的注意力权重 `weights` 和一个可以广播到该形状的布尔掩码 `mask`（True = 被屏蔽），返回新的权重：被屏蔽的元素设为 0，每一行除以它的和。不要原地修改输入。
+#
+# <!-- rules: mask_and_renormalize -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`mask_and_renormalize`)
+#
+# - Not graded (the caller guarantees it): every row keeps at least one key.
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：每一行至少保留一个键。
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "mask_and_renormalize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mask_and_renormalize(weights, mask):
@@ -178,12 +210,15 @@ def mask_and_renormalize(weights, mask):
 import torch
 from autograder.checks import expect_close
 
-w = torch.tensor([[0.5, 0.25, 0.25], [0.2, 0.3, 0.5], [0.1, 0.2, 0.7]])
-m = torch.tensor([[False, True, True], [False, False, True], [False, False, False]])
-expect_close(mask_and_renormalize(w, m), torch.tensor([[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.1, 0.2, 0.7]]),
-             "Blocked weights should become 0 and every row should be divided by its new sum.",
-             "被屏蔽的权重应变为 0，每一行应除以它新的和。")
-print("✓ mask_and_renormalize")
+from autograder.checks import nb04
+
+with nb04.as_graded(mask_and_renormalize):
+    w = torch.tensor([[0.5, 0.25, 0.25], [0.2, 0.3, 0.5], [0.1, 0.2, 0.7]])
+    m = torch.tensor([[False, True, True], [False, False, True], [False, False, False]])
+    expect_close(mask_and_renormalize(w, m), torch.tensor([[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.1, 0.2, 0.7]]),
+                 "Blocked weights should become 0 and every row should be divided by its new sum.",
+                 "被屏蔽的权重应变为 0，每一行应除以它新的和。")
+    print("✓ mask_and_renormalize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mask_and_renormalize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -223,6 +258,22 @@ print("row sums:", route_1.sum(dim=-1))
 # scores in place.
 #
 # 把 `scores` 中被屏蔽的位置（`mask` 为 True 处）填成 `-inf`，返回沿 `dim` 的 softmax。这里可以使用 `torch.softmax`（你在笔记本 01 中已经自己实现过）。不要原地修改调用者的分数。
+#
+# <!-- rules: masked_softmax -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`masked_softmax`)
+#
+# - Not graded (the caller guarantees it): every row keeps at least one key.
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：每一行至少保留一个键。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "masked_softmax", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def masked_softmax(scores, mask, dim=-1):
@@ -236,12 +287,15 @@ def masked_softmax(scores, mask, dim=-1):
 import torch
 from autograder.checks import expect_close
 
-m = torch.tensor([[False, True, True], [False, False, True], [False, False, False]])
-expect_close(masked_softmax(torch.zeros(3, 3), m),
-             torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]]),
-             "With equal scores, each query should share its weight equally among the keys it may see.",
-             "分数相同时，每个查询应把权重平均分给它能看到的键。")
-print("✓ masked_softmax")
+from autograder.checks import nb04
+
+with nb04.as_graded(masked_softmax):
+    m = torch.tensor([[False, True, True], [False, False, True], [False, False, False]])
+    expect_close(masked_softmax(torch.zeros(3, 3), m),
+                 torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]]),
+                 "With equal scores, each query should share its weight equally among the keys it may see.",
+                 "分数相同时，每个查询应把权重平均分给它能看到的键。")
+    print("✓ masked_softmax")
 
 # %% nbgrader={"grade": true, "grade_id": "test_masked_softmax_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -317,6 +371,26 @@ plt.tight_layout(); plt.show()
 # reference, is not).
 #
 # 扩展笔记本 02 的 `SelfAttentionV2`：三个名为 `W_query`、`W_key`、`W_value` 的 `nn.Linear(d_in, d_out, bias=qkv_bias)` 层，以及一个名为 `mask` 的缓冲区，存放 `(context_length, context_length)` 的因果掩码（True 或 1 = 被屏蔽）。`forward(x)` 接收形状为 `(B, T, d_in)` 的 `x`，当 `T > context_length` 时抛出 `ValueError`，并返回形状为 `(B, T, d_out)` 的 $\operatorname{softmax}(\operatorname{mask}(Q K^\top / \sqrt{d_{out}}))\,V$。请用 torch 运算实现（上面你写的函数可能有帮助）；这里不允许使用 `F.scaled_dot_product_attention`。扩展可以是继承：上面已导入 `SelfAttentionV2`，继承它并编写自己的 `forward` 的类算作你自己的工作（复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.causal.CausalSelfAttention` 则不行）。
+#
+# <!-- rules: CausalSelfAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`CausalSelfAttention`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the whole masked attention this exercise builds).
+# - Raises `ValueError` when the input has more tokens than `context_length`.
+# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - The mask is a buffer named `mask` (so `.to()` moves it and the optimizer never trains it).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会完成本练习要构造的整个带掩码注意力）。
+# - 输入的词元多于 `context_length` 时抛出 `ValueError`。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 掩码是名为 `mask` 的缓冲区（这样 `.to()` 会移动它，优化器也不会训练它）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "CausalSelfAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CausalSelfAttention(nn.Module):
@@ -345,29 +419,32 @@ class CausalSelfAttention(nn.Module):
 
 # %% nbgrader={"grade": true, "grade_id": "test_CausalSelfAttention", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import torch
-from autograder.checks import expect, expect_close
+from autograder.checks import expect, expect_close, fail
 
-ca = CausalSelfAttention(2, 2, context_length=4)
-expect("mask" in dict(ca.named_buffers()),
-       "The mask should be a buffer named mask: self.register_buffer('mask', ...).",
-       "掩码应是名为 mask 的缓冲区：self.register_buffer('mask', ...)。")
-with torch.no_grad():
-    for layer in (ca.W_query, ca.W_key, ca.W_value):
-        layer.weight.copy_(torch.eye(2))
-x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]])
-out = ca(x)
-expect_close(out[:, 0], x[:, 0], "The first token can only attend to itself, so its output should be its own value.",
-             "第一个词元只能关注它自己，所以它的输出应该是它自己的值。")
-w = torch.softmax(torch.tensor([0.0, 1.0]) / 2 ** 0.5, dim=-1)
-expect_close(out[0, 1], w @ x[0, :2], "The second token should attend to the first two tokens only, with scaled scores.",
-             "第二个词元应只关注前两个词元，并使用缩放后的分数。")
-try:
-    ca(torch.zeros(1, 5, 2))
-except ValueError:
-    pass
-else:
-    raise AssertionError("An input longer than context_length should raise ValueError. 输入长于 context_length 时应抛出 ValueError。")
-print("✓ CausalSelfAttention")
+from autograder.checks import nb04
+
+with nb04.as_graded(CausalSelfAttention):
+    ca = CausalSelfAttention(2, 2, context_length=4)
+    expect("mask" in dict(ca.named_buffers()),
+           "The mask should be a buffer named mask: self.register_buffer('mask', ...).",
+           "掩码应是名为 mask 的缓冲区：self.register_buffer('mask', ...)。")
+    with torch.no_grad():
+        for layer in (ca.W_query, ca.W_key, ca.W_value):
+            layer.weight.copy_(torch.eye(2))
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]])
+    out = ca(x)
+    expect_close(out[:, 0], x[:, 0], "The first token can only attend to itself, so its output should be its own value.",
+                 "第一个词元只能关注它自己，所以它的输出应该是它自己的值。")
+    w = torch.softmax(torch.tensor([0.0, 1.0]) / 2 ** 0.5, dim=-1)
+    expect_close(out[0, 1], w @ x[0, :2], "The second token should attend to the first two tokens only, with scaled scores.",
+                 "第二个词元应只关注前两个词元，并使用缩放后的分数。")
+    try:
+        ca(torch.zeros(1, 5, 2))
+    except ValueError:
+        pass
+    else:
+        fail("An input longer than context_length should raise ValueError.", "输入长于 context_length 时应抛出 ValueError。")
+    print("✓ CausalSelfAttention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_CausalSelfAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -92,7 +92,7 @@ def attention_dropout(weights, p, training=True, generator=None):
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_dropout", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import torch
-from autograder.checks import expect, expect_close
+from autograder.checks import expect, expect_close, fail
 
 w = torch.full((200, 300), 0.25)
 out = attention_dropout(w, 0.5, generator=torch.Generator().manual_seed(0))
@@ -108,7 +108,7 @@ try:
 except ValueError:
     pass
 else:
-    raise AssertionError("p = 1 should raise ValueError. p = 1 时应抛出 ValueError。")
+    fail("p = 1 should raise ValueError.", "p = 1 时应抛出 ValueError。")
 print("✓ attention_dropout")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_dropout_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

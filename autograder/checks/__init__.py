@@ -5,6 +5,7 @@ translation, then the evidence in brackets (shapes, largest difference). One mod
 notebook (`nb00`, `nb01`, ...) holds that notebook's checks; this file holds the pieces
 they share. `autograder/tests` runs them against a collection of wrong solutions.
 """
+import functools
 import math
 
 import torch
@@ -19,8 +20,13 @@ def message(en: str, zh: str, evidence: str = "") -> str:
     return f"{en} {zh}" + (f" [{evidence}]" if evidence else "")
 
 
+class CheckFailed(AssertionError):
+    """A check's verdict: one sentence that names the idea that is wrong. An AssertionError of
+    any other class comes from the learner's own code (their assert), and is said as theirs."""
+
+
 def fail(en: str, zh: str, evidence: str = ""):
-    raise AssertionError(message(en, zh, evidence))
+    raise CheckFailed(message(en, zh, evidence))
 
 
 def expect(condition, en: str, zh: str, evidence: str = ""):
@@ -28,7 +34,7 @@ def expect(condition, en: str, zh: str, evidence: str = ""):
         fail(en, zh, evidence)
 
 
-class Shortcut(AssertionError):
+class Shortcut(CheckFailed):
     """Raised when an exercise calls the very thing it asks the learner to build."""
 
 
@@ -39,11 +45,19 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
     name = name or getattr(fn, "__name__", "your code")
     from autograder.checks import inputs
     from autograder.checks import elsewhere
+    from autograder.checks import rules
+    for dtype in inputs.floating_dtypes(fn, args, kwargs):  # what the contract's `dtypes` must name (test_rules.py)
+        rules.record(name, "dtypes", dtype)
     copies = [] if inputs_named else inputs.snapshot(fn, name, args, kwargs)
     try:
         out, moved = elsewhere.run(fn, name, args, kwargs)  # its inputs report a GPU
-    except (Shortcut, AssertionError):
+    except (Shortcut, CheckFailed):
         raise
+    except AssertionError as e:  # the learner's own assert: theirs, not a check's sentence
+        fail(f"Your code raised AssertionError in {name}: {str(e)[:300] or '(an assert without a message)'}. That is your own assert, "
+             "not a check's: see which of your conditions failed on these inputs.",
+             f"你的代码在 {name} 中抛出了 AssertionError：{str(e)[:300] or '（没有说明的 assert）'}。这是你自己的 assert，不是检查给出的："
+             "请看你的哪个条件在这些输入上不成立。", f"inputs of shape {', '.join(_describe(a) for a in args)}")
     except NotImplementedError:
         fail(f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code.",
              f"{name} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
@@ -75,11 +89,14 @@ def graded_checks(namespace: dict):
     fails the check once everything else in it has passed, so a wrong value is named first; the
     harness knows the notebook's exercises, to grade each with the course's earlier ones."""
     from autograder.checks import elsewhere, harness
+    from autograder.checks import rules
     exercises = tuple(key[len("check_"):] for key in namespace if key.startswith("check_"))  # in the notebook's order
     own_earlier = namespace.get("OWN_EARLIER", ())  # exercises whose text asks them to call the learner's earlier ones
+    own_earlier = tuple(own_earlier) + tuple(e for e in exercises if (c := rules.of(e)) is not None and c.earlier == "own")
     for key, fn in list(namespace.items()):
         if key.startswith("check_") and callable(fn) and not getattr(fn, "graded", False):
             namespace[key] = harness.among(elsewhere.deferred(fn), exercises, own_earlier)
+    namespace["as_graded"] = functools.partial(harness.as_graded, exercises=exercises, own_earlier=own_earlier)
 
 
 def _describe(x) -> str:
@@ -228,13 +245,18 @@ def expect_known(actual, expected, mistakes, en: str, zh: str, atol: float = ATO
 
 
 def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = None, **kwargs):
-    """Calling fn(*args, **kwargs) must raise `exception` (ValueError for bad sizes or bad input)."""
+    """Calling fn(*args, **kwargs) must raise `exception` (ValueError for bad sizes or bad input),
+    one that the exercise's contract declares (rules.py: the text says so)."""
     name = name or getattr(fn, "__name__", "your code")
+    from autograder.checks import rules
+    if (why := rules.undeclared(name, "raises", exception.__name__)) is not None and rules.of(name) is not None:
+        raise RuntimeError(why)
+    rules.record(name, "raises", exception.__name__)
     try:
         fn(*args, **kwargs)
     except exception:
         return
-    except (Shortcut, AssertionError):
+    except (Shortcut, CheckFailed):
         raise
     except Exception as e:
         fail(f"{en} ({name} raised {type(e).__name__} instead of {exception.__name__}.)",

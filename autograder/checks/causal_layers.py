@@ -14,7 +14,7 @@ import math
 import torch
 
 import utils.causal as ref
-from autograder.checks import (expect, expect_close, expect_known, expect_linear, expect_raises, expect_tensor,
+from autograder.checks import (CheckFailed, expect, expect_close, expect_known, expect_linear, expect_raises, expect_tensor,
                                fail, fill_linear, matches, randn)
 
 NEG_INF = float("-inf")
@@ -110,7 +110,7 @@ def run_shorter(module, x, who):
     """Call the module on fewer tokens than its context; a crash here means the mask was not sliced."""
     try:
         return module(x)
-    except AssertionError:
+    except CheckFailed:
         raise
     except Exception as e:
         fail(f"{who} crashes on an input shorter than context_length: slice the buffer to the input, self.mask[:T, :T].",

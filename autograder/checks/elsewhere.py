@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from autograder.checks import message
+from autograder.checks import CheckFailed, message
 
 ELSEWHERE = torch.device("cuda", 0)
 _DEVICE_GET, _IS_CUDA_GET = torch.Tensor.device.__get__, torch.Tensor.is_cuda.__get__
@@ -233,7 +233,7 @@ def deferred(check):
             _depth[0] -= 1
         if _depth[0] == 0 and PENDING[0] is not None:
             found, PENDING[0] = PENDING[0], None
-            raise AssertionError(message(*found))
+            raise CheckFailed(message(*found))
         return result
     run.graded = True
     return run

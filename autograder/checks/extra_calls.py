@@ -29,7 +29,18 @@ def _fresh_result(fn, out, args, kwargs, probe, who):
 
 def _expect_refused(fn, args, kwargs, probe, who, refused):
     """Where the course's code raises (an id past the vocabulary), the learner's must raise too:
-    bad input gets a clear error, not a silent answer. Any exception will do."""
+    bad input gets a clear error, not a silent answer. The error is the one the exercise's
+    contract declares (its text says "Raises ValueError when ..."); without a contract, any."""
+    from autograder.checks import rules
+    contract = rules.of(who)
+    declared = contract.raise_for(type(refused)) if contract is not None else None
+    if contract is not None and declared is None:
+        raise RuntimeError(f"a probe of {who} ({probe.label}) makes the course's code raise {type(refused).__name__}, "
+                           "which its contract does not declare: declare it (Raises) or make it a precondition the space excludes")
+    wanted = declared.exception if declared is not None else Exception
+    if declared is not None:
+        rules.record(who, "raises", declared.error)
+    en_on, zh_on = _where(probe)
     try:
         fn(*args, **kwargs)
     except Shortcut:
@@ -37,13 +48,18 @@ def _expect_refused(fn, args, kwargs, probe, who, refused):
     except NotImplementedError:
         fail(f"{who} is not implemented yet: replace `raise NotImplementedError()` with your code.",
              f"{who} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
-    except Exception:
+    except wanted:
         return
-    en_on, zh_on = _where(probe)
+    except Exception as other:
+        fail(f"{who} raised {type(other).__name__} for bad input{en_on}; its rules say: raises {declared.error} when {declared.when}.",
+             f"{who} 对错误的输入{zh_on}抛出了 {type(other).__name__}；它的规则是：{declared.zh}时抛出 {declared.error}。",
+             f"{type(other).__name__}: {other}")
+    rule_en = f" Its rules say: raises {declared.error} when {declared.when}." if declared is not None else ""
+    rule_zh = f"它的规则是：{declared.zh}时抛出 {declared.error}。" if declared is not None else ""
     fail(f"{who} returns a result for bad input{en_on}: the course's raises {type(refused).__name__} there. Bad input must get a "
-         "clear error, not a silent answer (do not clamp or wrap what is out of range).",
+         f"clear error, not a silent answer (do not clamp or wrap what is out of range).{rule_en}",
          f"{who} 对错误的输入返回了结果{zh_on}：课程的实现在这里会抛出 {type(refused).__name__}。错误的输入必须得到清楚的报错，"
-         "而不是悄悄给出答案（不要截断或回绕越界的值）。", f"{type(refused).__name__}: {refused}")
+         f"而不是悄悄给出答案（不要截断或回绕越界的值）。{rule_zh}", f"{type(refused).__name__}: {refused}")
 
 
 def _plain(value) -> bool:

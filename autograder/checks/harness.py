@@ -29,6 +29,7 @@ are in `comparisons.py`.
 """
 import contextlib
 import copy
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Callable
@@ -51,6 +52,7 @@ AXES = {
     "arguments": ("arguments away from their defaults", "不取默认值的参数"),
     "coverage": ("categories left unused (an expert no token picks)", "未被使用的类别（没有词元选择的专家）"),
     "state": ("a sequence of calls (repeat, reset, the same position twice)", "一串调用（重复、重置、同一位置写两次）"),
+    "space": ("a point of the declared input space", "声明的输入空间中的一个点"),
 }
 # Gradients are compared on every probe but these: at extreme values a saturated softmax's gradient
 # is smaller than float32's rounding of it, and two right orders of summation disagree.
@@ -68,6 +70,8 @@ class Probe:
     build: Callable  # () -> (args, kwargs), or Steps for a call sequence
     zh: str = ""  # the label in Chinese
     tolerance: object = None  # over the family's, for this member only (Family.tolerance says what it holds)
+    grads: bool = True  # False: gradients are not compared on this member (a generated point of extreme values)
+    dtype: str | None = None  # a generated point's dtype: a module is moved to it (.to) on both sides
 
     def __post_init__(self):
         if self.axis not in AXES:
@@ -91,6 +95,9 @@ def _is_steps(built) -> bool:
 
 @dataclass
 class Family:
+    """probes: the pinned members (hand-picked inputs that name a mistake); space: the declared
+    input space (space.py), whose covering array of strength 2 follows them. `oracle()` is the
+    same family over the whole space, with more seeds: slow, for tests of the tests."""
     __slotnames__ = []
     probes: list
     compares: tuple = ("values", "shape", "dtype", "device", "inputs")
@@ -98,6 +105,18 @@ class Family:
     # exercise's own arithmetic rounds more (notebook 15's tl.dot multiplies in TF32 on a GPU)
     tolerance: object = None
     grad_tolerance: object = None
+    space: object = None
+    pinned: list = None
+
+    def __post_init__(self):
+        if self.pinned is None:  # generated once, at import: the family is data
+            self.pinned = list(self.probes)
+            self.probes = self.pinned + generated(self.space, self.space.covering() if self.space else [], seeds=(0,))
+
+    def oracle(self) -> "Family":
+        points = self.space.oracle_points() if self.space else []
+        seeds = self.space.seeds if self.space else ()
+        return dataclasses.replace(self, probes=self.pinned + generated(self.space, points, seeds), pinned=self.pinned)
 
     def tolerances(self, gradients=False, probe=None) -> dict:
         extra = self.grad_tolerance if gradients and self.grad_tolerance is not None else self.tolerance
@@ -106,6 +125,19 @@ class Family:
 
     def axes(self) -> list:
         return sorted({p.axis for p in self.probes}, key=list(AXES).index)
+
+
+def generated(space, points, seeds) -> list:
+    """Probes of the points of `space`, one per point and seed."""
+    from autograder.checks.space import Point, describe
+    probes = []
+    for seed in seeds:
+        for point in points:
+            label = describe(point) + (f", seed {seed}" if seed else "")
+            build = functools.partial(Point(point, space).build, 7919 * seed + 104729)
+            no_grads = bool(space.no_grads(point)) if space.no_grads else False
+            probes.append(Probe("space", label, build, label, grads=not no_grads, dtype=point.get("dtype")))
+    return probes
 
 
 def _called(tolerance):
@@ -144,6 +176,20 @@ def among(check, exercises: tuple, own_earlier=()):
     return run
 
 
+def as_graded(obj, exercises: tuple, own_earlier=()):
+    """For a visible test cell (`with nbNN.as_graded(MultiHeadAttention): ...`): the notebook's
+    earlier exercises that `obj` calls are the course's, as they are when it is graded, so a
+    mistake in one costs marks once, in its own exercise's tests."""
+    who = getattr(obj, "__name__", "")
+    if who in own_earlier or who not in exercises:
+        return contextlib.nullcontext()
+    saved, _EXERCISES[0] = _EXERCISES[0], exercises
+    try:
+        return _earlier_as_the_course(obj, who)
+    finally:
+        _EXERCISES[0] = saved
+
+
 def _earlier_as_the_course(fn, who: str):
     """While the harness runs the learner's code: the notebook's earlier exercises that it calls
     by name are the course's, so an earlier mistake (a softmax that overflows) costs marks once,
@@ -167,7 +213,7 @@ def same_as_reference(fn, reference, family: Family, who: str, explain=None, gra
 def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, effect):
     for n, probe in enumerate(family.probes):
         args, kwargs = probe.build()
-        grads_here = grads and probe.axis not in NO_GRADS
+        grads_here = grads and probe.axis not in NO_GRADS and probe.grads
         if grads_here:
             args, kwargs, leaves, names = _grad_leaves(args, kwargs)
         ref_args, ref_kwargs = _fresh((args, kwargs))
@@ -217,28 +263,53 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
         args_ = built.ctor if _is_steps(built) and built.ctor is not None else ctor
         kwargs_ = built.ctor_kwargs if _is_steps(built) and built.ctor_kwargs is not None else ctor_kwargs
         reference, obj, own_params = _construct(cls, reference_cls, args_, kwargs_, who, state_seed, by_position)
+        if probe.dtype and isinstance(reference, nn.Module):  # a generated point's dtype: both modules moved to it
+            reference, obj = _moved(reference, probe.dtype), _moved(obj, probe.dtype, who)
+            own_params = {k: p for k, p in obj.named_parameters()} if not by_position else own_params
         held = holds(obj) - holds(reference)  # what each holds before the sequence (a mask buffer is a choice)
         ref_steps = _fresh(steps)  # one copy of the whole sequence: an object passed to every step (a cache) stays one
+        refused = False
         for (method, args, kwargs), (_, ref_args, ref_kwargs) in zip(steps, ref_steps):
-            with course_runs(), torch.enable_grad():
-                expected = getattr(reference, method)(*ref_args, **ref_kwargs)
             target = obj if method == "__call__" else getattr(obj, method)
+            try:
+                with course_runs(), torch.enable_grad():
+                    expected = getattr(reference, method)(*ref_args, **ref_kwargs)
+            except Exception as error:  # bad input: the contract's answer is an error
+                _expect_refused(target, args, kwargs, probe, f"{who}.{'forward' if method == '__call__' else method}", error)
+                refused = True
+                break
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
             if view:
                 out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
                             tolerance=family.tolerances(probe=probe))
-        if grads and isinstance(reference, nn.Module) and not _is_steps(built) and probe.axis not in NO_GRADS:
+        if refused:
+            continue
+        single = not _is_steps(built) or (len(built.calls) == 1 and built.calls[0][0] == "__call__")  # one forward, other ctor arguments
+        if grads and isinstance(reference, nn.Module) and single and probe.axis not in NO_GRADS and probe.grads:
             names = [k for k, p in reference.named_parameters() if p.requires_grad]
             with course_runs():
                 want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
             compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who, family.tolerances(gradients=True, probe=probe))
-        if _is_steps(built) and "holds" in family.compares:  # where the contract fixes what is kept
+        if not single and "holds" in family.compares:  # where the contract fixes what is kept
             expect_holds_at_most(obj, holds(reference) + max(held, 0), probe, who)
-        if not _is_steps(built) and isinstance(reference, nn.Module) and _plain(built):
-            _second_call(obj, reference, built, probe, who, explain, family, view)
+        call_args = built if not _is_steps(built) else tuple(built.calls[0][1:])
+        if single and isinstance(reference, nn.Module) and _plain(call_args):
+            _second_call(obj, reference, call_args, probe, who, explain, family, view)
+
+
+def _moved(module, dtype: str, who=None):
+    """module.to(dtype), as a learner's caller would: the module must come back moved."""
+    from autograder.checks.space import _DTYPE
+    if who is None:
+        with course_runs():
+            return module.to(_DTYPE[dtype])
+    moved = call(module.to, _DTYPE[dtype], name=f"{who}.to")
+    expect(moved is module, f"{who}.to(dtype) must return the module itself (do not override nn.Module.to).",
+           f"{who}.to(dtype) 必须返回模块本身（不要重写 nn.Module.to）。")
+    return moved
 
 
 def _construct(cls, reference_cls, args, kwargs, who, state_seed, by_position=False):

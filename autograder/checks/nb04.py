@@ -200,7 +200,7 @@ def check_CausalSelfAttention(CausalSelfAttention):
     future = x.clone()
     future[:, 3:] = randn(2, CONTEXT - 3, D_IN, seed=63)
     for bias in (False, True):
-        with own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+        with own_work(CausalSelfAttention, "CausalSelfAttention", en=en, zh=zh):
             module = own_module(CausalSelfAttention, D_IN, D_OUT, CONTEXT, qkv_bias=bias)
             layers = load_projections(module, who, D_IN, D_OUT, bias=bias)
             expect_mask_buffer(module, who, CONTEXT)
@@ -216,7 +216,7 @@ def check_CausalSelfAttention(CausalSelfAttention):
     moved = module.to(torch.float64)
     expect(isinstance(moved, torch.nn.Module) and "mask" in dict(moved.named_buffers()),
            f"{who}.to(float64) must keep the mask as a buffer.", f"{who}.to(float64) 之后掩码必须仍是缓冲区。")
-    with torch.no_grad(), own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+    with torch.no_grad(), own_work(CausalSelfAttention, "CausalSelfAttention", en=en, zh=zh):
         double = call(moved, x.double(), name=f"{who}.forward")
     expect(isinstance(double, torch.Tensor) and double.dtype == torch.float64,
            f"After .to(torch.float64), {who} must compute in float64: build everything from the input and the registered tensors.",
@@ -224,7 +224,7 @@ def check_CausalSelfAttention(CausalSelfAttention):
     # qkv_bias=True in float32 (every bias's gradient too), False on the layers moved to another dtype
     plain, typed = split_dtypes(FAMILIES[who])
     references = {dtype: converted(ref.CausalSelfAttention, dtype) for dtype, _ in typed}  # looked up outside own_work
-    with own_work(CausalSelfAttention, "CausalSelfAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh):
+    with own_work(CausalSelfAttention, "CausalSelfAttention", en=en, zh=zh):
         same_as_reference_module(CausalSelfAttention, ref.CausalSelfAttention, (D_IN, D_OUT, CONTEXT), plain, who,
                                  grads=True, ctor_kwargs={"qkv_bias": True})
         for dtype, family in typed:

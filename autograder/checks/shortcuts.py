@@ -8,7 +8,7 @@ import pkgutil
 import sys
 import types
 
-from autograder.checks import Shortcut, message
+from autograder.checks import Shortcut, message, rules
 from autograder.checks.executes import code_objects, watching
 
 # The rule, course-wide: a shortcut is handing in the exercise's OWN reference, the course's
@@ -222,9 +222,10 @@ def own_work(fn, name: str | None = None, extra=(), en: str | None = None, zh: s
             raise Shortcut(message(ref_en, ref_zh, f"{name} subclasses {_qualified(borrowed[0])}, this notebook's own reference"))
         _class_attributes(inner, [getattr(m, a) for m, a in twins], ref_en, ref_zh)
     fns = learner_functions(fn)
+    extra, helper_names = declared_rules(name, extra)
     ext_en = en or f"This exercise asks you to write {name} yourself, without the library function that does what it teaches."
     ext_zh = zh or f"本练习要求你自己实现 {name}，不能调用直接完成它所教内容的库函数。"
-    helpers = [(m, h) for h in OWN_HELPERS.get(name, ()) for m, _ in utils_twins(h)]
+    helpers = [(m, h) for h in helper_names for m, _ in utils_twins(h)]
     own_en = en or f"This exercise asks you to write {name} yourself, including the part a helper of the course's reference does."
     own_zh = zh or f"本练习要求你自己实现 {name}，包括课程参考实现中由辅助函数完成的那部分。"
     watch = _watch_table([getattr(m, a) for m, a in extra], ext_en, ext_zh)
@@ -233,6 +234,24 @@ def own_work(fn, name: str | None = None, extra=(), en: str | None = None, zh: s
     with forbid(twins, fns, ref_en, ref_zh), forbid(extra, fns, ext_en, ext_zh), forbid(helpers, fns, own_en, own_zh), \
             watching(watch):
         yield
+
+
+def declared_rules(name: str, extra=()) -> tuple[list, tuple]:
+    """The (owner, attribute) targets and the helper names refused while `name` runs: its
+    contract's (rules.py), and only those. A check that passes a target its contract does not
+    declare is a course bug, said at once (test_rules.py runs every check on the model answers)."""
+    contract = rules.of(name)
+    if contract is None:  # not yet declared: the check's own list
+        return list(extra), OWN_HELPERS.get(name, ())
+    declared = [f.resolve() for f in contract.forbids]
+    for owner, attr in extra:
+        if not any(owner is o and attr == a for o, a in declared):
+            raise RuntimeError(f"the check of {name} refuses {_describe_target(owner, attr)}, which its contract does not declare")
+    for f in contract.forbids:
+        rules.record(name, "forbids", f.target)
+    for h in contract.helpers:
+        rules.record(name, "helpers", h)
+    return declared, contract.helpers
 
 
 # Helpers of a reference module that do part of an exercise's work, which the text asks the

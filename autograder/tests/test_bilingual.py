@@ -2,8 +2,8 @@
 
 The rule, exactly (README, Conventions):
 - A cell is cut into blocks at blank lines; a fenced code block (``` ... ```) is one block.
-- Fenced code, display math (a block that starts with `$$`), tables (starts with `|`) and images
-  (starts with `![`) are exempt: they are skipped, they neither need nor give a translation.
+- Fenced code, display math (a block that starts with `$$`), tables (starts with `|`), images
+  (starts with `![`) and HTML comments (`<!-- rules: ... -->`, the markers of a Rules block) are exempt: they are skipped, they neither need nor give a translation.
 - A heading (a block that starts with `#`) must carry both languages: a Latin letter and a
   Chinese character.
 - Every other block (a paragraph or a list) is Chinese when, leaving out inline code (`...`) and
@@ -44,7 +44,7 @@ def blocks(source: str) -> list[str]:
 
 def kind(block: str) -> str:
     start = block.lstrip()
-    if start.startswith(("```", "$$", "|", "![")):
+    if start.startswith(("```", "$$", "|", "![", "<!--")):
         return "exempt"
     if start.startswith("#"):
         return "heading"

@@ -10,13 +10,14 @@ import tempfile
 import nbformat
 import pytest
 
+from autograder.checks import rules
 from autograder.notebooks import COURSE, ROOT, SOLUTIONS, course_notebooks
 from autograder.tests.outputs import differences
 
 STEMS = course_notebooks()
 
 
-def submit(path, *extra, timeout=None):
+def submit(path, *extra, timeout=None, env=None):
     """Run a submit with a temporary folder of its own, and check that it leaves nothing there
     (the grading workspace, the kernel's socket folder)."""
     cmd = [sys.executable, "-m", "autograder", "submit", str(path), "--json", *extra]
@@ -24,15 +25,15 @@ def submit(path, *extra, timeout=None):
         cmd += ["--timeout", str(timeout)]
     with tempfile.TemporaryDirectory(prefix="submit-tmp-") as tmp:
         result = subprocess.run(cmd, capture_output=True, text=True, cwd="/", timeout=600,
-                                env={**os.environ, "TMPDIR": tmp})
+                                env={**os.environ, "TMPDIR": tmp, **(env or {})})
         assert not os.listdir(tmp), f"grading left {os.listdir(tmp)} in the temporary folder"
     return result
 
 
-def graded(path, *extra, timeout=None):
+def graded(path, *extra, timeout=None, env=None):
     """Submit `path`, check the JSON contract and that the file was left untouched."""
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    result = submit(path, *extra, timeout=timeout)
+    result = submit(path, *extra, timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert not result.stderr.strip(), f"a successful submit prints nothing on stderr: {result.stderr[-1000:]}"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before, "grading modified the learner's notebook"
@@ -64,10 +65,16 @@ def with_cells(stem, tmp_path, source_dir=SOLUTIONS, name=None, **sources):
 @pytest.mark.parametrize("stem", STEMS)
 def test_solution_scores_full_marks_and_reproduces_its_outputs(stem, tmp_path):
     """The one execution of each solution in make test: full marks through the real submit path,
-    and the outputs stored in solutions/ are what it prints (nbval's rules, figures aside)."""
-    report, _ = graded(SOLUTIONS / f"{stem}.ipynb", "--workspace", str(tmp_path / "ws"))
+    and the outputs stored in solutions/ are what it prints (nbval's rules, figures aside); and
+    the rules its checks enforced are the ones its contracts declare (rules.py), both ways."""
+    log = tmp_path / "rules.jsonl"
+    report, _ = graded(SOLUTIONS / f"{stem}.ipynb", "--workspace", str(tmp_path / "ws"), env={rules.LOG_ENV: str(log)})
     assert report["max_score"] > 0
     assert report["score"] == report["max_score"], report
+    contracts = rules.load(stem[:2])
+    if contracts:
+        drift = rules.drift(contracts, rules.read_log(log) if log.exists() else {})
+        assert not drift, "the checks and the contracts disagree:\n" + "\n".join(drift)
     executed = tmp_path / "ws" / "autograded" / "learner" / stem / f"{stem}.ipynb"
     stale = differences(SOLUTIONS / f"{stem}.ipynb", executed)
     assert not stale, f"stored outputs of solutions/{stem}.ipynb are stale (make sync NB={stem}): " + "; ".join(stale)

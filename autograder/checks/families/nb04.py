@@ -3,9 +3,11 @@ course's utils.causal on, as data (autograder/checks/harness.py)."""
 import torch
 
 import utils.causal as ref
-from autograder.checks import generator, randn
+from autograder.checks import generator, randn, rules
 from autograder.checks.causal_layers import layer_probes
-from autograder.checks.harness import Family, Probe
+from autograder.checks.harness import Family, Probe, Steps
+from autograder.checks.rules import Contract, Forbid, Raises
+from autograder.checks.space import Space
 
 D_IN, D_OUT, CONTEXT = 5, 3, 6  # non-square projections, head_dim > 1
 
@@ -28,13 +30,93 @@ def _big(seed):
 
 _PADDING = torch.tensor([[False] * 6, [False, False, True, False, True, True]])[:, None, None, :]  # (B, 1, 1, T_k)
 _GRADED = ("values", "shape", "dtype", "device", "inputs", "grads")
+_SDPA = Forbid("torch.nn.functional.scaled_dot_product_attention", "it computes the whole masked attention this exercise builds",
+               "它会完成本练习要构造的整个带掩码注意力")
+_FEW_KEYS = ("num_keys >= num_queries (the queries are the last positions of the keys)", "num_keys >= num_queries（查询是键的最后几个位置）")
+
+CONTRACTS = rules.register("04", [
+    Contract("causal_mask", dtypes=(), dtype=("the result is `torch.bool`", "结果是 `torch.bool`"), device="argument",
+             preconditions=(_FEW_KEYS,)),
+    Contract("mask_and_renormalize", dtypes=("float32", "float64"),
+             preconditions=(("every row keeps at least one key", "每一行至少保留一个键"),)),
+    Contract("masked_softmax", dtypes=("float32", "float64", "bfloat16"),
+             preconditions=(("every row keeps at least one key", "每一行至少保留一个键"),)),
+    Contract("CausalSelfAttention", forbids=(_SDPA,), dtypes=("float32", "float64", "bfloat16"),
+             dtype=("the layer moved with `.to(dtype)` computes in that dtype", "用 `.to(dtype)` 转换后的层用该 dtype 计算"),
+             raises=(Raises("ValueError", "the input has more tokens than `context_length`", "输入的词元多于 `context_length` "),),
+             notes=(("The mask is a buffer named `mask` (so `.to()` moves it and the optimizer never trains it).",
+                     "掩码是名为 `mask` 的缓冲区（这样 `.to()` 会移动它，优化器也不会训练它）。"),)),
+])
+
+
+# The input spaces --------------------------------------------------------------------------
+def _sizes(shape: str):
+    """(leading dims, T_q, T_k) of a level of the "shape" axis."""
+    return {"B2,H3,4x6": ((2, 3), 4, 6), "B3,5x5": ((3,), 5, 5), "B2,1x7": ((2,), 1, 7), "B1,H2,9x9": ((1, 2), 9, 9)}[shape]
+
+
+def _mask(kind: str, lead, t_q, t_k):
+    if kind == "causal":
+        return ref.causal_mask(t_q, t_k)
+    blocked = torch.arange(t_k) % 3 == 1  # a padding mask per batch item, (B, 1, ..., T_k); key 0 always kept
+    per_item = torch.stack([blocked.roll(b) & (torch.arange(t_k) > 0) for b in range(lead[0])])
+    return per_item.view(lead[0], *([1] * (len(lead) - 1)), 1, t_k)
+
+
+def _scores(values: str, shape, seed):
+    x = randn(*shape, seed=seed)
+    return {"normal": x * 2, "large": x * 3 + 400.0 * torch.sign(randn(shape[0], *[1] * (len(shape) - 1), seed=seed + 1)),
+            "order 300": x * 300, "about -2e9": -2e9 + 1024.0 * (x > 0), "ties": (x > 0).float()}[values]
+
+
+def _masked_softmax(point, seed):
+    lead, t_q, t_k = _sizes(point["shape"])
+    scores, mask = _scores(point["values"], (*lead, t_q, t_k), seed), _mask(point["arguments:mask"], lead, t_q, t_k)
+    if point["arguments:dim"] == -2:
+        return (scores.transpose(-2, -1), mask.transpose(-2, -1)), {"dim": -2}
+    return (scores, mask), {}
+
+
+def _weights_point(point, seed):
+    lead, t_q, t_k = _sizes(point["shape"])
+    mask = _mask(point["arguments:mask"], lead, t_q, t_k)
+    scale = {"softmax": 2.0, "tiny kept": 2.0, "rows not summing to 1": None}[point["values"]]
+    if scale is None:
+        return (torch.rand(*lead, t_q, t_k, generator=generator(seed)) + 0.1, mask), {}
+    logits = randn(*lead, t_q, t_k, seed=seed) * scale + (16.0 * mask if point["values"] == "tiny kept" else 0.0)
+    return (torch.softmax(logits, dim=-1), mask), {}
+
+
+def _layer_point(point, seed):
+    t = {"T=1": 1, "T<context": 4, "T=context": CONTEXT, "T>context": CONTEXT + 1}[point["shape"]]
+    x = randn(2, t, D_IN, seed=seed) * (30.0 if point["values"] == "large" else 1.0)
+    return Steps([("__call__", (x,), {})], ctor_kwargs={"qkv_bias": point["flag:qkv_bias"]})
+
+
+_LAYOUTS = ("contiguous", "column-major", "strided", "mixed")
+SPACES = {
+    "causal_mask": Space({"shape": (1, 3, 6), "arguments:num_keys": (None, 0, 1, 300), "arguments:device": (None, "cpu")},
+                         lambda p, seed: ((p["shape"],), {**({} if p["arguments:num_keys"] is None else {"num_keys": p["shape"] + p["arguments:num_keys"]}),
+                                                         **({} if p["arguments:device"] is None else {"device": p["arguments:device"]})})),
+    "mask_and_renormalize": Space({"shape": ("B2,H3,4x6", "B3,5x5", "B2,1x7", "B1,H2,9x9"), "arguments:mask": ("causal", "padding"),
+                                   "values": ("softmax", "rows not summing to 1", "tiny kept"),
+                                   "dtype": CONTRACTS["mask_and_renormalize"].dtypes, "layout": _LAYOUTS}, _weights_point),
+    "masked_softmax": Space({"shape": ("B2,H3,4x6", "B3,5x5", "B2,1x7", "B1,H2,9x9"), "arguments:mask": ("causal", "padding"),
+                             "arguments:dim": (-1, -2), "values": ("normal", "large", "order 300", "about -2e9", "ties"),
+                             "dtype": CONTRACTS["masked_softmax"].dtypes, "layout": _LAYOUTS}, _masked_softmax,
+                            no_grads=lambda p: p["values"] != "normal"),
+    "CausalSelfAttention": Space({"shape": ("T=1", "T<context", "T=context", "T>context"), "flag:qkv_bias": (False, True),
+                                  "values": ("normal", "large"), "dtype": CONTRACTS["CausalSelfAttention"].dtypes,
+                                  "layout": _LAYOUTS}, _layer_point, no_grads=lambda p: p["values"] == "large"),
+}
+
 FAMILIES = {
     "causal_mask": Family([
         Probe("edges", "one query and one key", lambda: ((1,), {}), "一个查询、一个键"),
         Probe("edges", "one new query and 6 keys", lambda: ((1, 6), {}), "一个新查询、6 个键"),
         Probe("arguments", "3 queries, 7 keys, device='cpu'", lambda: ((3, 7), {"device": "cpu"}), "3 个查询、7 个键，device='cpu'"),
         Probe("extreme", "4 queries at the end of 300 keys", lambda: ((4, 300), {}), "300 个键末尾的 4 个查询"),
-    ]),
+    ], space=SPACES["causal_mask"]),
     "mask_and_renormalize": Family([
         Probe("batch", "(B, H, T_q, T_k) weights whose batch items and heads differ, a (T_q, T_k) mask",
               lambda: ((_weights(2, 3, 4, 6, seed=401), ref.causal_mask(4, 6)), {}),
@@ -50,7 +132,7 @@ FAMILIES = {
         # not bfloat16 (the text says nothing about bfloat16 here).
         Probe("dtype", "float64 weights", lambda: ((_weights(2, 4, 6, seed=404).double(), ref.causal_mask(4, 6)), {}),
               "float64 权重"),
-    ], compares=_GRADED),
+    ], compares=_GRADED, space=SPACES["mask_and_renormalize"]),
     "masked_softmax": Family([
         Probe("batch", "(B, H, T_q, T_k) scores whose batch items and heads differ, a (T_q, T_k) mask",
               lambda: ((randn(2, 3, 4, 6, seed=411) * 2, ref.causal_mask(4, 6)), {}),
@@ -66,11 +148,11 @@ FAMILIES = {
         # last (after the probes that name the usual mistakes); -2e9 and -2e9 + 1024 are exact in float32: a finite fill such as -1e9 would outweigh every visible score
         Probe("extreme", "scores of about -2e9", lambda: ((-2e9 + 1024.0 * (randn(2, 4, 6, seed=417) > 0), ref.causal_mask(4, 6)), {}),
               "约为 -2e9 的分数"),
-    ], compares=_GRADED),
+    ], compares=_GRADED, space=SPACES["masked_softmax"]),
     "CausalSelfAttention": Family([
         *layer_probes(D_IN, CONTEXT, 420),
         # dtype probes run on layers built and then moved with .to(dtype) (causal_layers.converted)
         *[Probe("dtype", f"{name} inputs, the layer moved with .to(torch.{name})", lambda dt=dt: ((randn(2, CONTEXT, D_IN, seed=425).to(dt),), {}),
                 f"{name} 输入，层已用 .to(torch.{name}) 转换") for dt, name in ((torch.float64, "float64"), (torch.bfloat16, "bfloat16"))],
-    ], compares=("values", "shape", "dtype", "device", "inputs", "grads")),
+    ], compares=("values", "shape", "dtype", "device", "inputs", "grads"), space=SPACES["CausalSelfAttention"]),
 }
