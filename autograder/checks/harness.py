@@ -41,6 +41,7 @@ from utils.mla import one_thread  # probes are tiny: one thread is fastest, and 
 from autograder.checks import call, course_runs, expect, load_state, seeded_state
 from autograder.checks.comparisons import (TOLERANCE, _backward, _grad_leaves, _where, compare_grads,  # noqa: F401 (re-exported)
                                            compare_outputs, expect_holds_at_most, holds, message_on)
+from autograder.checks import storage
 from autograder.checks.extra_calls import _expect_refused, _fresh_result, _plain, _second_call
 
 AXES = {
@@ -244,8 +245,11 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         except Exception as refused:  # bad input: the contract's answer is an error
             _expect_refused(fn, args, kwargs, probe, who, refused)
             continue
+        before = storage.shared(None, args, kwargs)
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
+        storage.expect_own_memory(before, storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs),
+                                  probe.label, who)
         if effect:
             with course_runs(), torch.no_grad():
                 expected = effect(expected, ref_args, ref_kwargs)
@@ -254,7 +258,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         if view:
             out, expected = view(out), view(expected)
         compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
-                        tolerance=family.tolerances(probe=probe))
+                        tolerance=family.tolerances(probe=probe), relative="relative" in family.compares)
         if n == 0:
             _fresh_result(fn, out, args, kwargs, probe, who)
         if grads_here:
@@ -299,12 +303,15 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
                 _expect_refused(target, args, kwargs, probe, f"{who}.{'forward' if method == '__call__' else method}", error)
                 refused = True
                 break
+            before = storage.shared(None, args, kwargs)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
+            storage.expect_own_memory(before, storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs),
+                                      probe.label, who)
             if view:
                 out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
-                            tolerance=family.tolerances(probe=probe))
+                            tolerance=family.tolerances(probe=probe), relative="relative" in family.compares)
         if refused:
             continue
         single = not _is_steps(built) or (len(built.calls) == 1 and built.calls[0][0] == "__call__")  # one forward, other ctor arguments
