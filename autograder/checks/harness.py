@@ -248,8 +248,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         before = storage.shared(None, args, kwargs)
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
-        storage.expect_own_memory(before, storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs),
-                                  probe.label, who)
+        memory = storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs)  # said after values and gradients
         if effect:
             with course_runs(), torch.no_grad():
                 expected = effect(expected, ref_args, ref_kwargs)
@@ -267,6 +266,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
                 want = _backward(expected, ref_leaves, seed + n)
             own = _backward(out, leaves, seed + n, who)
             compare_grads(own, want, names, probe, who, family.tolerances(gradients=True, probe=probe))
+        storage.expect_own_memory(before, *memory, probe.label, who)
 
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
@@ -306,12 +306,12 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
             before = storage.shared(None, args, kwargs)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
-            storage.expect_own_memory(before, storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs),
-                                      probe.label, who)
+            memory = storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs)
             if view:
                 out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
                             tolerance=family.tolerances(probe=probe), relative="relative" in family.compares)
+            storage.expect_own_memory(before, *memory, probe.label, who)
         if refused:
             continue
         single = not _is_steps(built) or (len(built.calls) == 1 and built.calls[0][0] == "__call__")  # one forward, other ctor arguments
