@@ -54,6 +54,20 @@ DEVICE = demo_device()  # the timing cells run on a GPU when one is present (gra
 # Return the `(num_queries, num_keys)` boolean mask, True = blocked.
 #
 # 返回形状为 `(num_queries, num_keys)` 的布尔掩码，True 表示屏蔽。
+#
+# <!-- rules: sliding_window_mask -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`sliding_window_mask`)
+#
+# - Not graded (the caller guarantees it): num_queries <= num_keys and window >= 1.
+# - dtype: the result is `torch.bool`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：num_queries <= num_keys 且 window >= 1。
+# - dtype：结果是 `torch.bool`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "sliding_window_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def sliding_window_mask(num_queries, num_keys, window):
@@ -120,6 +134,22 @@ print("open keys per row, window 4:", (~sliding_window_mask(12, 12, 4)).sum(1).t
 # keys and for the values; `reset()` starts a new text.
 #
 # `__init__(batch_size, window, num_kv_heads, head_dim, dtype, device)` 为 `window` 个位置分配存储；`seq_len` 统计见过的位置数。`update(k_new, v_new)` 接收 `(B, num_kv_heads, T_new, head_dim)`，按位置顺序返回新位置之前最多 `window - 1` 个位置，再加上所有新位置（包括比窗口更长的块），键和值都如此；`reset()` 开始一段新文本。
+#
+# <!-- rules: RollingKVCache -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`RollingKVCache`)
+#
+# - Graded in float32 and float64: the cache keeps the dtype it is built with (`dtype=`).
+# - Device: the result is created on the `device` argument (pass `device=device` to what you build).
+# - It holds storage for `window` positions only, whatever the length of the text.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：缓存保持构造时指定的 dtype（`dtype=`）。
+# - 设备：结果创建在参数 `device` 指定的设备上（把 `device=device` 传给你构造的张量）。
+# - 无论文本多长，它只为 `window` 个位置保存存储。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "RollingKVCache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class RollingKVCache:
@@ -155,13 +185,16 @@ class RollingKVCache:
 import torch
 from autograder.checks import expect
 
-cache = RollingKVCache(1, 3, 1, 1)
-positions = torch.arange(6.0).view(1, 1, 6, 1)
-got = [cache.update(positions[:, :, t:t + 1], positions[:, :, t:t + 1])[0].flatten().tolist() for t in range(4)]
-expect(got == [[0.0], [0.0, 1.0], [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]] and cache.seq_len == 4,
-       "One token at a time with window 3: each step returns the last 2 positions and the new one, in order.",
-       "窗口为 3、每次一个词元：每一步按顺序返回最后 2 个位置和新位置。", f"got {got}, seq_len {cache.seq_len}")
-print("✓ RollingKVCache")
+from autograder.checks import nb13
+
+with nb13.as_graded(RollingKVCache):
+    cache = RollingKVCache(1, 3, 1, 1)
+    positions = torch.arange(6.0).view(1, 1, 6, 1)
+    got = [cache.update(positions[:, :, t:t + 1], positions[:, :, t:t + 1])[0].flatten().tolist() for t in range(4)]
+    expect(got == [[0.0], [0.0, 1.0], [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]] and cache.seq_len == 4,
+           "One token at a time with window 3: each step returns the last 2 positions and the new one, in order.",
+           "窗口为 3、每次一个词元：每一步按顺序返回最后 2 个位置和新位置。", f"got {got}, seq_len {cache.seq_len}")
+    print("✓ RollingKVCache")
 
 # %% nbgrader={"grade": true, "grade_id": "test_RollingKVCache_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -241,6 +274,20 @@ ax.set_xlabel("positions seen"); ax.set_ylabel("MiB"); ax.legend(); plt.tight_la
 # gradient reaches it.
 #
 # `q (B, H, T_q, d)`、`k (B, H, T_k, d)`、`v (B, H, T_k, d_v)`、`sinks (H,)`；`mask` 为 None、`(T_q, T_k)` 或 `(B, 1, T_q, T_k)`，True 表示屏蔽。返回 `(B, H, T_q, d_v)`，dtype 与输入相同。sink 是可学习的参数：直接用 `sinks` 张量本身计算，这样梯度才能传到它。
+#
+# <!-- rules: attention_with_sinks -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`attention_with_sinks`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "attention_with_sinks", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_with_sinks(q, k, v, sinks, mask=None):
@@ -258,11 +305,14 @@ def attention_with_sinks(q, k, v, sinks, mask=None):
 import torch
 from autograder.checks import expect, expect_close
 
-q, k, v = torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 3, 4), torch.ones(1, 1, 3, 2)
-out = attention_with_sinks(q, k, v, torch.zeros(1))
-expect_close(out, torch.full((1, 1, 1, 2), 0.75), "Three equal scores and a sink of 0: each of the four columns gets 1/4, the values get 3/4.",
-             "三个相等的分数和一个为 0 的 sink：四列各得 1/4，值得到 3/4。")
-print("✓ attention_with_sinks")
+from autograder.checks import nb13
+
+with nb13.as_graded(attention_with_sinks):
+    q, k, v = torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 3, 4), torch.ones(1, 1, 3, 2)
+    out = attention_with_sinks(q, k, v, torch.zeros(1))
+    expect_close(out, torch.full((1, 1, 1, 2), 0.75), "Three equal scores and a sink of 0: each of the four columns gets 1/4, the values get 3/4.",
+                 "三个相等的分数和一个为 0 的 sink：四列各得 1/4，值得到 3/4。")
+    print("✓ attention_with_sinks")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_with_sinks_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -340,6 +390,20 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 # for positions after each query. No FP8, no Hadamard rotation.
 #
 # `__init__(self, cfg)` 接收一个 `DSAConfig`（09 的 `MLAConfig` 字段，再加 `index_n_heads`、`index_head_dim`、`index_topk`）：`wq_b`（`q_lora_rank -> index_n_heads * index_head_dim`）、`wk`（`dim -> index_head_dim`）、`k_norm = nn.LayerNorm(index_head_dim, eps=1e-6)`、`weights_proj`（`dim -> index_n_heads`），所有线性层都不带偏置。`forward(x, qr, start_pos=0)` 返回索引分数 `(B, T, start_pos + T)`：在位置 `start_pos ...` 上，对每个查询头和键的前 `qk_rope_head_dim` 个特征施加前后两半配对的 RoPE（`apply_rope(..., interleaved=False)`）；键在多次调用之间缓存（与 09 一样，`start_pos == 0` 开始一段新文本）；每个查询之后的位置为 `-inf`。没有 FP8，也没有 Hadamard 旋转。
+#
+# <!-- rules: LightningIndexer -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`LightningIndexer`)
+#
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "LightningIndexer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class LightningIndexer(nn.Module):
@@ -381,18 +445,21 @@ import torch
 from autograder.checks import expect
 from utils.dsa import DSAConfig
 
-torch.manual_seed(0)
-cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
-                max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=4)
-indexer = LightningIndexer(cfg)
-with torch.no_grad():
-    scores = indexer(torch.randn(2, 5, 16), torch.randn(2, 5, 8))
-expect(scores.shape == (2, 5, 5), "The index scores have shape (B, T, start_pos + T).", "索引分数的形状是 (B, T, start_pos + T)。",
-       f"shape {tuple(scores.shape)}")
-expect(bool(torch.isneginf(scores[:, 0, 1:]).all()) and bool(torch.isfinite(scores[:, -1]).all()),
-       "Positions after a query get -inf; the last query scores every position.",
-       "查询之后的位置为 -inf；最后一个查询为每个位置打分。")
-print("✓ LightningIndexer")
+from autograder.checks import nb13
+
+with nb13.as_graded(LightningIndexer):
+    torch.manual_seed(0)
+    cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
+                    max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=4)
+    indexer = LightningIndexer(cfg)
+    with torch.no_grad():
+        scores = indexer(torch.randn(2, 5, 16), torch.randn(2, 5, 8))
+    expect(scores.shape == (2, 5, 5), "The index scores have shape (B, T, start_pos + T).", "索引分数的形状是 (B, T, start_pos + T)。",
+           f"shape {tuple(scores.shape)}")
+    expect(bool(torch.isneginf(scores[:, 0, 1:]).all()) and bool(torch.isfinite(scores[:, -1]).all()),
+           "Positions after a query get -inf; the last query scores every position.",
+           "查询之后的位置为 -inf；最后一个查询为每个位置打分。")
+    print("✓ LightningIndexer")
 
 # %% nbgrader={"grade": true, "grade_id": "test_LightningIndexer_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -500,6 +567,22 @@ for outlier in (30.0, 3000.0):
 # (a query near the start of the text has fewer than `topk` candidates).
 #
 # 根据索引分数 `(B, T, S)` 返回布尔掩码 `(B, T, S)`，True 表示屏蔽：每个查询正好保留 `min(topk, 有限分数的个数)` 个分数最高的键；永远不选 `-inf` 的位置（文本开头附近的查询，候选少于 `topk` 个）。
+#
+# <!-- rules: topk_key_mask -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`topk_key_mask`)
+#
+# - The course's `topk_indices` may not run inside your code: this exercise is that part of the work.
+# - Graded in float32, float64 and bfloat16: the result is `torch.bool`.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `topk_indices` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 在 float32、float64、bfloat16 下评分：结果是 `torch.bool`。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "topk_key_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def topk_key_mask(index_scores, topk):
@@ -514,12 +597,15 @@ def topk_key_mask(index_scores, topk):
 import torch
 from autograder.checks import expect
 
-scores = torch.tensor([[[1.0, float("-inf"), float("-inf")], [0.5, 2.0, 1.0]]])
-got = topk_key_mask(scores, 2)
-expect(got.tolist() == [[[False, True, True], [True, False, False]]],
-       "Top-2: the first query has one candidate, the second keeps its two best.",
-       "Top-2：第一个查询只有一个候选，第二个查询保留它最好的两个。", f"got {got.tolist()}")
-print("✓ topk_key_mask")
+from autograder.checks import nb13
+
+with nb13.as_graded(topk_key_mask):
+    scores = torch.tensor([[[1.0, float("-inf"), float("-inf")], [0.5, 2.0, 1.0]]])
+    got = topk_key_mask(scores, 2)
+    expect(got.tolist() == [[[False, True, True], [True, False, False]]],
+           "Top-2: the first query has one candidate, the second keeps its two best.",
+           "Top-2：第一个查询只有一个候选，第二个查询保留它最好的两个。", f"got {got.tolist()}")
+    print("✓ topk_key_mask")
 
 # %% nbgrader={"grade": true, "grade_id": "test_topk_key_mask_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -540,6 +626,22 @@ nb13.check_topk_key_mask(topk_key_mask)
 # `-inf` for the others to MLA's scores. When `index_topk >= start_pos + T` it is 09's MLA.
 #
 # 继承 09 的 `MultiHeadLatentAttention`（从 `utils.mla` 导入：参数和缓存相同；它的辅助方法 `_latent_and_rope_key`、`_expand` 和 `_write` 你可以直接复用），并加上 `self.indexer = LightningIndexer(cfg)`，输入为 `qr = q_norm(wq_a(x))`。在 `forward(x, start_pos=0, absorb=False)` 中，两条路径上的每个查询都只关注 `topk_key_mask` 为它保留的键（`index_topk` 个）：掩码按查询给出，由所有 MLA 头共享，并叠加在因果掩码之上。V3.2 的官方代码正是这样做的：对选中的键在 MLA 分数上加 0，对其他键加 `-inf`。当 `index_topk >= start_pos + T` 时，它就是 09 的 MLA。
+#
+# <!-- rules: SparseMLA -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`SparseMLA`)
+#
+# - The course's `gather_positions` may not run inside your code: this exercise is that part of the work.
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `gather_positions` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "SparseMLA", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class SparseMLA(MultiHeadLatentAttention):
@@ -586,17 +688,20 @@ from autograder.checks import expect_close
 from utils.dsa import DSAConfig
 from utils.mla import MultiHeadLatentAttention
 
-torch.manual_seed(0)
-cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
-                max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=10)
-sparse = SparseMLA(cfg)
-dense = MultiHeadLatentAttention(cfg)
-dense.load_state_dict({k: v for k, v in sparse.state_dict().items() if not k.startswith("indexer.")})
-x = torch.randn(2, 6, 16)
-with torch.no_grad():
-    expect_close(sparse(x), dense(x), "With index_topk >= the number of positions, SparseMLA is 09's MLA.",
-                 "当 index_topk >= 位置数时，SparseMLA 就是 09 的 MLA。")
-print("✓ SparseMLA")
+from autograder.checks import nb13
+
+with nb13.as_graded(SparseMLA):
+    torch.manual_seed(0)
+    cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
+                    max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=10)
+    sparse = SparseMLA(cfg)
+    dense = MultiHeadLatentAttention(cfg)
+    dense.load_state_dict({k: v for k, v in sparse.state_dict().items() if not k.startswith("indexer.")})
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        expect_close(sparse(x), dense(x), "With index_topk >= the number of positions, SparseMLA is 09's MLA.",
+                     "当 index_topk >= 位置数时，SparseMLA 就是 09 的 MLA。")
+    print("✓ SparseMLA")
 
 # %% nbgrader={"grade": true, "grade_id": "test_SparseMLA_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

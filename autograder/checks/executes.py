@@ -114,3 +114,30 @@ def course_runs():
         _watched[:] = saved
         _merge()
         sys.settrace(previous)
+
+
+class _Ran:
+    count = 0
+
+
+@contextlib.contextmanager
+def ran(code):
+    """Counts the calls of `code` (a code object, or None: nothing to count) while the block runs:
+    where the contract says how the work is done ("backward calls your flash_attention_backward"),
+    the check sees it happen, by whatever route. A profile hook, beside the trace of `watching`."""
+    seen = _Ran()
+    if code is None:
+        yield seen
+        return
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            seen.count += 1
+        if previous is not None:
+            previous(frame, event, arg)
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)
