@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from utils.bandwidth import bandwidth_fraction, read_bandwidth
-from utils.benchmark import device_of, timed
+from utils.benchmark import device_of, steady, timed
 from utils.gpt import GPTConfig, GPTModel
 from utils.kv_cache import ConcatKVCache, KVCache, generate
 
@@ -92,23 +92,26 @@ def decode_tokens_per_s(model, context_len: int, new_tokens: int, cache_cls=KVCa
 
 
 @torch.inference_mode()
-def step_times(model, contexts, steps: int = 9, prefill_max: int = 1024) -> list[dict]:
+def step_times(model, contexts, steps: int = 9, prefill_max: int = 1024, retries: int = 2) -> list[dict]:
     """Prefill and decode as two cost regimes: for each context length T, the time of one prefill
     pass over T tokens (what an uncached step costs at that length; None past prefill_max) and the
-    median time of a cached decode step with T tokens in the cache."""
-    rows = []
+    median time of a cached decode step with T tokens in the cache. A prefill time out of order in T
+    is measured again, at most `retries` more times (utils.benchmark.steady)."""
     device = device_of(model)
     warm = filled_caches(model, contexts[0], 8)  # the first calls of a process run slower: not measured
     for _ in range(8):
         model(torch.zeros(1, 1, dtype=torch.long, device=device), warm)
-    for T in contexts:
+    model(torch.zeros(1, contexts[0], dtype=torch.long, device=device), model.new_caches(1, contexts[0]))  # a first prefill
+
+    def one_row(T):
         ids = torch.randint(0, model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(T), device="cpu")
         ids = ids.to(device)
         prefill_s = timed(lambda: model(ids, model.new_caches(1, T)), device)[0] if T <= prefill_max else None
         caches, token = filled_caches(model, T, steps, seed=T), ids[:, :1]
         decode = [timed(lambda: model(token, caches), device)[0] for _ in range(steps)]
-        rows.append({"context": T, "prefill_s": prefill_s, "decode_s": statistics.median(decode)})
-    return rows
+        return {"context": T, "prefill_s": prefill_s, "decode_s": statistics.median(decode)}
+
+    return steady(one_row, list(contexts), "context", ["prefill_s"], retries=retries)
 
 
 def cache_regimes(regimes: dict, repeats: int = 3, seed: int = 0, device=None) -> list[dict]:
