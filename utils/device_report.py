@@ -7,7 +7,7 @@ Kernels (utils.device_checks): the same modules and inputs, built on the CPU, ru
 the device; every output must be on the device and within its dtype's tolerance, and a tensor
 that utils/ makes without device= fails (it is made on meta), on a GPU and on a CPU alike.
 Benchmarks: the functions the notebooks call, at the notebooks' sizes (--small: tiny ones) and,
-on a GPU, also at the larger sizes of the reference facts, with their ratios and, for decodes,
+on a GPU, also at the larger sizes of the H200 figures that notebooks 07, 09 and 10 print, with their ratios and, for decodes,
 the share of the device's measured read rate (utils.bandwidth). One table row per item, printed as it ends;
 an item that raises is reported and the rest still runs; --out also keeps what each benchmark
 measured and each traceback. The exit status is 1 when an item failed.
