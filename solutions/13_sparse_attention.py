@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from utils.benchmark import demo_device, timed
+from utils.benchmark import demo_device, order_warning, timed
 from utils.causal import causal_mask
 from utils.dsa import DSAConfig
 from utils.kv_cache import KVCache
@@ -366,16 +366,15 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 #
 # MLA rotates adjacent pairs $(2i, 2i+1)$ (interleaved, notebook 08). The indexer's weights expect
 # half-split pairs $(i, i + d/2)$. The first released inference code applied the indexer's RoPE
-# interleaved, like MLA's. On 2025-11-17 DeepSeek added a note to the repository: the indexer's RoPE
-# input "requires a non-interleaved layout, whereas RoPE in the MLA module expects an interleaved
-# layout", and the fix passes `interleaved=False` for the indexer. Serving engines that had copied
-# the released code followed: vLLM fixed it on 2025-11-18 (PR #28968), vllm-ascend in PR #4641 and
-# again in PR #7341 after a regression; for SGLang it was reported as issue #13530; in mlx-lm, whose
-# port of V3.2 was still a work-in-progress pull request (#512), a reviewer corrected the layout
-# before anything was released. Nothing crashes with the wrong layout: the
-# indexer simply selects other keys. This notebook uses the corrected layout.
+# interleaved, like MLA's. On 2025-11-17 DeepSeek added a note to the repository's README (the
+# indexer's RoPE input "requires a non-interleaved layout, whereas RoPE in the MLA module expects an
+# interleaved layout") and, in commit 8631a81 of `deepseek-ai/DeepSeek-V3.2-Exp`, passes
+# `interleaved=False` for the indexer: a clone older than that still shows the interleaved call.
+# Serving engines that had copied the released code fixed it in the following days and weeks (the
+# Sources list where). Nothing crashes with the wrong layout: the indexer simply selects other keys.
+# This notebook uses the corrected layout.
 #
-# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库中加了一条说明：索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"，修复方法是对索引器传入 `interleaved=False`。照抄了发布代码的推理引擎随后跟进：vLLM 在 2025-11-18 修复了它（PR #28968），vllm-ascend 在 PR #4641 中修复，回归后又在 PR #7341 中再次修复；SGLang 中它以 issue #13530 的形式被报告；mlx-lm 对 V3.2 的移植当时还是一个进行中的拉取请求（#512），一位审阅者在任何发布之前就更正了这个布局。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
+# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库的 README 中加了一条说明（索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"），并在 `deepseek-ai/DeepSeek-V3.2-Exp` 的提交 8631a81 中对索引器传入 `interleaved=False`：比这更早的克隆仍然是交错的调用。照抄了发布代码的推理引擎在随后几天到几周内修复了它（来源中列出了在哪里）。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
 
 # %% [markdown]
 # ### Exercise 4 · `LightningIndexer` · 练习 4
@@ -778,7 +777,10 @@ ax.set_xscale("log", base=2); ax.set_xlabel("cached positions"); ax.set_ylabel("
 ax.legend(); plt.tight_layout(); plt.show()
 last = rows[-1]
 print(f"On this machine, at {last['context']} cached positions the sparse step took {last['sparse_ms']:.1f} ms and the "
-      f"dense step {last['dense_ms']:.1f} ms: {last['speedup']:.1f}x; sparse was faster from {crossover(rows)} cached positions on.")
+      f"dense step {last['dense_ms']:.1f} ms: {last['speedup']:.1f}x; "
+      + (f"sparse was faster from {crossover(rows)} cached positions on." if crossover(rows)
+         else "sparse was not faster at the longest contexts measured."))
+print(order_warning(rows, "context", ["dense_ms"]) or "the dense step's time grows with the context: no sign of a disturbed run")
 
 # %% [markdown]
 # While the text holds at most 2048 positions (the cached ones and the new token), the sparse step
@@ -836,12 +838,12 @@ for name, t in times.items():
     print(f"{name:52} {1e3 * sorted(t)[2]:8.2f} ms")
 
 # %% [markdown]
-# Masking computes every score before it throws most of them away, so it costs at least the dense
-# time; gathering computes 2048 of them. That is why the timed sparse step above gathers, and why
+# Masking computes every score before it throws most of them away, so expect it at no less than the
+# dense time; gathering computes 2048 of them. That is why the timed sparse step above gathers, and why
 # DeepSeek released kernels that read only the selected latents (FlashMLA's sparse kernels) next to
 # the masking reference in `model.py`.
 #
-# 掩码先算出每一个分数，再把其中大部分丢掉，所以它的代价至少是稠密的时间；收集只计算其中 2048 个。这就是上面计时的稀疏步骤要先收集的原因，也是 DeepSeek 在做掩码的参考实现 `model.py` 之外，还发布了只读取被选中潜在向量的内核（FlashMLA 的稀疏内核）的原因。
+# 掩码先算出每一个分数，再把其中大部分丢掉，所以预计它的代价不低于稠密的时间；收集只计算其中 2048 个。这就是上面计时的稀疏步骤要先收集的原因，也是 DeepSeek 在做掩码的参考实现 `model.py` 之外，还发布了只读取被选中潜在向量的内核（FlashMLA 的稀疏内核）的原因。
 #
 # ### On a GPU, at batch 1 · 在 GPU 上，批大小为 1
 #
@@ -874,15 +876,15 @@ for context, (dense_ms, sparse_ms) in H200_MS.items():
 # %% [markdown]
 # On that GPU the sparse step was slower than the dense one at every context measured (the speedup
 # column stays below 1), although it reads 2 to 4 times fewer bytes: at 4.8 TB/s even the dense
-# step's reads take a few hundredths of a millisecond of a step of about 2 ms. At batch 1 a step of
+# step's reads take at most three hundredths of a millisecond of a step of about 2 ms. At batch 1 a step of
 # one layer waits on its dozens of small kernels, launched one after another (the projections, the
 # indexer's products, the top-k, the gather, the softmax), and on the indexer's own work, not on
-# reading the cache, and the sparse step has more kernels to launch. On one CPU thread it was the
-# other way round: there the arithmetic over every cached latent and 128 heads is slow enough to
-# dominate, and selecting 2048 paid from the crossover printed under the CPU plot. Sparse attention
+# reading the cache, and the sparse step has more kernels to launch. On one CPU thread the
+# arithmetic over every cached latent and 128 heads can be slow enough to dominate: the line under
+# the CPU plot says from which context, if any, selecting 2048 paid on your machine. Sparse attention
 # pays where the work over the cache dominates a step:
 #
-# 在那块 GPU 上，稀疏步骤在测量的每个上下文长度下都比稠密步骤慢（加速比一列始终低于 1），尽管它读取的字节少 2 到 4 倍：以 4.8 TB/s 计，即使是稠密步骤的读取，也只占约 2 毫秒的一步中的几百分之一毫秒。批大小为 1 时，一层的一步等待的是它依次启动的几十个小内核（各个投影、索引器的乘积、top-k、收集、softmax）以及索引器本身的工作，而不是读取缓存；稀疏步骤要启动的内核还更多。在单个 CPU 线程上情况正好相反：那里对每个缓存的潜在向量、128 个头做的运算慢到足以占主导，所以从 CPU 图下方打印的交叉点开始，只选 2048 个就划算了。稀疏注意力在对缓存的工作主导一步的地方划算：
+# 在那块 GPU 上，稀疏步骤在测量的每个上下文长度下都比稠密步骤慢（加速比一列始终低于 1），尽管它读取的字节少 2 到 4 倍：以 4.8 TB/s 计，即使是稠密步骤的读取，也最多只占约 2 毫秒的一步中的百分之三毫秒。批大小为 1 时，一层的一步等待的是它依次启动的几十个小内核（各个投影、索引器的乘积、top-k、收集、softmax）以及索引器本身的工作，而不是读取缓存；稀疏步骤要启动的内核还更多。在单个 CPU 线程上，对每个缓存的潜在向量、128 个头做的运算可能慢到足以占主导：CPU 图下方的那一行说明在你的机器上从哪个上下文长度开始（如果有的话）只选 2048 个是划算的。稀疏注意力在对缓存的工作主导一步的地方划算：
 #
 # - long contexts: the dense work grows with every cached token, while the sparse MLA part stays at
 #   2048 positions and only the indexer's small keys keep growing;
@@ -956,8 +958,8 @@ for name, bytes_at in designs.items():
 # memory but lets each query attend to only 2048 latents, chosen by a cheap indexer whose RoPE
 # layout must match the one it was trained with. It saves time only where the selected latents are
 # gathered (or read by a sparse kernel) rather than masked, and where the work over the cache
-# dominates a step: on one CPU thread beyond the crossover measured in section 4, on a GPU at
-# batch 1 not in the course's PyTorch (the H200 figures). As shipped, DeepSeek-V3.2-Exp's code runs YaRN at every
+# dominates a step: on one CPU thread beyond the crossover measured in section 4; on a GPU at
+# batch 1, the course's PyTorch saves nothing (the H200 figures). As shipped, DeepSeek-V3.2-Exp's code runs YaRN at every
 # length: its `max_seq_len` (16384 by default) exceeds `original_seq_len` (4096), so YaRN's
 # frequencies and MLA's larger softmax scale apply even to a 10-token text. This course leaves YaRN
 # out, so parity with that code holds when it is built with `max_seq_len <= 4096`.
@@ -965,13 +967,15 @@ for name, bytes_at in designs.items():
 # 滑动窗口以遗忘为代价，同时限制了缓存和每一步的计算量；sink 让一个头可以什么都不关注，这正是窗口所需要的；DeepSeek 稀疏注意力把每个键都保留在内存中，但每个查询只关注 2048 个潜在向量，由一个廉价的索引器挑选，而索引器的 RoPE 布局必须与它训练时的一致。只有把选中的潜在向量收集出来（或由稀疏内核读取）而不是加掩码，并且对缓存的工作在一步中占主导时，它才省时间：在单个 CPU 线程上超过第 4 节测得的交叉点之后；在 GPU 上批大小为 1 时，课程的 PyTorch 实现并不省（见 H200 的数字）。按发布时的设置，DeepSeek-V3.2-Exp 的代码在任何长度上都运行 YaRN：它的 `max_seq_len`（默认 16384）大于 `original_seq_len`（4096），所以即使是 10 个词元的文本，YaRN 的频率和 MLA 更大的 softmax 缩放也都会生效。本课程省略了 YaRN，所以只有当那份代码以 `max_seq_len <= 4096` 构建时，两者才一致。
 #
 # Sources: DeepSeek-AI, DeepSeek-V3.2-Exp inference code (`inference/model.py`: `Indexer`, `MLA`,
-# `rotate_activation`, `ModelArgs`; `config_671B_v3.2.json`) and its README note of 2025-11-17 on the indexer's
-# RoPE layout; vLLM PR #28968, SGLang issue #13530, vllm-ascend PRs #4641 and #7341, mlx-lm PR #512 (a
-# review comment of 2025-12-01); DeepSeek's FlashMLA README (its sparse kernels for V3.2);
+# `rotate_activation`, `ModelArgs`; `config_671B_v3.2.json`), its README note of 2025-11-17 on the indexer's
+# RoPE layout and commit 8631a813356d39b09a5c1ee1cde8ed6015559eb3 (the fix; vLLM fixed it on 2025-11-18,
+# vllm-ascend twice, after a regression; in mlx-lm a reviewer corrected a port still in review);
+# vLLM PR #28968, SGLang issue #13530, vllm-ascend PRs #4641 and #7341, mlx-lm PR #512 (a review
+# comment of 2025-12-01); DeepSeek's FlashMLA README (its sparse kernels for V3.2);
 # OpenAI, gpt-oss (`gpt_oss/torch/model.py`: sinks, sliding window); DeepSeek-V4's Hugging Face
 # `configuration_deepseek_v4.py`; G. Xiao et al., *Efficient Streaming Language Models with Attention
 # Sinks* (2023); A. Q. Jiang et al., *Mistral 7B* (2023); S. Raschka, LLMs-from-scratch `ch04/06_swa`,
 # issue #1008 and PR #1013; the GPU figures: measured for this course on one NVIDIA H200 (torch 2.11,
 # CUDA 13, the course's `utils` of 2026-11-25), and NVIDIA's H200 datasheet (4.8 TB/s).
 #
-# 来源：`DeepSeek-AI` 的 `DeepSeek-V3.2-Exp` 推理代码（`inference/model.py` 中的 `Indexer`、`MLA`、`rotate_activation`；`config_671B_v3.2.json`）及其 2025 年 11 月 17 日关于索引器旋转位置编码布局的说明；推理引擎的修复与报告：`vLLM PR #28968`、`SGLang issue #13530`、`vllm-ascend PR #4641` 与 `#7341`、`mlx-lm PR #512`（2025-12-01 的一条审阅意见）；DeepSeek 的 FlashMLA 说明文件（它为 V3.2 提供的稀疏内核）；`OpenAI` 的 `gpt-oss`（`gpt_oss/torch/model.py`：sink 与滑动窗口）；`DeepSeek-V4` 在 `Hugging Face` 上的 `configuration_deepseek_v4.py`；`G. Xiao` 等人关于注意力 sink 与流式语言模型的论文（`Efficient Streaming Language Models with Attention Sinks`，2023）；`A. Q. Jiang` 等人的 `Mistral 7B`（2023）；`S. Raschka` 的 `LLMs-from-scratch` 中的 `ch04/06_swa`、`issue #1008` 与 `PR #1013`；GPU 上的数字：为本课程在一块 NVIDIA H200 上测得（torch 2.11、CUDA 13，课程 2026-11-25 的 `utils`），以及 NVIDIA 的 H200 数据手册（4.8 TB/s）。
+# 来源：DeepSeek-AI 的 DeepSeek-V3.2-Exp 推理代码（`inference/model.py` 中的 `Indexer`、`MLA`、`rotate_activation`、`ModelArgs`；`config_671B_v3.2.json`）、它 2025 年 11 月 17 日关于索引器 RoPE 布局的 README 说明，以及提交 8631a813356d39b09a5c1ee1cde8ed6015559eb3（这次修复；vLLM 在 2025-11-18 修复，vllm-ascend 在一次回归后修复了两次；mlx-lm 中一位审阅者在移植仍在审阅时就更正了它）；推理引擎的修复与报告：vLLM PR #28968、SGLang issue #13530、vllm-ascend PR #4641 与 #7341、mlx-lm PR #512（2025-12-01 的一条审阅意见）；DeepSeek 的 FlashMLA 说明文件（它为 V3.2 提供的稀疏内核）；OpenAI 的 gpt-oss（`gpt_oss/torch/model.py`：sink 与滑动窗口）；DeepSeek-V4 在 Hugging Face 上的 `configuration_deepseek_v4.py`；G. Xiao 等，《Efficient Streaming Language Models with Attention Sinks》（2023）；A. Q. Jiang 等，《Mistral 7B》（2023）；S. Raschka 的 LLMs-from-scratch 中的 `ch04/06_swa`、issue #1008 与 PR #1013；GPU 上的数字：为本课程在一块 NVIDIA H200 上测得（torch 2.11、CUDA 13，课程 2026-11-25 的 `utils`），以及 NVIDIA 的 H200 数据手册（4.8 TB/s）。

@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from utils.bench_flash import format_rows, measure, peak_extra_memory
+from utils.bench_flash import format_rows, measure, order_warning, peak_extra_memory
 from utils.benchmark import demo_device
 from utils.causal import causal_mask
 from utils.scaled_attention import scaled_dot_product_attention
@@ -642,6 +642,11 @@ print(f"one 256 x 256 float32 tile: {256 * 256 * 4 / 2**10:.0f} KiB; the output 
 ratio = last["naive MiB"] / last["tiled MiB"]
 print(f"at T = {last['T']}: naive attention needed {ratio:.0f}x the peak extra memory of your tiled forward "
       f"(goal at T = 16384: at least 50x)")
+print(order_warning(rows) or "every time column grows with T: no sign of a disturbed run")
+print("tiled / naive time: " + ", ".join(f"{r['T']}: {r['tiled s'] / r['naive s']:.2f}x" for r in rows)
+      + f"; at T = {last['T']} the {'tiled forward' if last['tiled s'] < last['naive s'] else 'naive attention'} was faster")
+sdpa_first = all(r["SDPA s"] < min(r["naive s"], r["tiled s"]) for r in rows)
+print(f"SDPA the fastest of the three at every T: {sdpa_first}")
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -700,21 +705,32 @@ for name, forward_backward in passes.items():
 # per tile is its price.
 #
 # 读一读这两行：重新计算的反向传播所需的内存只是保存 $P$ 的那种的一小部分，这正是 FlashAttention 能在长序列上训练的原因；每个分块多出的一次乘法是它的代价。
+
+# %% [markdown]
+# ### Where the time goes · 时间花在哪里
 #
 # Time depends on more than arithmetic. Your tiled forward does the same arithmetic as the naive one,
 # organised differently. Naive attention runs a few large operations, but writes two $(T, T)$ matrices
 # to main memory and reads them back (at 16384 tokens, two of the 1024 MiB matrices the first cell
 # printed). Your tiled forward keeps every intermediate as small as a tile, but it is a Python loop
 # that launches a few PyTorch operations per tile, $(T / 256)^2$ tiles in all, and each launch costs
-# microseconds. Which of the two costs more depends on $T$ and on the machine: read the naive and
-# tiled time columns above. SDPA is a **fused kernel**: one C++ function that keeps a tile in cache
-# while it computes the scores, the exponentials, the running sums and the product with $V$, with no
-# intermediate larger than a tile, and that spreads the tiles over the cores. Compare its column with
-# the other two: that is what fusing is worth on this machine. Yours is a teaching kernel: it has the
-# memory of FlashAttention; the speed is what a fused kernel adds, and on a GPU that is far more
-# than on this CPU (below).
+# microseconds. Which of the two costs more depends on $T$ and on the machine: the timing cell
+# printed the tiled time over the naive one at each $T$. Read it only if that cell found every
+# column growing with $T$; if it printed a warning, the machine was busy during the run, and the
+# cell should be run again before drawing conclusions.
 #
-# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：请阅读上面朴素与分块两列的时间。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的，而在 GPU 上这部分远比在这台 CPU 上大（见下文）。
+# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：计时单元格打印了每个 $T$ 下分块时间与朴素时间之比。只有当那个单元格发现每一列都随 $T$ 增长时才去读它；如果它打印了警告，说明运行时机器很忙，应先重新运行这个单元格，再下结论。
+#
+# SDPA is a **fused kernel**: one C++ function that keeps a tile in cache while it computes the
+# scores, the exponentials, the running sums and the product with $V$, with no intermediate larger
+# than a tile, and that spreads the tiles over the cores. Compare its column with the other two
+# (the cell also said whether it was the fastest at every $T$): that is what fusing is worth on
+# this machine. Yours is a teaching kernel: it has the memory of FlashAttention; the speed is what a
+# fused kernel adds, and on a GPU that is far more than on this CPU (below).
+#
+# SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较（单元格也说明了它是否在每个 $T$ 下都最快）：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的，而在 GPU 上这部分远比在这台 CPU 上大（见下文）。
+#
+# ### On a GPU · 在 GPU 上
 #
 # On a GPU the point is speed as much as memory. An A100 has 40-80 GB of high-bandwidth memory (HBM)
 # at 1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of its 108 streaming multiprocessors at about
@@ -725,7 +741,8 @@ for name, forward_backward in passes.items():
 # first better-than-chance results on Path-X (16K tokens).
 #
 # 在 GPU 上，重点既是内存也是速度。一块 A100 有 40-80 GB 的高带宽显存（HBM），带宽为 1.5-2.0 TB/s；它的 108 个流式多处理器每个都有 192 KB 的片上 SRAM，带宽约 19 TB/s（FlashAttention 论文中的数字）。使用完整矩阵的注意力要把 $S$ 和 $P$ 写入 HBM 再读回来：它的时间花在搬运数据上，而不是算术上。FlashAttention 把 $Q$、$K$、$V$ 的一个分块载入 SRAM，在那里完成这个分块的全部工作，只写出输出：HBM 访问更少，论文由此在 1K 词元的 GPT-2 上得到 3 倍加速，并在 Path-X（16K 词元）上第一次得到优于随机猜测的结果。
-#
+
+# %% [markdown]
 # ### Your loop on a GPU · 你的循环在 GPU 上
 #
 # The course's reference of your forward, `utils.flash_attention.flash_attention_forward` (the same
@@ -757,18 +774,26 @@ print(f"peak memory in bfloat16: naive attention {H200_PEAK_MIB['naive']} MiB, t
       f"({H200_PEAK_MIB['naive'] / H200_PEAK_MIB['tiled']:.0f}x less)")
 for run, errors in H200_ERROR.items():
     print(f"{run}, largest |error| in bfloat16 at T = 1024: " + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()))
+for run, by_dtype in H200_MS.items():
+    (tiled_bf, sdpa_bf), (tiled_32, sdpa_32) = by_dtype["bfloat16"], by_dtype["float32"]
+    print(f"{run}, bfloat16 time / float32 time: tiled forward {tiled_bf / tiled_32:.2f}x, SDPA {sdpa_bf / sdpa_32:.2f}x")
 
 # %% [markdown]
 # On that GPU the tiled forward has the memory of FlashAttention, hundreds of times less than naive
-# attention, and takes hundreds of times SDPA's time. Its time is its loop: 4096 tiles, each a
+# attention, and takes tens of times SDPA's time in float32 and hundreds of times in bfloat16 (the
+# printed ratios). Its time is its loop: 4096 tiles, each a
 # handful of PyTorch operations, each a separate GPU kernel launched from Python (the printed time
 # per tile). That is why the two runs differ far more for the tiled forward than for SDPA: a loop
 # of launches is timed as much by the machine that issues them as by the GPU. And unlike SDPA, much
-# faster in bfloat16 than in float32, the tiled forward gains little or nothing from bfloat16: the
-# arithmetic is not what it waits on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
+# faster in bfloat16 than in float32, the tiled forward gains nothing reliable from bfloat16 (the
+# last two lines: it was slower in bfloat16 in run 1 and a little faster in run 2): the arithmetic
+# is not what it waits on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
 # tiles alone give FlashAttention's memory; its speed comes from the fusion.
 #
-# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时是 SDPA 的几百倍。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。这就是为什么两次运行中分块前向计算的时间相差远比 SDPA 大：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。而且 SDPA 在 bfloat16 下比 float32 快得多，分块前向计算却从 bfloat16 中得不到什么好处：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
+# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时在 float32 下是 SDPA 的几十倍，在 bfloat16 下是几百倍（见打印出的比值）。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。这就是为什么两次运行中分块前向计算的时间相差远比 SDPA 大：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。而且 SDPA 在 bfloat16 下比 float32 快得多，分块前向计算却不能从 bfloat16 中得到可靠的好处（最后两行：第 1 次运行中它在 bfloat16 下更慢，第 2 次运行中稍快）：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
+
+# %% [markdown]
+# ### bfloat16 inside the loop · 循环内部的 bfloat16
 #
 # The tiled forward also rounds more than SDPA in bfloat16 (the printed errors: the tiled forward's
 # is about naive attention's, SDPA's smaller; in run 2 the tiled forward computed in float32 and
@@ -840,10 +865,11 @@ for name, out in outs.items():
 #
 # The reference of this notebook lives in `utils/flash_attention.py`, with `utils/bench_flash.py` for
 # the measurements. The course's models keep calling `F.scaled_dot_product_attention` or their own
-# attention: on the CPU the fused kernel is faster than any Python loop, and now you know what it
-# does inside.
+# attention: a fused kernel does without the launches of a Python loop (the timing cell above said
+# whether SDPA was the fastest at every length on your machine), and now you know what it does
+# inside.
 #
-# 本笔记本的参考实现位于 `utils/flash_attention.py`，测量代码位于 `utils/bench_flash.py`。课程中的模型仍然调用 `F.scaled_dot_product_attention` 或它们自己的注意力：在 CPU 上，融合内核比任何 Python 循环都快，而现在你知道它内部在做什么了。
+# 本笔记本的参考实现位于 `utils/flash_attention.py`，测量代码位于 `utils/bench_flash.py`。课程中的模型仍然调用 `F.scaled_dot_product_attention` 或它们自己的注意力：融合内核省去了 Python 循环的一次次启动（上面的计时单元格说明了在你的机器上 SDPA 是否在每个长度下都最快），而现在你知道它内部在做什么了。
 #
 # Sources: T. Dao, D. Y. Fu, S. Ermon, A. Rudra, C. Ré, *FlashAttention: Fast and Memory-Efficient
 # Exact Attention with IO-Awareness* (2022, arXiv 2205.14135; the running maximum and sum saved per

@@ -16,7 +16,7 @@ learner's code with these kernels.
     utils.kv_cache    KVCache, cached MHA, grouped-query attention, greedy generate, cache bytes (07)
     utils.gpt         the small GPT of notebooks 07-12: pluggable attention, one cache per layer (07)
     utils.bench_generate  `python -m utils.bench_generate`: full-size cache / GQA / MQA timing, bytes per token, cache regimes (07)
-    utils.bandwidth   the bandwidth line: copy bandwidth measured once, the fraction of it a decode reaches (07, 11)
+    utils.bandwidth   the bandwidth line: read rate (the line) and copy (a reference) measured once, the last-level cache, the fraction of the line a decode reaches (07, 11, 12)
     utils.rope        sinusoidal positions, RoPE in both layouts, RoPEMultiHeadAttention (08)
     utils.rmsnorm     RMSNorm, computed in float32 (09, 12)
     utils.mla         multi-head latent attention, naive and absorbed paths, cache sizes; `python -m utils.mla` (09)
