@@ -15,9 +15,20 @@ reads and writes raw addresses).
         triton_softmax(x)
     watch.launches   # [Launch(fn=<the kernel's Python function>, programs=6)]
     watch.launched(softmax_rows_kernel)   # 1
+    watch.stored(0)   # float64 numpy array: every value the launches from the first on stored
+
+What a launch stores is kept (`Launch.stored`), so that a check can tell whether a launcher's
+result is what its kernel computed or was finished in PyTorch after the launch (`triton_runs`).
+
+While a kernel runs, the shortcut rule's frame watch (`executes.watching`, a trace call per
+Python frame) is paused: the interpreter runs a rewritten copy of each @jit function, never a
+reference's code object, and the watch made each launch 2.7x slower (its ~10^5 frames); the
+course's functions and kernels stay blocked by name meanwhile (`shortcuts.forbid`).
 
 The wrapping is put back when the block ends, also when it ends with an exception.
 """
+import sys
+
 import numpy as np
 import torch
 
@@ -31,6 +42,7 @@ class OutOfBounds(AssertionError):
 class Launch:
     def __init__(self, fn, programs=None):
         self.fn, self.programs = fn, programs
+        self.stored = []  # float64 arrays: the values each tl.store wrote
 
     def __repr__(self):
         return f"Launch({getattr(self.fn, '__name__', self.fn)}, programs={self.programs})"
@@ -64,11 +76,25 @@ class KernelWatch:
 
         def create_masked_store(builder, ptrs, value, mask, *rest, **kwargs):
             watch._check(builder, ptrs, mask, "wrote")
+            watch._record(value, mask)
             return store(builder, ptrs, value, mask, *rest, **kwargs)
 
         self._patch(InterpreterBuilder, "create_masked_load", create_masked_load)
         self._patch(InterpreterBuilder, "create_masked_store", create_masked_store)
         return self
+
+    def stored(self, first: int = 0):
+        """Every value stored by the launches from `first` on, as float64 (bfloat16 decoded)."""
+        parts = [part for launch in self.launches[first:] for part in launch.stored]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _record(self, value, mask):
+        if self._current is None:
+            return
+        data = np.broadcast_to(value.data, np.shape(mask.data))[np.asarray(mask.data, dtype=bool)]
+        if value.dtype.scalar.name == "bf16":  # kept as its 16-bit patterns
+            data = (data.astype(np.uint32) << 16).view(np.float32)
+        self._current.stored.append(np.asarray(data, dtype=np.float64))
 
     def launched(self, kernel) -> int:
         """How many times `kernel` (a @triton.jit function) was launched inside the block."""
@@ -92,9 +118,12 @@ class KernelWatch:
         outer = self._ranges, self._current
         self._ranges = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors]
         self._current = launch
+        trace = sys.gettrace()
+        sys.settrace(None)
         try:
             return original(kernel, *args, **kwargs)
         finally:
+            sys.settrace(trace)
             self._ranges, self._current = outer
 
     def _check(self, builder, ptrs, mask, verb):

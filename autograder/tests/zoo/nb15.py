@@ -429,3 +429,11 @@ RIGHT = {
                              "lse kept as a ctx attribute": _function(keep="lse on ctx"),
                              "backward in tiles of 32": _function(backward=_backward_tiles_of_32)},
 }
+
+
+from autograder.tests.zoo import nb15_kinds  # noqa: E402
+
+for _exercise, _entries in nb15_kinds.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb15_kinds.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
