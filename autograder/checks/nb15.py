@@ -30,17 +30,17 @@ from autograder.checks.harness import same_as_reference
 from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
                                             watched_apply_and_backward, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_tiles
-from autograder.checks.triton_variants import forward_mistakes, lse_mistakes, softmax_mistakes
-from autograder.checks.triton_runs import device, expect_kernel, expect_out_and_lse, f32_tol, launched, on_device, run
+from autograder.checks.triton_forward import BF16_TOL, expect_forward_runs, forward_inputs
+from autograder.checks.triton_variants import softmax_mistakes
+from autograder.checks.triton_runs import expect_kernel, expect_out_and_lse, expect_stored, f32_tol, launched, not_stored, on_device, run
 from autograder.checks.triton_watch import KernelWatch
+import autograder.checks.triton_probes as probes
 
 _SDPA = [(F, "scaled_dot_product_attention")]
 _SOFTMAX = [(torch, "softmax"), (torch.Tensor, "softmax"), (F, "softmax"), (torch, "log_softmax"), (F, "log_softmax")]
 _REFERENCE = [(ref, "triton_softmax"), (ref, "softmax_rows_kernel"), (ref, "triton_flash_attention_forward"),
               (ref, "flash_forward"), (ref, "flash_forward_kernel"), (fa, "flash_attention_forward"), (fa, "naive_attention"),
               (fa, "online_softmax")]
-BF16_TOL = 3e-2  # |out - exact| of bf16 outputs of order 1-3: the model answer stays near 1.5e-2
-ACC_TOL = 8e-2  # on the long row below: float32 running statistics stay near 2.5e-2, a bf16 accumulator reaches 0.2
 
 
 # triton_softmax ------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
     square, columns, long = on_device(randn(3, 64, seed=151), probes.softmax_transposed(), randn(2, 300, seed=153) * 4)
     en = "This exercise asks you to write the softmax yourself, in softmax_rows_kernel, not to call torch's softmax or the course's kernels in utils."
     zh = "本练习要求你在 softmax_rows_kernel 中自己实现 softmax，而不是调用 torch 的 softmax 或 utils 中课程的内核。"
-    runs, one_per_row = {}, ("one program per row, grid (M,)", "每行一个程序，grid 为 (M,)")
+    runs, unstored, one_per_row = {}, [], ("one program per row, grid (M,)", "每行一个程序，grid 为 (M,)")
     with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
             own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch:
         for name, arg in (("view", x), ("contiguous", contiguous), ("square", square), ("bf16", contiguous.bfloat16()),
@@ -65,7 +65,7 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
             runs[name] = run(triton_softmax, arg, name="triton_softmax")
             launched(watch, softmax_rows_kernel, before, "triton_softmax", (arg.shape[0], *one_per_row))
             expect_tensor(runs[name], "triton_softmax's result", "triton_softmax 的结果")
-            expect_stored(watch, before, [("its result", runs[name])], "triton_softmax")
+            unstored += not_stored(watch, before, [("its result", runs[name])])
     expect(torch.equal(wide, copy), "triton_softmax changed its input in place: write into a new output tensor.",
            "triton_softmax 原地修改了输入：请写入一个新的输出张量。")
     for name, out in runs.items():
@@ -104,6 +104,7 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
     expect_close(bf16.cpu(), torch.softmax(contiguous.bfloat16().cpu().double(), -1),
                  "triton_softmax is wrong on bf16 input: load, convert to float32 (.to(tl.float32)), compute, store in the output's dtype.",
                  "triton_softmax 在 bf16 输入上不对：载入后转换为 float32（.to(tl.float32)），计算，再以输出的 dtype 存储。", atol=4e-3, rtol=0)
+    expect_stored(unstored, "triton_softmax")
     with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
             own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch():
         same_as_reference(triton_softmax, softmax, FAMILIES[who], "triton_softmax")
@@ -119,7 +120,7 @@ def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forw
     copies = [t.clone() for t in inputs["f32"][0]]
     en = f"This exercise asks you to write the FlashAttention forward yourself, in {who}, not to call F.scaled_dot_product_attention or the course's code in utils."
     zh = f"本练习要求你在 {who} 中自己实现 FlashAttention 的前向计算，而不是调用 F.scaled_dot_product_attention 或 utils 中课程的代码。"
-    runs = {}
+    runs, unstored = {}, []
     with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), \
             own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch, \
             warnings.catch_warnings():
@@ -132,10 +133,11 @@ def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forw
                      (math.ceil(T_q / bq) * B * H, "one program per tile of block_q queries and per (batch item, head): "
                       "grid (cdiv(T_q, block_q), B * H)", "每 block_q 个查询组成的分块、每个（样本，头）各一个程序：grid 为 (cdiv(T_q, block_q), B * H)"))
             runs[label] = expect_out_and_lse(result, "triton_flash_attention_forward", (B, H, T_q, args[2].shape[-1]), dtype)
-            expect_stored(watch, before, [("out", result[0]), ("lse", result[1])], "triton_flash_attention_forward")
+            unstored += not_stored(watch, before, [("out", result[0]), ("lse", result[1])])
     expect(all(torch.equal(a, b) for a, b in zip(inputs["f32"][0], copies)), "triton_flash_attention_forward changed q, k or v in place: leave the inputs as they are.",
            "triton_flash_attention_forward 原地修改了 q、k 或 v：请保持输入不变。")
-    expect_forward_runs(runs, {label: [t.cpu() for t in args] for label, (args, *_) in inputs.items()})
+    expect_forward_runs(runs, inputs, fn)
+    expect_stored(unstored, "triton_flash_attention_forward")
     with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), \
             KernelWatch():
         same_as_reference(fn, attention, FAMILIES[who], "triton_flash_attention_forward")
@@ -155,11 +157,13 @@ def check_TritonFlashAttention(TritonFlashAttention):
     g = randn(B, H, T_q, d, seed=173)
     q, k, v, g = on_device(q, k, v, g)
     big = [t.requires_grad_() for t in on_device(*(randn(1, 1, 130, 16, seed=174 + i) for i in range(3)))]
-    runs, forward_watch, watch = {}, TileWatch(), TileWatch()
+    runs, forward_watch, watch, unstored = {}, TileWatch(), TileWatch(), []
     methods = [unwrap(m) for m in vars(cls).values() if isinstance(m, (staticmethod, classmethod))]
     with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch() as kernels:
         for causal in (False, True):
+            before = len(kernels.launches)
             runs[causal] = apply_and_backward(cls, (q, k, v), g, causal, who)
+            unstored += not_stored(kernels, before, [("out", runs[causal][0])])
         before = len(kernels.launches)
         try:
             runs["bf16"] = apply_and_backward(cls, [t.bfloat16() for t in (q, k, v)], g.bfloat16(), True, who)
@@ -197,6 +201,7 @@ def check_TritonFlashAttention(TritonFlashAttention):
                          "with the saved q, k, v, out, lse, grad_out and ctx's causal.",
                          f"{name} 的梯度与 autograd 的结果不同（causal={causal}）：backward 必须用保存的 q、k、v、out、lse、grad_out 和 ctx 中的 causal "
                          "调用笔记本 14 的 flash_attention_backward。", **ref.tolerance(gradients=True))
+    expect_stored(unstored, f"{who}.forward")
     out, grads, _ = runs["bf16"]
     qb, kb, vb = (t.bfloat16().double() for t in (q, k, v))
     expect_close(out.cpu(), sdpa(qb, kb, vb, True), f"{who}.apply on bf16 inputs differs from attention in float64 by more than bf16 rounding.",
@@ -222,7 +227,7 @@ def check_TritonFlashAttention(TritonFlashAttention):
                  f"{who}.apply(q, k, v) 的默认值必须是 causal=False。", **f32_tol())
     expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
     expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
-    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh):
+    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch():
         same_as_reference(cls.apply, attention_out, FAMILIES[who], who, grads=True)
 
 

@@ -85,27 +85,36 @@ def _expect_supported(name, error):
          f"{type(error).__name__}: {error}")
 
 
-def expect_stored(watch, before, results, who):
-    """Each (name, tensor) of `results` holds only values that the kernel launches since `before`
-    stored (rounded to the tensor's dtype, in any arrangement): the launcher allocates, launches
-    and returns what the kernel wrote; a cast or a view of it is fine, arithmetic after the launch
-    (a division by the sum, lse = m + log(l), torch.logsumexp) is work left out of the kernel."""
+def not_stored(watch, before, results):
+    """[(name, how many values)] of the (name, tensor) `results` that hold values no kernel launch
+    since `before` stored (rounded to the tensor's dtype, in any arrangement). The launcher
+    allocates, launches and returns what the kernel wrote; a cast or a view of it is fine,
+    arithmetic after the launch (a division by the sum, lse = m + log(l), torch.logsumexp) is
+    work left out of the kernel. Said by `expect_stored` once the values themselves are right."""
     stored = torch.from_numpy(watch.stored(before))
+    found = []
     for label, tensor in results:
         values = tensor.detach().cpu().flatten()
         kept = stored.to(values.dtype).double()
         values = values.double()
         nan = torch.isnan(values)
-        missing = ~torch.isin(values[~nan], kept[~torch.isnan(kept)])
-        unexplained = int(missing.sum()) + (int(nan.sum()) if not torch.isnan(kept).any() else 0)
-        expect(unexplained == 0,
-               f"{who} returned {label} with values that no tl.store of your kernel wrote: the launcher allocates the outputs, launches "
-               "the kernel and returns what it stored (casting it to the inputs' dtype at most). Finishing in PyTorch after the launch "
-               "(dividing by the sum, lse = m + log(l), torch.logsumexp) leaves part of the work out of the kernel.",
-               f"{who} 返回的 {label} 中有你的内核的任何 tl.store 都没有写过的值：启动函数分配输出、启动内核，并返回内核存储的内容"
-               "（至多把它转换为输入的 dtype）。在启动之后用 PyTorch 完成剩下的计算（除以和、lse = m + log(l)、torch.logsumexp），"
-               "就把一部分工作留在了内核之外。",
-               f"{unexplained} of {values.numel()} values never stored by the kernel")
+        missing = int((~torch.isin(values[~nan], kept[~torch.isnan(kept)])).sum())
+        missing += int(nan.sum()) if not torch.isnan(kept).any() else 0
+        if missing:
+            found.append((label, missing, values.numel()))
+    return found
+
+
+def expect_stored(found, who):
+    """`found`: what `not_stored` returned for the launches of `who`."""
+    for label, missing, total in found:
+        fail(f"{who} returned {label} with values that no tl.store of your kernel wrote: the launcher allocates the outputs, launches "
+             "the kernel and returns what it stored (casting it to the inputs' dtype at most). Finishing in PyTorch after the launch "
+             "(dividing by the sum, lse = m + log(l), torch.logsumexp) leaves part of the work out of the kernel.",
+             f"{who} 返回的 {label} 中有你的内核的任何 tl.store 都没有写过的值：启动函数分配输出、启动内核，并返回内核存储的内容"
+             "（至多把它转换为输入的 dtype）。在启动之后用 PyTorch 完成剩下的计算（除以和、lse = m + log(l)、torch.logsumexp），"
+             "就把一部分工作留在了内核之外。",
+             f"{missing} of {total} values never stored by the kernel")
 
 
 def launched(watch, kernel, before, who, programs=None):

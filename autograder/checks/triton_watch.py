@@ -17,6 +17,11 @@ reads and writes raw addresses).
     watch.launched(softmax_rows_kernel)   # 1
     watch.stored(0)   # float64 numpy array: every value the launches from the first on stored
 
+A masked load without `other=` reads values that Triton's documentation calls undefined (the
+interpreter alone gives 0; a GPU gives whatever the registers held): inside the watch they are
+NaN, so a kernel that relies on them shows it (`KernelWatch(undefined=0.0)` gives the interpreter's
+zeros, to tell that cause from another).
+
 What a launch stores is kept (`Launch.stored`), so that a check can tell whether a launcher's
 result is what its kernel computed or was finished in PyTorch after the launch (`triton_runs`).
 
@@ -53,8 +58,8 @@ def _programs(grid):
 
 
 class KernelWatch:
-    def __init__(self):
-        self.launches = []
+    def __init__(self, undefined=float("nan")):
+        self.launches, self.undefined = [], undefined
         self._ranges, self._current, self._restore = None, None, []
 
     def __enter__(self):
@@ -70,9 +75,11 @@ class KernelWatch:
             self._patch(cls, "run", run)
         load, store = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
 
-        def create_masked_load(builder, ptrs, mask, *rest, **kwargs):
+        def create_masked_load(builder, ptrs, mask, other=None, *rest, **kwargs):
             watch._check(builder, ptrs, mask, "read")
-            return load(builder, ptrs, mask, *rest, **kwargs)
+            if other is None and watch._ranges is not None:
+                other = watch._undefined(ptrs)
+            return load(builder, ptrs, mask, other, *rest, **kwargs)
 
         def create_masked_store(builder, ptrs, value, mask, *rest, **kwargs):
             watch._check(builder, ptrs, mask, "wrote")
@@ -87,6 +94,21 @@ class KernelWatch:
         """Every value stored by the launches from `first` on, as float64 (bfloat16 decoded)."""
         parts = [part for launch in self.launches[first:] for part in launch.stored]
         return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _undefined(self, ptrs):
+        """What a masked-off lane of a load without other= reads here: NaN of the loaded type."""
+        from triton.runtime.interpreter import TensorHandle
+        kind = ptrs.get_element_ty()
+        if not kind.is_floating():
+            return None
+        values = np.full(np.shape(ptrs.data), self.undefined, dtype=np.float32)
+        if kind.name == "bf16":
+            values = (values.view(np.uint32) >> 16).astype(np.uint16)
+        elif kind.name in ("fp16", "fp64"):
+            values = values.astype(np.float16 if kind.name == "fp16" else np.float64)
+        elif kind.name != "fp32":
+            return None
+        return TensorHandle(values, kind)
 
     def _record(self, value, mask):
         if self._current is None:

@@ -341,7 +341,7 @@ WRONG = {
         "BLOCK_N a constant 64": (_softmax(block=64), "not a constant"),
         "the maximum floored at 0": (_softmax(MAX_FROM_ZERO=True), "NaN or inf"),
         "the division by the sum in PyTorch after the kernel":
-            ({"softmax_rows_kernel": _row_softmax, "triton_softmax": _softmax_finished_in_torch}, "never stored"),
+            ({"softmax_rows_kernel": _row_softmax, "triton_softmax": _softmax_finished_in_torch}, "no tl.store"),
     },
     "flash_forward_kernel": {
         "strides passed, the last one taken as 1": (_flash_with(contiguous=False, UNIT_D=True), "every dimension"),
@@ -350,14 +350,14 @@ WRONG = {
         "no masks when T_q is a multiple of block_q": (_flash_with(even_from_q=True), "outside the tensors"),
         "running maximum started at 0": (_flash_with(M_FROM_ZERO=True), "start the running maximum at -inf"),
         "key tiles from the diagonal backwards": (_flash_with(BACKWARDS=True), "-inf - (-inf)"),
-        "the width hard-coded as 16": (_flash_with(width=16), "not a constant"),
-        "out and lse finished in PyTorch from acc, m and l": (_flash_with(finish="torch"), "never stored"),
-        "lse with torch.logsumexp after the kernel": (_flash_with(finish="lse in torch"), "never stored"),
+        "the width hard-coded as 16": (_flash_with(width=16), "constant width"),
+        "out and lse finished in PyTorch from acc, m and l": (_flash_with(finish="torch"), "no tl.store"),
+        "lse with torch.logsumexp after the kernel": (_flash_with(finish="lse in torch"), "no tl.store"),
         "exp through libdevice (the interpreter cannot run it)":
             ({"flash_forward_kernel": _flash_libdevice, "triton_flash_attention_forward": _launch_libdevice}, "interpreter"),
     },
     "TritonFlashAttention": {
-        "forward recomputes out in PyTorch from the kernel's lse": (_OutFromLse, "never stored"),
+        "forward recomputes out in PyTorch from the kernel's lse": (_OutFromLse, "no tl.store"),
     },
 }
 
