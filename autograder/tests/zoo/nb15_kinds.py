@@ -68,7 +68,7 @@ def _flash(Q, K, V, O, LSE, T_q, T_k, sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3, sv
            CAUSAL: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
            UNIT_D: tl.constexpr = False, END_BY_K: tl.constexpr = False, EVEN: tl.constexpr = False,
            M_FROM_ZERO: tl.constexpr = False, BACKWARDS: tl.constexpr = False, PARTS: tl.constexpr = False,
-           L=None, STORE_LSE: tl.constexpr = True):
+           L=None, STORE_LSE: tl.constexpr = True, V_OTHER: tl.constexpr = True):
     """Any strides; O and LSE contiguous (B*H, T_q, D) and (B*H, T_q). One switch per mistake."""
     tile, bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     b, h = bh // H, bh % H
@@ -107,7 +107,10 @@ def _flash(Q, K, V, O, LSE, T_q, T_k, sq0, sq1, sq2, sq3, sk0, sk1, sk2, sk3, sv
             v = tl.load(v_at)
         else:
             k = tl.load(k_at, mask=keys[:, None] < T_k, other=0.0)
-            v = tl.load(v_at, mask=keys[:, None] < T_k, other=0.0)
+            if V_OTHER:
+                v = tl.load(v_at, mask=keys[:, None] < T_k, other=0.0)
+            else:  # "masked lanes give 0": undefined on a GPU, and p * NaN = NaN
+                v = tl.load(v_at, mask=keys[:, None] < T_k)
         s = tl.dot(q, tl.trans(k)) * scale
         seen = keys[None, :] < T_k
         if EVEN:
@@ -349,6 +352,7 @@ WRONG = {
         "causal loop's end counted in BLOCK_K": (_flash_with(END_BY_K=True), "counts queries"),
         "no masks when T_q is a multiple of block_q": (_flash_with(even_from_q=True), "outside the tensors"),
         "running maximum started at 0": (_flash_with(M_FROM_ZERO=True), "start the running maximum at -inf"),
+        "v loaded with a mask and no other=": (_flash_with(V_OTHER=False), "without other="),
         "key tiles from the diagonal backwards": (_flash_with(BACKWARDS=True), "-inf - (-inf)"),
         "the width hard-coded as 16": (_flash_with(width=16), "constant width"),
         "out and lse finished in PyTorch from acc, m and l": (_flash_with(finish="torch"), "no tl.store"),
