@@ -1,11 +1,12 @@
 """Solutions of notebook 15 along the kinds of input a first set of probes left out (merged into
 nb15's WRONG and RIGHT): layouts (a column stride, k and v laid out differently), block
 combinations (block_q > block_k, T_q a multiple of its block while T_k is not), value regimes
-(every score large and negative, rows that see no key of a tile), sizes beyond a constant (rows
-wider than 64, d wider than 16), work in the wrong place (a launcher that finishes in PyTorch), and
-a kernel the interpreter cannot run. Right ones: a kernel that does bfloat16 arithmetic (q scaled
-in bf16, as Triton's 2023 tutorial did), one written with block pointers (CS336's style), and one
-whose float32 output the launcher casts to the inputs' dtype."""
+(every score large and negative, rows that see no key of a tile, v's masked lanes read without
+other=), sizes beyond a constant (rows wider than 64, d wider than 16), work in the wrong place (a
+launcher that finishes in PyTorch), and a kernel the interpreter cannot run. Right ones: a kernel
+that does bfloat16 arithmetic (q scaled in bf16, as Triton's 2023 tutorial did), one written with
+block pointers (CS336's style), one whose float32 output the launcher casts to the inputs' dtype,
+and one that uses every stride instead of copies."""
 import math
 
 import utils.flash_triton  # noqa: F401  (first: TRITON_INTERPRET=1 before triton is imported)
