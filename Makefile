@@ -16,7 +16,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sani
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
-	@echo "make triton              add Triton to .venv for notebook 15 (a 286 MB download, 1 GB installed)"
+	@echo "make triton              add Triton to .venv for notebook 15 (a 198 MB download, 0.7 GB installed)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, solutions run once (full marks, stored outputs), stubs, release"
 	@echo "make test-cpus           the numerically sensitive tests on this machine's other CPU paths (no AVX, AVX2) and thread counts (1, all)"
 	@echo "make nbval               execute solutions/ under nbval and compare every stored output, figures included"
