@@ -116,12 +116,12 @@ def prefill_rows(lengths, heads=4, d=64, chunk_size=64, recurrent=recurrent_gate
     return rows
 
 
-def associative_recall(n_pairs, d=64, trials=4, recent=16, seed=0, device=None) -> list[dict]:
+def associative_recall(n_pairs, d=64, trials=4, recent=16, step=gated_delta_step, seed=0, device=None) -> list[dict]:
     """Fraction of keys whose value is recalled, for n key-value pairs written in order, then every key
     asked again. Keys: random unit vectors of d; values: random vectors of d; recalled = the written
     value nearest (largest dot product) to what the memory returns. Three memories of the same pairs:
     - linear attention: S = sum k_iᵀ v_i, read k_j S (d x d numbers, whatever n);
-    - delta rule: gated_delta_step with beta = 1 and no decay, each write replacing what S returned for
+    - delta rule: `step` (gated_delta_step) with beta = 1 and no decay, each write replacing what S returned for
       k_i (d x d numbers);
     - softmax attention over the cache (the hybrid's full-attention layer): every key and value kept
       (2 n d numbers), scores q.k scaled by sqrt(d) (unit keys: the course's 1/sqrt(d) of keys of norm sqrt(d)).
@@ -136,7 +136,7 @@ def associative_recall(n_pairs, d=64, trials=4, recent=16, seed=0, device=None) 
         state = torch.zeros(trials, 1, d, d, device=device)
         ones, zeros = torch.ones(trials, 1, device=device), torch.zeros(trials, 1, device=device)
         for i in range(n):
-            _, state = gated_delta_step(state, keys[:, None, i], keys[:, None, i], values[:, None, i], zeros, ones)
+            _, state = step(state, keys[:, None, i], keys[:, None, i], values[:, None, i], zeros, ones)
         delta = keys @ state[:, 0]
         softmax = torch.softmax(keys @ keys.transpose(-1, -2) * d ** 0.5, dim=-1) @ values
         recalled = {name: (read @ values.transpose(-1, -2)).argmax(-1) == torch.arange(n, device=device)
