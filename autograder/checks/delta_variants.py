@@ -110,13 +110,13 @@ STEP = {
     "no_exp": ("g is a log decay: the state is multiplied by exp(g), a number in (0, 1], not by g.",
                "g 是对数衰减：状态乘以 exp(g)（一个 (0, 1] 之间的数），而不是乘以 g。"),
 }
-RULE = {
+RULE = {  # in this order: with use_qk_l2norm, normalising after the scale gives the numbers of no scale at all
+    "l2_after_scale": ("L2-normalise q and k first, then scale the queries by d_k ** -0.5: normalising after the scale undoes it.",
+                       "先对 q 和 k 做 L2 归一化，再把查询乘以 d_k ** -0.5：缩放之后再归一化会把缩放抵消掉。"),
     "scale=none": ("The queries must be scaled by d_k ** -0.5 (after the optional L2 normalisation).",
                    "查询必须乘以 d_k ** -0.5（在可选的 L2 归一化之后）。"),
     "scale=qk": ("Only the queries are scaled by d_k ** -0.5, not the keys: the keys write into the state as they are.",
                  "只有查询乘以 d_k ** -0.5，键不乘：键按原样写入状态。"),
-    "l2_after_scale": ("L2-normalise q and k first, then scale the queries by d_k ** -0.5: normalising after the scale undoes it.",
-                       "先对 q 和 k 做 L2 归一化，再把查询乘以 d_k ** -0.5：缩放之后再归一化会把缩放抵消掉。"),
     "ignore_l2": ("With use_qk_l2norm=True, q and k must be L2-normalised (x / sqrt(sum x² + 1e-6)) before the scale.",
                   "use_qk_l2norm=True 时，q 和 k 必须在缩放之前做 L2 归一化（x / sqrt(sum x² + 1e-6)）。"),
     "heads=repeat": ("Key head h serves the consecutive value heads h r .. h r + r - 1 (r = H_v // H_k): repeat_interleave, not repeat.",

@@ -147,14 +147,14 @@ def _expect_rule_values(fn, who, chunk=None):
     initial state, with and without the L2 normalisation; None as the state when not asked for; the
     dtypes; the error for a head count that is not a multiple."""
     extra = {} if chunk is None else {"chunk_size": chunk}
-    for seed, l2 in ((190, False), (191, True)):
-        args, kwargs = _rule(seed, B=2, T=11, H_k=2, H_v=4, d_k=4, d_v=3, l2=l2)
+    for seed, l2 in ((190, False), (191, True)):  # the first without an initial state: the zeros are the function's own
+        args, kwargs = _rule(seed, B=2, T=11, H_k=2, H_v=4, d_k=4, d_v=3, l2=l2, initial=l2)
         with own_work(fn, who):
             out, state = _pair(call(fn, *args, **kwargs, **extra, name=who), who)
         want_out, want_state = var.rule(*args, **kwargs)
         expect_known(out, want_out, lambda: [(m[0], en, zh) for m, en, zh in var.rule_mistakes(args, kwargs)],
-                     f"{who}'s output differs from the gated delta rule (grouped value heads, an initial state, use_qk_l2norm={l2}): per token S = exp(g) S, S += kᵀ (beta (v - k S)), o = q S, with q scaled by d_k ** -0.5.",
-                     f"{who} 的输出与门控 delta 规则不同（分组的值头、初始状态、use_qk_l2norm={l2}）：每个词元 S = exp(g) S，S += kᵀ (beta (v - k S))，o = q S，q 乘以 d_k ** -0.5。")
+                     f"{who}'s output differs from the gated delta rule (grouped value heads, use_qk_l2norm={l2}, {'an' if l2 else 'no'} initial state): per token S = exp(g) S, S += kᵀ (beta (v - k S)), o = q S, with q scaled by d_k ** -0.5.",
+                     f"{who} 的输出与门控 delta 规则不同（分组的值头、use_qk_l2norm={l2}、{'有' if l2 else '没有'}初始状态）：每个词元 S = exp(g) S，S += kᵀ (beta (v - k S))，o = q S，q 乘以 d_k ** -0.5。")
         expect_known(state, want_state, lambda: [(m[1], en, zh) for m, en, zh in var.rule_mistakes(args, kwargs)],
                      f"{who}'s final state differs from the gated delta rule's (use_qk_l2norm={l2}): it is the state after the last token, (B, H_v, d_k, d_v).",
                      f"{who} 的最终状态与门控 delta 规则的不同（use_qk_l2norm={l2}）：它是最后一个词元之后的状态，(B, H_v, d_k, d_v)。")

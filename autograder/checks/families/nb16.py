@@ -1,6 +1,6 @@
 """Notebook 16's input families (linear attention and the delta rule), as data: batch items that
 differ, grouped value heads, lengths that are not multiples of the chunk, one token, an initial
-state given or not, the final state asked for or not, gates at their extremes (g near -30, beta 0
+state given or not, the final state asked for or not, gates at their extremes (g from -60 to -30, beta 0
 and 1), non-contiguous inputs, float64 and bfloat16, and a head count that is not a multiple."""
 import torch
 
@@ -64,7 +64,9 @@ def _bytes(*args, **kwargs):
     return args, kwargs
 
 
-_EXTREME_GATES = dict(g=(-30.0, -20.0), beta=(0.0, 1.0))  # e^-30: the state forgotten; beta 0: no write, 1: a full overwrite
+# e^-30 and less: the state forgotten, and within a chunk e^γ underflows to 0 and e^(γ_t - γ_j) for j > t overflows;
+# beta 0: no write, 1: a full overwrite
+_EXTREME_GATES = dict(g=(-60.0, -30.0), beta=(0.0, 1.0))
 
 _LINEAR = [
     Probe("batch", "batch items and heads that differ", lambda: _linear(400), "各不相同的批次项与注意力头"),
@@ -88,8 +90,8 @@ def _rule_probes(seed, chunk):
         Probe("edges", "one token with an initial state", lambda: _rule(seed + 3, T=1, **c), "带初始状态的一个词元"),
         Probe("edges", "non-contiguous inputs (transposed views)", lambda: _rule(seed + 4, strided=True, H_v=4, **c),
               "非连续的输入（转置视图）"),
-        Probe("extreme", "g between -30 and -20, beta 0 and 1", lambda: _rule(seed + 5, T=10, **_EXTREME_GATES, **c),
-              "g 在 -30 与 -20 之间，beta 为 0 和 1"),
+        Probe("extreme", "g between -60 and -30, beta 0 and 1", lambda: _rule(seed + 5, T=10, **_EXTREME_GATES, **c),
+              "g 在 -60 与 -30 之间，beta 为 0 和 1"),
         Probe("dtype", "float64 inputs", lambda: _rule(seed + 6, dtype=torch.float64, **c), "float64 输入"),
         Probe("dtype", "bfloat16 inputs", lambda: _rule(seed + 7, dtype=torch.bfloat16, H_v=4, **c), "bfloat16 输入"),
         Probe("edges", "H_v = 3 value heads for H_k = 2 key heads (not a multiple: an error)",
