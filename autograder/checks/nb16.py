@@ -15,6 +15,8 @@ exercises' texts say:
 Dtypes as the texts fix them: arithmetic in float32, outputs in the inputs' dtype, states in float32
 (gated_delta_step, a single step, keeps its inputs' dtype).
 """
+import functools
+
 import torch
 
 import utils.linear_attention as ref
@@ -24,6 +26,7 @@ from autograder.checks.comparisons import _where
 from autograder.checks.families.nb16 import FAMILIES, _rule
 from autograder.checks.harness import same_as_reference
 from autograder.checks.state_watch import StateWatch
+from utils.mla import one_thread
 
 _DTYPES_EN = "compute in float32 whatever the inputs' dtype, return the output in the inputs' dtype and the state in float32"
 _DTYPES_ZH = "无论输入是什么 dtype 都用 float32 计算，输出用输入的 dtype 返回，状态用 float32 返回"
@@ -248,4 +251,16 @@ def check_hybrid_cache_bytes(hybrid_cache_bytes):
         same_as_reference(fn, reference, FAMILIES[who], who)
 
 
+def _on_one_thread(check):
+    """The check on one thread, as the harness runs: its tensors are tiny, and on a busy machine threads
+    waiting for each other cost far more than the arithmetic."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        with one_thread():
+            return check(*args, **kwargs)
+    return run
+
+
+for _name in [n for n in globals() if n.startswith("check_")]:
+    globals()[_name] = _on_one_thread(globals()[_name])
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)
