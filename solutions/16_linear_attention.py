@@ -437,16 +437,18 @@ plt.tight_layout(); plt.show()
 # device, gradients to every input). Then split the tokens into chunks of `chunk_size` (the last may
 # be shorter: slice it, or pad with zeros as transformers does, since a padded token with `beta = 0`
 # and `g = 0` changes nothing) and, from the state at each chunk's start, apply the formulas above.
-# Two rules the grader checks besides the values: the state is updated once per chunk, never token
+# Three rules the grader checks besides the values: the state is updated once per chunk, never token
 # by token (it counts the state-sized tensors your function creates: a few per chunk pass, one or
-# more per token fail, so no loop over tokens and no call to your recurrent function); and strong
+# more per token fail, so no loop over tokens and no call to your recurrent function); it never builds
+# a $(T, T)$ matrix, not even a mask (one chunk of the whole sequence is the quadratic parallel form:
+# the grader runs 64 tokens in chunks of 16 and looks for a pair of dims of 64); and strong
 # decays must give no NaN (it runs $g$ between $-60$ and $-30$): compute $D$ as `exp(γ_t - γ_j)` with the positions
 # above the diagonal set to `-inf` before the `exp`, never as `exp(γ_t) / exp(γ_j)` (0 / 0 once
 # $e^{\gamma}$ underflows) nor by multiplying an overflowed `inf` by a zero mask. Forward substitution
 # row by row inside a chunk (what transformers does when exporting) is as right as
 # `solve_triangular`.
 #
-# 与你的 `recurrent_gated_delta_rule` 数值相同，但按块计算，签名与 transformers 的 `torch_chunk_gated_delta_rule` 相同（默认 `chunk_size=64`）。第 1-3 步、第 5 步和练习 4 的所有规则都相同（报错、分组的头、float32、返回的 dtype、设备、传到每个输入的梯度）。然后把词元切成每块 `chunk_size` 个（最后一块可以更短：对它切片，或者像 transformers 那样补零，因为 `beta = 0`、`g = 0` 的补齐词元什么也不改变），并从每块开始时的状态应用上面的公式。除了数值，评分程序还检查两条规则：状态每块只更新一次，绝不逐个词元更新（它会统计你的函数创建的状态大小的张量个数：每块几个可以通过，每个词元一个或更多则不通过，所以不要对词元循环，也不要调用你的循环函数）；强衰减不能产生 NaN（它会用 $-60$ 与 $-30$ 之间的 $g$ 运行）：把 $D$ 算成 `exp(γ_t - γ_j)`，并在 `exp` 之前把对角线之上的位置设为 `-inf`，不要算成 `exp(γ_t) / exp(γ_j)`（一旦 $e^{\gamma}$ 下溢就是 0 / 0），也不要用为 0 的掩码去乘一个已经溢出的 `inf`。在块内逐行做前向代入（transformers 导出模型时就这样做）和 `solve_triangular` 一样正确。
+# 与你的 `recurrent_gated_delta_rule` 数值相同，但按块计算，签名与 transformers 的 `torch_chunk_gated_delta_rule` 相同（默认 `chunk_size=64`）。第 1-3 步、第 5 步和练习 4 的所有规则都相同（报错、分组的头、float32、返回的 dtype、设备、传到每个输入的梯度）。然后把词元切成每块 `chunk_size` 个（最后一块可以更短：对它切片，或者像 transformers 那样补零，因为 `beta = 0`、`g = 0` 的补齐词元什么也不改变），并从每块开始时的状态应用上面的公式。除了数值，评分程序还检查三条规则：状态每块只更新一次，绝不逐个词元更新（它会统计你的函数创建的状态大小的张量个数：每块几个可以通过，每个词元一个或更多则不通过，所以不要对词元循环，也不要调用你的循环函数）；它从不构造 $(T, T)$ 矩阵，连掩码也不行（把整个序列当作一块就是二次复杂度的并行形式：评分程序用 64 个词元、每块 16 个运行，并查找一对大小为 64 的维度）；强衰减不能产生 NaN（它会用 $-60$ 与 $-30$ 之间的 $g$ 运行）：把 $D$ 算成 `exp(γ_t - γ_j)`，并在 `exp` 之前把对角线之上的位置设为 `-inf`，不要算成 `exp(γ_t) / exp(γ_j)`（一旦 $e^{\gamma}$ 下溢就是 0 / 0），也不要用为 0 的掩码去乘一个已经溢出的 `inf`。在块内逐行做前向代入（transformers 导出模型时就这样做）和 `solve_triangular` 一样正确。
 
 # %% nbgrader={"grade": false, "grade_id": "chunk_gated_delta_rule", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64, initial_state=None, output_final_state=False,

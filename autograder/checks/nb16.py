@@ -195,9 +195,9 @@ def _explain_chunk(probe, out, expected):
 def check_chunk_gated_delta_rule(chunk_gated_delta_rule):
     fn, who = chunk_gated_delta_rule, "chunk_gated_delta_rule"
     _expect_rule_values(fn, who, chunk=4)
-    B, T, H, d_k, d_v, C = 2, 48, 2, 5, 3, 16
+    B, T, H, d_k, d_v, C = 2, 64, 2, 5, 3, 16
     args, kwargs = _rule(200, B=B, T=T, H_k=H, H_v=H, d_k=d_k, d_v=d_v, chunk=C)
-    with own_work(fn, who), StateWatch(state_shape=(B, H, d_k, d_v)) as watch:
+    with own_work(fn, who), StateWatch(state_shape=(B, H, d_k, d_v), square=T) as watch:
         out, _ = _pair(call(fn, *args, **kwargs, name=who), who)
     expect_close(out, ref.recurrent_gated_delta_rule(*args, **{k: v for k, v in kwargs.items() if k != "chunk_size"})[0],
                  f"{who} differs from the recurrent form on {T} tokens in chunks of {C}.", f"{who} 在 {T} 个词元、每块 {C} 个时与循环形式不同。",
@@ -206,6 +206,9 @@ def check_chunk_gated_delta_rule(chunk_gated_delta_rule):
            f"{who} created about {watch.states:.0f} state-sized tensors for {T} tokens in {T // C} chunks: update the state once per chunk (the corrections of a chunk's tokens solved together, the UT transform), not once per token, and do not call the recurrent form.",
            f"{who} 为 {T} 个词元（{T // C} 块）创建了大约 {watch.states:.0f} 个状态大小的张量：每块只更新一次状态（一块内所有词元的修正量一起求解，即 UT 变换），而不是每个词元更新一次，也不要调用循环形式。",
            f"state shape {(B, H, d_k, d_v)}; fewer than {T // 2} allowed")
+    expect(watch.square_shape is None,
+           f"{who} built a tensor of shape {watch.square_shape}, with a ({T}, {T}) pair of dims for {T} tokens in chunks of {C}: work within each chunk with (chunk_size, chunk_size) matrices; one chunk of the whole sequence is the quadratic parallel form, not the chunked one.",
+           f"{who} 为 {T} 个词元（每块 {C} 个）构造了形状为 {watch.square_shape} 的张量，其中有一对 ({T}, {T}) 的维度：在每一块内用 (chunk_size, chunk_size) 的矩阵计算；把整个序列当作一块是二次复杂度的并行形式，不是分块形式。")
     reference = ref.chunk_gated_delta_rule
     with own_work(fn, who):
         same_as_reference(fn, reference, FAMILIES[who], who, explain=_explain_chunk, grads=True)

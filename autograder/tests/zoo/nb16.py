@@ -429,6 +429,8 @@ WRONG = {
         "a token loop inside each chunk": (_beside_recurrent(chunk_tokens_inside), "state-sized tensors"),
         "decay as a ratio of exponentials": (_beside_recurrent(partial(_chunked, decay="ratio")), "NaN or inf"),
         "mask multiplied after the exp": (_beside_recurrent(partial(_chunked, decay="mask after exp")), "NaN or inf"),
+        "one chunk of the whole sequence": (_beside_recurrent(lambda *a, chunk_size=64, **kw: _chunked(*a, chunk_size=10**6, **kw)),
+                                            "pair of dims"),
         "last short chunk dropped": (_beside_recurrent(partial(_chunked, drop_tail=True)), "differs from the gated delta rule"),
         "state not decayed across chunks": (_beside_recurrent(partial(_chunked, no_state_decay=True)), "differs from the gated delta rule"),
         "initial_state ignored": (_beside_recurrent(lambda *a, initial_state=None, **kw: _chunked(*a, **kw)), "initial_state is the state before the first token"),
