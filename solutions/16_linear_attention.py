@@ -724,12 +724,12 @@ else:
     print("here the chunked form was not faster at these lengths: its matrix products cost more than the steps they replace")
 
 # %% [markdown]
-# Both forms do about the same arithmetic; the recurrent one does it in $T$ steps of a few tiny
-# operations each, the chunked one in $T / C$ steps of $(C, C)$ and $(C, d)$ matrix products, which a
-# CPU's vector units and a GPU's tensor cores run far better. That is why training and prefill use the
+# The chunked form does more arithmetic than the recurrent one (the $(C, C)$ products inside each
+# chunk), but in $T / C$ steps of matrix products instead of $T$ steps of a few tiny operations each,
+# and a CPU's vector units and a GPU's tensor cores run matrix products far better. That is why training and prefill use the
 # chunked kernel and decoding the recurrent step (`GatedDeltaNet` above does the same).
 #
-# 两种形式的运算量大致相同；循环形式分成 $T$ 步，每步几个很小的运算，分块形式分成 $T / C$ 步，每步是 $(C, C)$ 和 $(C, d)$ 的矩阵乘法，CPU 的向量单元和 GPU 的张量核心运行后者要好得多。这就是为什么训练和预填充使用分块内核，而解码使用循环的单步（上面的 `GatedDeltaNet` 也是这样）。
+# 分块形式的运算量比循环形式多（每块内部的 $(C, C)$ 乘法），但它分成 $T / C$ 步矩阵乘法，而不是 $T$ 步、每步几个很小的运算；CPU 的向量单元和 GPU 的张量核心运行矩阵乘法要好得多。这就是为什么训练和预填充使用分块内核，而解码使用循环的单步（上面的 `GatedDeltaNet` 也是这样）。
 
 # %% [markdown]
 # ## What a fixed state cannot hold · 固定的状态装不下什么
