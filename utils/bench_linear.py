@@ -69,9 +69,10 @@ def decode_rows(contexts, heads=8, d=64, repeats=5, step=recurrent_gated_delta_r
     KVCache filled with `context` random positions (the new token's key and value written, then read)."""
     device = device_of(device)
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, 1, heads, d, generator=g).to(device) for _ in range(3))
-    gate, beta = -torch.rand(1, 1, heads, generator=g).to(device), torch.rand(1, 1, heads, generator=g).to(device)
-    state = torch.randn(1, heads, d, d, generator=g).to(device) * 0.1
+    cpu = dict(generator=g, device="cpu")  # drawn on the CPU: the same values on every device
+    q, k, v = (torch.randn(1, 1, heads, d, **cpu).to(device) for _ in range(3))
+    gate, beta = -torch.rand(1, 1, heads, **cpu).to(device), torch.rand(1, 1, heads, **cpu).to(device)
+    state = torch.randn(1, heads, d, d, **cpu).to(device) * 0.1
     cache = KVCache(1, max(contexts) + 1, heads, d, device=device)
     cache.k.normal_(), cache.v.normal_()  # what is cached does not change the time
     rows = []
@@ -103,8 +104,9 @@ def prefill_rows(lengths, heads=4, d=64, chunk_size=64, recurrent=recurrent_gate
     with torch.no_grad(), one_thread():
         for T in lengths:
             g = torch.Generator().manual_seed(seed + T)
-            q, k, v = (torch.randn(1, T, heads, d, generator=g).to(device) for _ in range(3))
-            gate, beta = (-torch.rand(1, T, heads, generator=g) * 0.1).to(device), torch.rand(1, T, heads, generator=g).to(device)
+            cpu = dict(generator=g, device="cpu")
+            q, k, v = (torch.randn(1, T, heads, d, **cpu).to(device) for _ in range(3))
+            gate, beta = (-torch.rand(1, T, heads, **cpu) * 0.1).to(device), torch.rand(1, T, heads, **cpu).to(device)
             args = (q, k, v, gate, beta)
             chunked(*args, chunk_size=chunk_size, use_qk_l2norm=True)  # warm-up
             s_rec, (out_rec, state_rec) = timed(lambda: recurrent(*args, output_final_state=True, use_qk_l2norm=True), device)
@@ -137,8 +139,8 @@ def associative_recall(n_pairs, d=64, trials=4, recent=16, step=gated_delta_step
 def _recall(n, d, trials, recent, step, seed, device) -> dict:
     """One row of associative_recall: n pairs, every key asked again."""
     g = torch.Generator().manual_seed(seed + n)
-    keys = l2_normalize(torch.randn(trials, n, d, generator=g), eps=0.0).to(device)
-    values = torch.randn(trials, n, d, generator=g).to(device)
+    keys = l2_normalize(torch.randn(trials, n, d, generator=g, device="cpu"), eps=0.0).to(device)
+    values = torch.randn(trials, n, d, generator=g, device="cpu").to(device)
     linear = keys @ (keys.transpose(-1, -2) @ values)  # k_j sum_i k_iᵀ v_i, all j at once
     state = torch.zeros(trials, 1, d, d, device=device)
     ones, zeros = torch.ones(trials, 1, device=device), torch.zeros(trials, 1, device=device)
