@@ -24,9 +24,11 @@
 # pure-PyTorch code for Qwen3-Next and Kimi Linear; the course's reference, `utils/linear_attention.py`,
 # gives its numbers (the project's tests compare them), and this notebook downloads nothing. The
 # functions use transformers' layout `(batch, tokens, heads, dim)`, tokens before heads, unlike
-# notebooks 06-14.
+# notebooks 06-14. Each exercise is graded on your own code: handing in the course's function of the
+# same name from `utils.linear_attention` (itself, an alias or a wrapper) scores nothing; torch's
+# functions and your earlier exercises may be called unless an exercise's text says otherwise.
 #
-# 你将用本课程自己的部件搭出这一层：作为运行和、以及并行的掩码形式的因果线性注意力；修正状态已有预测的 delta 规则；让它遗忘的门；像笔记本 14 的分块那样快速训练的分块形式；以及混合堆叠的字节数，与笔记本 07 的缓存并排比较。标准答案是 Hugging Face transformers 中 Qwen3-Next 和 Kimi Linear 的纯 PyTorch 代码；课程的参考实现 `utils/linear_attention.py` 给出与它相同的数值（项目的测试会比较两者），本笔记本不下载任何东西。这里的函数使用 transformers 的布局 `(batch, tokens, heads, dim)`：词元在头之前，与笔记本 06-14 不同。
+# 你将用本课程自己的部件搭出这一层：作为运行和、以及并行的掩码形式的因果线性注意力；修正状态已有预测的 delta 规则；让它遗忘的门；像笔记本 14 的分块那样快速训练的分块形式；以及混合堆叠的字节数，与笔记本 07 的缓存并排比较。标准答案是 Hugging Face transformers 中 Qwen3-Next 和 Kimi Linear 的纯 PyTorch 代码；课程的参考实现 `utils/linear_attention.py` 给出与它相同的数值（项目的测试会比较两者），本笔记本不下载任何东西。这里的函数使用 transformers 的布局 `(batch, tokens, heads, dim)`：词元在头之前，与笔记本 06-14 不同。每个练习都按你自己的代码评分：交上 `utils.linear_attention` 中课程的同名函数（它本身、别名或包装）不得分；torch 的函数和你之前的练习都可以调用，除非某个练习的说明另有规定。
 
 # %%
 import math
