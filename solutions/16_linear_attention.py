@@ -418,14 +418,14 @@ nb16.check_recurrent_gated_delta_rule(recurrent_gated_delta_rule)
 gen = torch.Generator().manual_seed(1)
 C = 8
 gates = -torch.rand(C, generator=gen) * 0.6
-keys = torch.nn.functional.normalize(torch.randn(C, 16, generator=gen), dim=-1)
+keys = torch.nn.functional.normalize(torch.randn(C, 4, generator=gen), dim=-1)  # d_k = 4: keys overlap
 betas = torch.rand(C, generator=gen)
 gamma = gates.cumsum(0)
 D = (gamma[:, None] - gamma[None, :]).masked_fill(~torch.ones(C, C, dtype=torch.bool).tril(), float("-inf")).exp()
 A = (betas[:, None] * keys @ keys.T * D).tril(-1)
 fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.4))
 left.imshow(D, cmap="Blues", vmin=0, vmax=1); left.set_title("D = exp(γ_t - γ_j), j <= t")
-right.imshow(A, cmap="RdBu", vmin=-1, vmax=1); right.set_title("A = (β K Kᵀ) ⊙ D, strictly lower")
+right.imshow(A, cmap="RdBu", vmin=-A.abs().max(), vmax=A.abs().max()); right.set_title("A = (β K Kᵀ) ⊙ D, strictly lower")
 for ax in (left, right):
     ax.set_xlabel("j (key)"); ax.set_ylabel("t (query)")
 plt.tight_layout(); plt.show()
@@ -767,7 +767,7 @@ else:
 fig, ax = plt.subplots(figsize=(5.5, 3.4))
 for n, style in zip(names, ("o-", "s-", "^-")):
     ax.semilogx([r["pairs"] for r in recall], [r[n] for r in recall], style, base=2, label=n)
-ax.axvline(64, color="grey", lw=0.8, ls=":"); ax.text(66, 0.05, "d_k = 64", fontsize=8)
+ax.axvline(64, color="grey", lw=0.8, ls=":"); ax.text(68, 0.5, "d_k = 64", fontsize=8)
 ax.set_xlabel("key-value pairs written"); ax.set_ylabel("fraction recalled"); ax.legend(fontsize=8)
 plt.tight_layout(); plt.show()
 
