@@ -255,9 +255,9 @@ print("the delta rule reads   ", [round(x, 6) for x in (key @ S_delta).tolist()]
 # caller scales it). Compute in the dtype you are given and return both results in it (the
 # recurrent function of Exercise 4 gives float32). Do not change `state` in place (`state = state * ...`,
 # not `state *= ...`): the caller still has the old one, and autograd needs it; gradients must reach
-# every input.
+# every input, and a tensor you create must be on the inputs' device.
 #
-# 一次处理所有批次项和所有头的一个词元：`state` 的形状为 `(B, H, d_k, d_v)`，`q` 和 `k` 的形状为 `(B, H, d_k)`，`v` 的形状为 `(B, H, d_v)`，`g` 和 `beta` 的形状为 `(B, H)`。按这个顺序：衰减 `S = exp(g) S`；预测 `k S`（一个 `(B, H, d_v)` 的行，用衰减之后的状态）；写入 `S = S + kᵀ (beta (v - k S))`；用新状态读取 `o = q S`。返回 `(o, S)`。`q` 按原样使用（调用者会缩放它）。用给你的 dtype 计算，两个结果也用它返回（练习 4 的循环函数给的是 float32）。不要原地修改 `state`（写 `state = state * ...`，不要写 `state *= ...`）：调用者还持有旧状态，自动求导也需要它；梯度必须能传到每一个输入。
+# 一次处理所有批次项和所有头的一个词元：`state` 的形状为 `(B, H, d_k, d_v)`，`q` 和 `k` 的形状为 `(B, H, d_k)`，`v` 的形状为 `(B, H, d_v)`，`g` 和 `beta` 的形状为 `(B, H)`。按这个顺序：衰减 `S = exp(g) S`；预测 `k S`（一个 `(B, H, d_v)` 的行，用衰减之后的状态）；写入 `S = S + kᵀ (beta (v - k S))`；用新状态读取 `o = q S`。返回 `(o, S)`。`q` 按原样使用（调用者会缩放它）。用给你的 dtype 计算，两个结果也用它返回（练习 4 的循环函数给的是 float32）。不要原地修改 `state`（写 `state = state * ...`，不要写 `state *= ...`）：调用者还持有旧状态，自动求导也需要它；梯度必须能传到每一个输入，你创建的张量必须位于输入所在的设备上。
 
 # %% nbgrader={"grade": false, "grade_id": "gated_delta_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def gated_delta_step(state, q, k, v, g, beta):
@@ -704,15 +704,16 @@ ax.set_xlabel("context (tokens)"); ax.set_ylabel("ms per decode step"); ax.legen
 #
 # A prefill of one text with 4 heads of 64, L2-normalised $q$ and $k$: your `recurrent_gated_delta_rule`
 # against your `chunk_gated_delta_rule` with chunks of 64, on the same inputs, their outputs and
-# final states checked equal first, one thread.
+# final states checked equal first, one thread; on a GPU where one is present, as the decode cell.
 #
-# 一段文本的预填充，4 个宽 64 的头，$q$ 和 $k$ 做 L2 归一化：在相同的输入上比较你的 `recurrent_gated_delta_rule` 和每块 64 个的 `chunk_gated_delta_rule`，先检查两者的输出和最终状态相等，单线程。
+# 一段文本的预填充，4 个宽 64 的头，$q$ 和 $k$ 做 L2 归一化：在相同的输入上比较你的 `recurrent_gated_delta_rule` 和每块 64 个的 `chunk_gated_delta_rule`，先检查两者的输出和最终状态相等，单线程；有 GPU 时和解码的单元格一样在 GPU 上运行。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from utils.bench_linear import prefill_rows
 
 lengths = [64, 256] if GRADING else [128, 512, 2048]
+print(f"measured on: {DEVICE}" + (" (grading: short prompts)" if GRADING else ""))
 prefill = prefill_rows(lengths, heads=4, d=64, chunk_size=64, recurrent=recurrent_gated_delta_rule,
                        chunked=chunk_gated_delta_rule, device=DEVICE)
 for r in prefill:
@@ -751,6 +752,7 @@ else:
 from utils.bench_linear import associative_recall
 
 pairs = [16, 64, 256] if GRADING else [16, 32, 64, 128, 256, 512]
+print(f"computed on: {DEVICE}")
 recall = associative_recall(pairs, d=64, trials=4, step=gated_delta_step, device=DEVICE)  # your step writes the pairs
 names = ("linear attention", "delta rule", "softmax attention")
 for newest in (False, True):
