@@ -47,6 +47,13 @@ $(TRITON): requirements-triton.txt $(STAMP)
 
 triton: $(TRITON)
 
+# The tests' one extra (requirements-test.txt): transformers, the ground truth of notebook 16's
+# reference, for the parity tests only; learners never install it.
+TESTEXTRA := $(VENV)/.test-extra
+$(TESTEXTRA): requirements-test.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $(TESTEXTRA)
+
 # LAB_DIR and LAB_ARGS let the browser test (autograder/tests/test_browser.py) start this same
 # JupyterLab on a copy of course/ with a free port and a known token.
 LAB_DIR  ?= course
@@ -60,7 +67,7 @@ lab: $(STAMP)
 XDIST ?= -n $(NPROC) --dist loadgroup
 # Each solution is executed once, by the full-marks submit test, which also compares its stored
 # outputs (autograder/tests/outputs.py); `make nbval` runs nbval itself, figures included.
-test: $(STAMP) $(TRITON)
+test: $(STAMP) $(TRITON) $(TESTEXTRA)
 	$(BIN)/python -m pytest $(XDIST) utils autograder
 
 # The numerically sensitive tests (reference kernels, the checkpoint's retraining, every check on
@@ -75,7 +82,7 @@ CPU_TESTS ?= utils autograder/tests/test_wrong_solutions.py \
 CPU_ENV_default := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 CPU_ENV_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 CPU_ENV_native  :=
-test-cpus: $(STAMP) $(TRITON)
+test-cpus: $(STAMP) $(TRITON) $(TESTEXTRA)
 	@set -e; $(foreach cap,$(CPU_PATHS),for threads in 1 $(NPROC); do \
 	    if [ $(cap) = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
 	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
@@ -89,7 +96,7 @@ nbval: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest -n $(NPROC) --dist loadfile $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
-test-fast: $(STAMP) $(TRITON)
+test-fast: $(STAMP) $(TRITON) $(TESTEXTRA)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" utils autograder
 
 sync: $(STAMP) $(TRITON)

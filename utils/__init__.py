@@ -36,9 +36,12 @@ learner's code with these kernels.
     utils.bench_flash  `python -m utils.bench_flash`: peak memory and time of naive, tiled and SDPA attention (14)
     utils.flash_triton  Triton kernels: row softmax, FlashAttention-2 forward with lse, TritonFlashAttention (15; needs `make triton`)
     utils.bench_triton  `python -m utils.bench_triton`: on a GPU, the kernel against the tiled forward and SDPA, time and TFLOP/s (15)
+    utils.linear_attention  linear attention, the gated delta rule (step, recurrent, chunked), KDA, hybrid cache bytes; transformers' layout (16)
+    utils.gated_deltanet  Qwen3-Next's Gated DeltaNet layer under transformers' parameter names (16)
+    utils.bench_linear  `python -m utils.bench_linear`: state vs cache bytes of two hybrids, decode and prefill time, recall (16)
     utils.plots       attention heatmaps and other course figures
     utils.device_checks  each kernel on a device against the CPU; stray CPU tensors made visible on meta
-    utils.device_report  `python -m utils.device_report --device cuda`: every kernel and the benchmarks of 06-14 on a device
+    utils.device_report  `python -m utils.device_report --device cuda`: every kernel and the benchmarks of 06-14 and 16 on a device
 
 Kernels follow the device of their inputs; helpers that make tensors from nothing take `device=`
 (default: torch's default device); benchmarks read the clock through utils.benchmark.now, which

@@ -1,4 +1,4 @@
-"""Every reference kernel on a device against the CPU, and the benchmarks of notebooks 06-14 there.
+"""Every reference kernel on a device against the CPU, and the benchmarks of notebooks 06-14 and 16 there.
 
     python -m utils.device_report --device cuda --out device_report.log   # on a GPU (a few minutes)
     python -m utils.device_report --small                                  # the CPU, small sizes (seconds)
@@ -162,6 +162,21 @@ def nb14_flash(device, small, big):
     r = rows[-1]
     return (f"T={r['T']}: peak MiB naive {r['naive MiB']:.1f}, tiled {r['tiled MiB']:.1f}, SDPA {r['SDPA MiB']:.1f}; "
             f"time / SDPA: tiled {r['tiled s'] / r['SDPA s']:.0f}x, naive {r['naive s'] / r['SDPA s']:.1f}x"), rows
+
+
+@benchmark
+def nb16_linear(device, small, big):
+    from utils import bench_linear as bl
+    decode = bl.decode_rows([256, 1024] if small else [4096, 65536] + ([262144] if big else []), heads=2 if small else 16,
+                            d=8 if small else 128, repeats=2 if small else 5, device=device)
+    prefill = bl.prefill_rows([64] if small else [1024, 8192], heads=2 if small else 16, d=8 if small else 128, device=device)
+    recall = bl.associative_recall([16, 256] if small else [64, 512, 4096], device=device)
+    first, last = decode[0], decode[-1]
+    return (f"decode ms at {first['context']} / {last['context']}: fixed state {first['linear ms']:.3f} / {last['linear ms']:.3f}, "
+            f"KV cache {first['attention ms']:.3f} / {last['attention ms']:.3f}; prefill of {prefill[-1]['tokens']}: chunked "
+            f"{prefill[-1]['recurrent s'] / prefill[-1]['chunked s']:.1f}x faster; recall at {recall[-1]['pairs']} pairs: linear "
+            f"{recall[-1]['linear attention']:.2f}, delta {recall[-1]['delta rule']:.2f}, softmax {recall[-1]['softmax attention']:.2f}"), \
+        {"decode": decode, "prefill": prefill, "recall": recall}
 
 
 def main(argv=None) -> int:
