@@ -9,7 +9,7 @@ import sys
 import types
 
 from autograder.checks import Shortcut, message, rules
-from autograder.checks.executes import code_objects, watching
+from autograder.checks.executes import BLOCKED, code_objects, watching
 
 # The rule, course-wide: a shortcut is handing in the exercise's OWN reference, the course's
 # code for exactly what the exercise asks you to write: the utils object itself, an alias or a
@@ -161,24 +161,6 @@ def forbid(targets, learner_fns, en: str, zh: str):
     finally:
         for put_back in reversed(restore):
             put_back()
-
-
-# (owner, attribute, original, blocked) of every target blocked now: the check's own runs of the
-# reference (executes.course_runs) lift them for their duration.
-BLOCKED: list = []
-
-
-@contextlib.contextmanager
-def unblocked():
-    """Inside a forbid block: the check runs the course's code, which may use what is blocked."""
-    entries = list(BLOCKED)
-    for owner, attr, original, _ in reversed(entries):
-        setattr(owner, attr, original)
-    try:
-        yield
-    finally:
-        for owner, attr, _, blocked in entries:
-            setattr(owner, attr, blocked)
 
 
 def _class_attributes(fn, originals, en, zh):
