@@ -284,8 +284,8 @@ def test_probes_name_known_axes_only():
 def test_properties_table_has_every_exercise_and_its_columns():
     from autograder.properties import table
     rows = table()
-    assert len(rows) >= 70 and all(len(r) == 5 for r in rows)
-    assert {r[0] for r in rows} >= {f"{n:02d}" for n in range(16)}
+    assert len(rows) >= 70 and all(len(r) == 6 for r in rows)
+    assert {r[0] for r in rows} >= {f"{n:02d}" for n in range(17)}
 
 
 # A copy is a copy (checks/storage.py) -------------------------------------------------------
