@@ -61,8 +61,10 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
     expect(tuple(out.shape) == tuple(expected.shape), f"{who}'s {path} has the wrong shape{en_on}.",
            f"{who} 的 {path} 形状不对{zh_on}。", f"shape {tuple(out.shape)}, expected {tuple(expected.shape)}")
     expect(out.dtype == expected.dtype or not dtype and out.is_floating_point() == expected.is_floating_point(),
-           f"{who}'s {path} must follow its input's dtype ({expected.dtype}){en_on}: build every tensor from the input's dtype, or cast the result back.",
-           f"{who} 的 {path} 必须沿用输入的 dtype（{expected.dtype}）{zh_on}：按输入的 dtype 构造每个张量，或把结果转换回来。",
+           f"dtype rule (notebook 00; the exercise's Rules list the dtypes graded): {who}'s {path} must follow its input's dtype "
+           f"({expected.dtype}){en_on}: build every tensor from the input's dtype, or cast the result back.",
+           f"dtype 规则（笔记本 00；练习的规则列出了评分所用的 dtype）：{who} 的 {path} 必须沿用输入的 dtype（{expected.dtype}）{zh_on}："
+           "按输入的 dtype 构造每个张量，或把结果转换回来。",
            f"got {out.dtype}")
     expect(out.device == expected.device, f"{who}'s {path} must be on its input's device{en_on}.",
            f"{who} 的 {path} 必须与输入在同一设备上{zh_on}。", f"got {out.device}, expected {expected.device}")

@@ -64,9 +64,9 @@ def expect_own_memory(before: set, after: set, course: set, probe_label: str, wh
     if not new:
         return
     what, other = new[0]
-    expect(False, f"{who}: its {what} shares memory with {other} (on {probe_label}), and the course's does not. A copy must own its "
+    expect(False, f"New-results rule (notebook 00): {who}'s {what} shares memory with {other} (on {probe_label}), and the course's does not. A copy must own its "
            "memory: use .clone() (or copy_ into your own tensor under torch.no_grad()), not a view such as .T, .view or "
            "nn.Parameter(other_tensor), or a change to one will change the other.",
-           f"{who}：它的 {what} 与 {other} 共享内存（在{probe_label}上），而课程的实现没有。副本必须拥有自己的内存：请用 .clone()"
+           f"新结果规则（笔记本 00）：{who} 的 {what} 与 {other} 共享内存（在{probe_label}上），而课程的实现没有。副本必须拥有自己的内存：请用 .clone()"
            "（或在 torch.no_grad() 下 copy_ 到你自己的张量中），不要用 .T、.view 或 nn.Parameter(另一个张量) 这样的视图，"
            "否则改变其中一个就会改变另一个。", f"{len(new)} shared pair(s): {new[:3]}")
