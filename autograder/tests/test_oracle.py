@@ -1,4 +1,5 @@
-"""The oracle family (each exercise's whole declared input space, two seeds: harness.Family.oracle)
+"""The broad oracle family (a covering array of strength 3 of each exercise's declared input
+space: harness.Family.oracle(broad=True); the whole space is `python -m autograder mutants`'s)
 accepts every correct solution: the zoo's valid alternatives and the model answers. Grading runs
 a covering array of that space; a correct solution that some other point of the space rejects
 would be a false rejection waiting for a learner (a tolerance too tight for bfloat16, a layout the
@@ -23,7 +24,7 @@ def _with_spaces(stem) -> bool:
 
 @pytest.fixture
 def oracle():
-    harness.ORACLE[0] = True
+    harness.ORACLE[0] = "broad"  # every triple of levels; the whole space is the mutants command's
     yield
     harness.ORACLE[0] = False
 
