@@ -88,6 +88,19 @@ print("parallel ((Q Kᵀ / sqrt(d_k)) ⊙ M) V:", [[round(x, 4) for x in row] fo
 # 对形状为 `(B, T, H, d_k)` 的 `q`、`k` 和形状为 `(B, T, H, d_v)` 的 `v`，返回 `(out, state)`。从形状为 `(B, H, d_k, d_v)` 的零状态开始，对词元循环：加上 $k_t^\top v_t$（每个批次项、每个头一个外积），然后用包含词元 $t$ 的状态读取 $o_t = (q_t / \sqrt{d_k})\, S_t$。`out` 的形状为 `(B, T, H, d_v)`；`state` 是最后一个词元之后的状态。用 float32 计算（`.float()`）：对成千上万个词元求和的状态不能被舍入到 bfloat16 的 8 位。每个新状态都写成 `state = state + ...`：梯度经由每一个状态传到 `q`、`k` 和 `v`，而原地的 `+=` 会覆盖自动求导仍然需要的状态。
 #
 # <!-- rules: linear_attention_recurrent -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`linear_attention_recurrent`)
+#
+# - Graded in float32, float64 and bfloat16: `out` has the inputs' dtype, and the state is float32 whatever the inputs' dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Nothing you create holds more numbers than the largest of the inputs, the output and the state: no `(T, T)` matrix, no state kept for every token (grading watches what your function creates).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：`out` 与输入的 dtype 相同；无论输入是什么 dtype，状态都是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 你创建的张量所含的数都不多于输入、输出和状态中最大者：不要 `(T, T)` 矩阵，也不要为每个词元保存一个状态（评分会观察你的函数创建了什么）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
 # <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "linear_attention_recurrent", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -138,6 +151,19 @@ nb16.check_linear_attention_recurrent(linear_attention_recurrent)
 # 返回形状为 `(B, T, H, d_v)` 的 `out`，一次算出同样的数值：对每个批次项和每个头，计算每一对词元的分数 $(Q / \sqrt{d_k}) K^\top$，把对角线之上的置为 0（词元 $t$ 看到 $j \le t$ 的键，包括它自己），再乘以 $V$。不要 softmax：分数本身就是权重。掩码就是笔记本 04 的因果掩码：`torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)` 标出要置为 0 的元素。
 #
 # <!-- rules: linear_attention_parallel -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`linear_attention_parallel`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the inputs' dtype, computed in float32 (bfloat16 arithmetic rounds a sum of many scores beyond bfloat16's tolerance).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - As many torch operations for any length `T`: no loop over tokens (grading counts them for 6 and for 24 tokens).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同，用 float32 计算（用 bfloat16 计算许多分数之和时，舍入误差会超出 bfloat16 的容差）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 任何长度 `T` 下执行的 torch 运算个数都相同：不对词元循环（评分会分别统计 6 个和 24 个词元时的运算个数）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
 # <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "linear_attention_parallel", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -263,6 +289,17 @@ print("the delta rule reads   ", [round(x, 6) for x in (key @ S_delta).tolist()]
 # 一次处理所有批次项和所有头的一个词元：`state` 的形状为 `(B, H, d_k, d_v)`，`q` 和 `k` 的形状为 `(B, H, d_k)`，`v` 的形状为 `(B, H, d_v)`，`g` 和 `beta` 的形状为 `(B, H)`。按这个顺序：衰减 `S = exp(g) S`；预测 `k S`（一个 `(B, H, d_v)` 的行，用衰减之后的状态）；写入 `S = S + kᵀ (beta (v - k S))`；用新状态读取 `o = q S`。返回 `(o, S)`。`q` 按原样使用（调用者会缩放它）。构造新的状态（写 `state = state * ...`，不要写 `state *= ...`）：调用者还持有旧状态，自动求导也需要它。
 #
 # <!-- rules: gated_delta_step -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`gated_delta_step`)
+#
+# - Graded in float32, float64 and bfloat16: `out` and the new state have the inputs' dtype (the recurrent function of exercise 4 gives float32).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：`out` 和新状态与输入的 dtype 相同（练习 4 的循环函数给的是 float32）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
 # <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "gated_delta_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -329,6 +366,21 @@ nb16.check_gated_delta_step(gated_delta_step)
 # 5. 返回 `(out, state)`：`out` 的形状为 `(B, T, H_v, d_v)`，转换回输入的 dtype；以及最终状态；当 `output_final_state` 为 False 时，这个位置返回 `None`。
 #
 # <!-- rules: recurrent_gated_delta_rule -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`recurrent_gated_delta_rule`)
+#
+# - Raises `ValueError` when `H_v` (v's heads) is not a multiple of `H_k` (the heads of q and k).
+# - Not graded (the caller guarantees it): `g` <= 0 (log decays).
+# - Graded in float32, float64 and bfloat16: `out` has the inputs' dtype, and the state is float32 whatever the inputs' dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - `H_v`（v 的头数）不是 `H_k`（q 和 k 的头数）的倍数时抛出 `ValueError`。
+# - 不评分（由调用者保证）：`g` <= 0（对数衰减）。
+# - 在 float32、float64、bfloat16 下评分：`out` 与输入的 dtype 相同；无论输入是什么 dtype，状态都是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
 # <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "recurrent_gated_delta_rule", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -455,6 +507,31 @@ plt.tight_layout(); plt.show()
 # 与你的 `recurrent_gated_delta_rule` 数值相同，但按块计算，签名与 transformers 的 `torch_chunk_gated_delta_rule` 相同（默认 `chunk_size=64`）。练习 4 的第 1-3 步和第 5 步相同，它的规则也相同。然后把词元切成每块 `chunk_size` 个（最后一块可以更短：对它切片，或者像 transformers 那样补零，因为 `beta = 0`、`g = 0` 的补齐词元什么也不改变），并从每块开始时的状态应用上面的公式：状态每块只前进一次；把整个序列当作一块就是二次复杂度的并行形式，而不是分块形式。强衰减正是分块形式容易出错的地方：把 $D$ 算成 `exp(γ_t - γ_j)`，并在 `exp` 之前把对角线之上的位置设为 `-inf`，不要算成 `exp(γ_t) / exp(γ_j)`（一旦 $e^{\gamma}$ 下溢就是 0 / 0），也不要用为 0 的掩码去乘一个已经溢出的 `inf`。在块内逐行做前向代入（transformers 导出模型时就这样做）和 `solve_triangular` 一样正确。
 #
 # <!-- rules: chunk_gated_delta_rule -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`chunk_gated_delta_rule`)
+#
+# - The course's `_chunk` may not run inside your code: this exercise is that part of the work.
+# - Raises `ValueError` when `H_v` (v's heads) is not a multiple of `H_k` (the heads of q and k).
+# - Not graded (the caller guarantees it): `g` <= 0 (log decays).
+# - Not graded (the caller guarantees it): `chunk_size` >= 1.
+# - Graded in float32, float64 and bfloat16: `out` has the inputs' dtype, and the state is float32 whatever the inputs' dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - The state is updated a few times per chunk, never token by token: grading counts the state-sized tensors your function creates (so no loop over tokens, and no call to your recurrent function).
+# - No `(T, T)` matrix, not even a mask: grading runs 64 tokens in chunks of 16 and looks for a pair of dims of 64.
+# - No NaN or inf for log decays down to -60 (g from -60 to -30 is graded).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `_chunk` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - `H_v`（v 的头数）不是 `H_k`（q 和 k 的头数）的倍数时抛出 `ValueError`。
+# - 不评分（由调用者保证）：`g` <= 0（对数衰减）。
+# - 不评分（由调用者保证）：`chunk_size` >= 1。
+# - 在 float32、float64、bfloat16 下评分：`out` 与输入的 dtype 相同；无论输入是什么 dtype，状态都是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 状态每块只更新几次，绝不逐个词元更新：评分会统计你的函数创建的状态大小的张量个数（所以不要对词元循环，也不要调用你的循环函数）。
+# - 不构造 `(T, T)` 矩阵，连掩码也不行：评分用 64 个词元、每块 16 个运行，并查找一对大小为 64 的维度。
+# - 对数衰减低至 -60 时也不能出现 NaN 或 inf（评分会用 -60 到 -30 之间的 g）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
 # <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "chunk_gated_delta_rule", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -615,6 +692,17 @@ print("parameters:", [name for name, _ in layer.named_parameters()])
 # 对 `batch_size` 段、每段 `seq_len` 个词元的文本，返回一个由两个 Python 整数组成的元组 `(state_bytes, cache_bytes)`：`n_linear_layers` 个层、每层 `linear_heads` 个头的循环状态，每个都是 `(d_k, d_v)` 矩阵，每个数 `state_bytes_per_element` 字节（4：float32，参考内核就这样保存）；以及 `n_full_layers` 个全注意力层的缓存，每层每个词元保存 `cache_elements_per_token` 个数（键和值合在一起），每个数 `cache_bytes_per_element` 字节（2：bfloat16）。对分组查询注意力，`cache_elements_per_token` 是 `2 * n_kv_heads * head_dim`，正是笔记本 07 的 `kv_cache_bytes` 每个词元每层所计的数；对 MLA 是 576。短卷积的状态不计入（下一个单元格会打印它：只占状态的百分之几）。
 #
 # <!-- rules: hybrid_cache_bytes -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`hybrid_cache_bytes`)
+#
+# - Not graded (the caller guarantees it): `cache_elements_per_token` is even (keys and values: `2 * n_kv_heads * head_dim`; MLA's 576).
+# - dtype: a tuple of two Python ints.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`cache_elements_per_token` 是偶数（键和值：`2 * n_kv_heads * head_dim`；MLA 的 576）。
+# - dtype：由两个 Python 整数组成的元组。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
 # <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "hybrid_cache_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}

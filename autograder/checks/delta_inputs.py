@@ -28,7 +28,7 @@ def zero_one(*shape):
 
 
 def gates(values: str, *shape, seed):
-    """(g, beta) of `shape` for a value regime: "normal", "g from -60 to -30, beta 0 and 1", "g = 0, beta = 1"."""
+    """(g, beta) of `shape` for a value regime: "g from -60 to -30, beta 0 and 1", "g = 0, beta = 1", else ordinary."""
     if values == "g from -60 to -30, beta 0 and 1":
         return -60.0 + 30.0 * rand(*shape, seed=seed), zero_one(*shape)
     if values == "g = 0, beta = 1":  # nothing forgotten, every write a full overwrite
@@ -107,6 +107,8 @@ def rule_point(p, seed):
     args, kwargs = rule(seed, B=B, T=T, H_k=H_k, H_v=H_v, d_k=d_k, d_v=d_v, initial=p["arguments:initial_state"] == "given",
                         final=p["flag:output_final_state"], l2=p["flag:use_qk_l2norm"])
     g, beta = gates(p["values"], B, T, H_v, seed=seed + 3)
+    if p["values"] == "keys near zero":  # the L2 normalisation's eps decides: sqrt(sum x² + 1e-6), as the text says
+        args = (args[0] * 1e-3, args[1] * 1e-3, *args[2:])
     if p.get("blocks", "default") != "default":
         kwargs["chunk_size"] = p["blocks"]
     return (*args[:3], g, beta), kwargs
