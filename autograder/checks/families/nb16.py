@@ -134,5 +134,24 @@ FAMILIES = {
     ], compares=("values",), space=SPACES["hybrid_cache_bytes"]),
 }
 
-# Mutants of the model answers that no input the contracts allow tells apart (python -m autograder mutants 16)
-EQUIVALENT: dict = {}
+# Mutants of the model answers that no input the contracts allow tells apart (python -m autograder mutants 16), by the
+# model answer's line: why each computes the same.
+_FLOAT32 = "float32 is torch's default dtype, which grading keeps: dtype=torch.float32 only says it"
+_FOUR_DIMS = "the tensor is always 4-dimensional here ((B, H, ., .) as the contract's shapes say): dim 2 is dim -2"
+_SAME_DEVICE = ("initial_state comes on the device of the other inputs (a caller's tensors share one device, and grading's "
+                "inputs all report the same one): moving it there changes nothing")
+_LOWER = ("solve_triangular(upper=False, unitriangular=True) reads only the strictly lower triangle of I + A: what tril keeps "
+          "on and above the diagonal is never read")
+_UNIT = "A = (...).tril(-1) has a zero diagonal, so I + A has ones there: solving with them or assuming them is the same"
+EQUIVALENT = {
+    "linear_attention_recurrent": {"line 6: keyword dtype= dropped": _FLOAT32, "line 7: keyword dtype= dropped": _FLOAT32,
+                                   "line 10: -2 -> 2": _FOUR_DIMS},
+    "linear_attention_parallel": {"line 6: -2 -> 2": _FOUR_DIMS},
+    "gated_delta_step": {"line 5: -2 -> 2": _FOUR_DIMS, "line 7: -2 -> 2": _FOUR_DIMS},
+    "recurrent_gated_delta_rule": {"line 15: keyword dtype= dropped": _FLOAT32, "line 17: keyword device= dropped": _SAME_DEVICE},
+    "chunk_gated_delta_rule": {"line 16: keyword dtype= dropped": _FLOAT32, "line 18: keyword device= dropped": _SAME_DEVICE,
+                               "line 29: keyword dtype= dropped": _FLOAT32, "line 28: -1 -> 1": _LOWER,
+                               "line 28: constant 1 -> 0": _LOWER, "line 31: keyword unitriangular= dropped": _UNIT,
+                               "line 31: True -> False": _UNIT, "line 28: -2 -> 2": _FOUR_DIMS, "line 33: -2 -> 2": _FOUR_DIMS,
+                               "line 35: -2 -> 2": _FOUR_DIMS},
+}

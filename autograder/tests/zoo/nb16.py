@@ -344,75 +344,6 @@ def chunk_inverse(q, k, v, g, beta, chunk_size=64, initial_state=None, output_fi
     return torch.cat(outs, 2).transpose(1, 2).to(out_dtype), S if output_final_state else None
 
 
-def recurrent_scaled_by_d_v(q, k, v):
-    """Queries scaled by the value width: the same numbers only where d_v = d_k."""
-    out, state = _recurrent(q * math.sqrt(k.shape[-1] / v.shape[-1]), k, v)
-    return out, state
-
-
-def parallel_mask_of_64(q, k, v):
-    """A mask made for at most 64 tokens (a context length), then cut: longer texts crash."""
-    T, d_k = k.shape[1], k.shape[-1]
-    qh, kh, vh = (x.float().transpose(1, 2) for x in (q, k, v))
-    seen = torch.ones(64, 64, dtype=torch.bool, device=q.device).tril()[:T, :T]
-    return ((qh @ kh.mT * d_k ** -0.5) * seen @ vh).transpose(1, 2).to(q.dtype)
-
-
-def parallel_in_bfloat16(q, k, v):
-    """The inputs' dtype all along: bfloat16 products and sums."""
-    T, d_k = k.shape[1], k.shape[-1]
-    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
-    return ((qh @ kh.mT * d_k ** -0.5).tril() @ vh).transpose(1, 2)
-
-
-def parallel_tril(q, k, v):
-    """Right: the scores' lower triangle with torch.tril, no mask tensor."""
-    qh, kh, vh = (x.float().transpose(1, 2) for x in (q, k, v))
-    return ((qh @ kh.mT / math.sqrt(q.shape[-1])).tril() @ vh).transpose(1, 2).to(q.dtype)
-
-
-def step_in_float32(state, q, k, v, g, beta):
-    """Right: computed in float32 whatever the dtype, both results cast back."""
-    out, new = step_einsum(*(x.float() for x in (state, q, k, v, g, beta)))
-    return out.to(q.dtype), new.to(state.dtype)
-
-
-def _heads_checked_with_initial(fn):
-    """The head count checked only against a given initial_state: without one, nothing is checked."""
-    def checked(q, k, v, g, beta, *args, initial_state=None, **kwargs):
-        if initial_state is not None and initial_state.shape[1] % k.shape[2]:
-            raise ValueError("initial_state's heads are not a multiple of H_k")
-        return fn(q, k, v, g, beta, *args, initial_state=initial_state, check_heads=False, **kwargs)
-    return checked
-
-
-def _normalize(q, k, v, g, beta, initial_state=None, output_final_state=False, use_qk_l2norm=False, eps=None):
-    """The rule with q and k normalised by F.normalize (x / max(|x|, eps)) instead of x / sqrt(sum x² + 1e-6)."""
-    if use_qk_l2norm:
-        q, k = (F.normalize(x.float(), dim=-1) if eps is None else x.float() / torch.sqrt((x.float() ** 2).sum(-1, keepdim=True) + eps)
-                for x in (q, k))
-    return _rule(q, k, v, g, beta, initial_state, output_final_state, False)
-
-
-def chunk_calls_course_chunk(q, k, v, g, beta, chunk_size=64, initial_state=None, output_final_state=False, use_qk_l2norm=False):
-    """The chunk loop written, each chunk the course's utils.linear_attention._chunk."""
-    out_dtype = v.dtype
-    q, k, v, g, beta = _prepare(q, k, v, g, beta, use_qk_l2norm)
-    S = torch.zeros(*k.shape[:2], k.shape[-1], v.shape[-1], device=v.device) if initial_state is None else initial_state.float()
-    outs = []
-    for c0 in range(0, k.shape[2], chunk_size):
-        out, S = ref._chunk(*(x[:, :, c0:c0 + chunk_size] for x in (q, k, v, g, beta)), S)
-        outs.append(out)
-    return torch.cat(outs, 2).transpose(1, 2).to(out_dtype), S if output_final_state else None
-
-
-def chunk_eps_outside(q, k, v, g, beta, chunk_size=64, initial_state=None, output_final_state=False, use_qk_l2norm=False):
-    """The L2 normalisation's eps added to the norm, not inside the square root."""
-    if use_qk_l2norm:
-        q, k = (x.float() / (x.float().norm(dim=-1, keepdim=True) + 1e-6) for x in (q, k))
-    return _chunked(q, k, v, g, beta, chunk_size, initial_state, output_final_state, False)
-
-
 # hybrid_cache_bytes -----------------------------------------------------------------------------
 def _bytes(batch_size, seq_len, n_linear_layers, n_full_layers, linear_heads, d_k, d_v, cache_elements_per_token,
            state_bytes_per_element=4, cache_bytes_per_element=2, mistake=None):
@@ -459,7 +390,6 @@ WRONG = {
         "output detached": (partial(_recurrent, detach=True), "No gradient reaches"),
         "state updated in place": (partial(_recurrent, in_place=True), "cannot be backpropagated"),
         "calls utils": (lambda q, k, v: ref.linear_attention_recurrent(q, k, v), "yourself"),
-        "queries scaled by d_v ** -0.5": (recurrent_scaled_by_d_v, "differs from causal linear attention"),
     },
     "linear_attention_parallel": {
         "diagonal masked": (partial(_parallel, diagonal=False), "keep the diagonal"),
@@ -470,8 +400,6 @@ WRONG = {
         "mask made on the CPU": (partial(_parallel, device=False), "Create every tensor on the input's device"),
         "float32 returned for bfloat16": (partial(_parallel, cast_back=False), "must return bfloat16"),
         "calls utils": (lambda q, k, v: ref.linear_attention_parallel(q, k, v), "yourself"),
-        "a mask made for at most 64 tokens": (parallel_mask_of_64, "crashed"),
-        "computed in bfloat16": (parallel_in_bfloat16, "compute in float32"),
     },
     "gated_delta_step": {
         "decay after the write": (partial(_step, decay_after=True), "The decay comes first"),
@@ -497,9 +425,6 @@ WRONG = {
         "initial state detached": (partial(_rule, detach_initial=True), "No gradient reaches initial_state"),
         "zeros on the CPU": (partial(_rule, device=False), "Create every tensor on the input's device"),
         "calls utils": (lambda *a, **kw: ref.recurrent_gated_delta_rule(*a, **kw), "yourself"),
-        "heads checked only against a given initial_state": (_heads_checked_with_initial(_rule), "raises ValueError when"),
-        "F.normalize (eps 1e-12, not inside the sqrt)": (_normalize, "keys near zero"),
-        "eps 1e-5 in the L2 normalisation": (partial(_normalize, eps=1e-5), "keys near zero"),
     },
     "chunk_gated_delta_rule": {
         "calls the recurrent form": (_beside_recurrent(chunk_calls_recurrent), "state-sized tensors"),
@@ -512,8 +437,6 @@ WRONG = {
         "state not decayed across chunks": (_beside_recurrent(partial(_chunked, no_state_decay=True)), "differs from the gated delta rule"),
         "initial_state ignored": (_beside_recurrent(lambda *a, initial_state=None, **kw: _chunked(*a, **kw)), "initial_state is the state before the first token"),
         "calls utils": (_beside_recurrent(lambda *a, **kw: ref.chunk_gated_delta_rule(*a, **kw)), "yourself"),
-        "each chunk the course's _chunk": (_beside_recurrent(chunk_calls_course_chunk), "a helper"),
-        "eps outside the square root": (_beside_recurrent(chunk_eps_outside), "keys near zero"),
     },
     "hybrid_cache_bytes": {
         "the state grows with seq_len": (partial(_bytes, mistake="grows"), "does not grow with seq_len"),
@@ -522,7 +445,6 @@ WRONG = {
         "batch left out": (partial(_bytes, mistake="batch"), "multiply by batch_size"),
         "floats": (partial(_bytes, mistake="floats"), "must return an int"),
         "MiB instead of bytes": (partial(_bytes, mistake="MiB"), "is wrong"),
-        "bytes per element ignored (4 and 2)": (partial(_bytes, mistake="default bytes"), "wrong output"),
         "calls utils": (lambda *a, **kw: ref.hybrid_cache_bytes(*a, **kw), "yourself"),
     },
 }
@@ -531,9 +453,8 @@ RIGHT = {
     "linear_attention_recurrent": {"einsum": recurrent_einsum, "one batch item and head at a time, torch.outer": recurrent_per_head,
                                    "computed in float64, state cast to float32": recurrent_in_float64},
     "linear_attention_parallel": {"einsum and a float mask": parallel_einsum, "prefix sums of outer products": parallel_cumsum,
-                                  "one head at a time": parallel_per_head, "torch.tril on the scores": parallel_tril},
-    "gated_delta_step": {"transformers' sums": step_transformers_style, "einsum": step_einsum, "one head at a time": step_per_head,
-                         "computed in float32, cast back": step_in_float32},
+                                  "one head at a time": parallel_per_head},
+    "gated_delta_step": {"transformers' sums": step_transformers_style, "einsum": step_einsum, "one head at a time": step_per_head},
     "recurrent_gated_delta_rule": {"calls gated_delta_step, rsqrt as Qwen3-Next": rule_calls_my_step,
                                    "heads first, einsum": rule_heads_first_einsum, "computed in float64": rule_in_float64},
     "chunk_gated_delta_rule": {"padding and forward substitution": _beside_recurrent(chunk_transformers_style),
@@ -541,3 +462,11 @@ RIGHT = {
                                "computed in float64": _beside_recurrent(partial(_chunked, dtype=torch.float64))},
     "hybrid_cache_bytes": {"notebook 07's kv_cache_bytes": bytes_with_kv_cache_bytes, "plain": _bytes},
 }
+
+
+from autograder.tests.zoo import nb16_kinds  # noqa: E402  (issue 36's kinds; it imports the builders above)
+
+for _exercise, _entries in nb16_kinds.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb16_kinds.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
