@@ -354,15 +354,15 @@ nb16.check_gated_delta_step(gated_delta_step)
 # 2. Convert `q`, `k`, `v`, `g`, `beta` to float32. With `use_qk_l2norm=True`, normalise `q` and `k` over
 #    their last dim: `x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)`.
 # 3. Scale the queries, and only them, by `d_k ** -0.5`.
-# 4. Start from `initial_state` converted to float32, or from zeros on the inputs' device, and call
-#    your `gated_delta_step` for each token.
+# 4. Start from `initial_state` converted to float32, or from zeros, and call your `gated_delta_step`
+#    for each token.
 # 5. Return `(out, state)`: `out` of shape `(B, T, H_v, d_v)` converted back to the inputs' dtype, and the
 #    final state, or `None` in its place when `output_final_state` is False.
 #
 # 1. 键头 $h$ 服务于 $r = H_v / H_k$ 个连续的值头 $hr, \dots, hr + r - 1$：对 `q` 和 `k` 用 `repeat_interleave(r, dim=2)`（Qwen3-Next 有 16 个键头、32 个值头）。头数不是倍数时就没有这样的对应关系（下面的规则说明该怎么做）。
 # 2. 把 `q`、`k`、`v`、`g`、`beta` 转成 float32。当 `use_qk_l2norm=True` 时，对 `q` 和 `k` 的最后一维做归一化：`x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)`。
 # 3. 只把查询乘以 `d_k ** -0.5`。
-# 4. 从转成 float32 的 `initial_state` 开始，或者从输入所在设备上的零状态开始，对每个词元调用你的 `gated_delta_step`。
+# 4. 从转成 float32 的 `initial_state` 开始，或者从零状态开始，对每个词元调用你的 `gated_delta_step`。
 # 5. 返回 `(out, state)`：`out` 的形状为 `(B, T, H_v, d_v)`，转换回输入的 dtype；以及最终状态；当 `output_final_state` 为 False 时，这个位置返回 `None`。
 #
 # <!-- rules: recurrent_gated_delta_rule -->
