@@ -7,14 +7,15 @@ property harness runs the exercise and the reference side by side over the famil
 `families/nb16.py`, gradients included.
 
 What values cannot show is watched while the learner's code runs (`state_watch.StateWatch`), as the
-exercises' texts say:
+exercises' contracts declare (`CONTRACTS` in families/nb16.py, which make sync writes into each
+exercise's Rules block):
 - linear_attention_recurrent creates nothing larger than its inputs, its output and its state (no
   (T, T) matrix, no state per token kept);
 - linear_attention_parallel runs as many torch operations for 24 tokens as for 6 (no loop over tokens);
 - chunk_gated_delta_rule creates a few states per chunk, not one per token (no token-by-token loop).
-Dtypes as the texts fix them: arithmetic in float32, outputs in the inputs' dtype, states in float32
-(gated_delta_step, a single step, keeps its inputs' dtype).
-"""
+Dtypes as the contracts fix them: outputs in the inputs' dtype, states in float32 (gated_delta_step, a
+single step, keeps its inputs' dtype); the rules' ValueError for a head count that is not a multiple,
+in every mode of the flags (the input spaces' "bad" axis)."""
 import functools
 
 import torch
