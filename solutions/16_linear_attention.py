@@ -24,11 +24,11 @@
 # pure-PyTorch code for Qwen3-Next and Kimi Linear; the course's reference, `utils/linear_attention.py`,
 # gives its numbers (the project's tests compare them), and this notebook downloads nothing. The
 # functions use transformers' layout `(batch, tokens, heads, dim)`, tokens before heads, unlike
-# notebooks 06-14. Each exercise is graded on your own code: handing in the course's function of the
-# same name from `utils.linear_attention` (itself, an alias or a wrapper) scores nothing; torch's
-# functions and your earlier exercises may be called unless an exercise's text says otherwise.
+# notebooks 06-14. Each exercise ends with the rules grading checks on it, besides the course-wide
+# ones of notebook 00: torch's functions and your earlier exercises may be called unless those rules
+# say otherwise.
 #
-# 你将用本课程自己的部件搭出这一层：作为运行和、以及并行的掩码形式的因果线性注意力；修正状态已有预测的 delta 规则；让它遗忘的门；像笔记本 14 的分块那样快速训练的分块形式；以及混合堆叠的字节数，与笔记本 07 的缓存并排比较。标准答案是 Hugging Face transformers 中 Qwen3-Next 和 Kimi Linear 的纯 PyTorch 代码；课程的参考实现 `utils/linear_attention.py` 给出与它相同的数值（项目的测试会比较两者），本笔记本不下载任何东西。这里的函数使用 transformers 的布局 `(batch, tokens, heads, dim)`：词元在头之前，与笔记本 06-14 不同。每个练习都按你自己的代码评分：交上 `utils.linear_attention` 中课程的同名函数（它本身、别名或包装）不得分；torch 的函数和你之前的练习都可以调用，除非某个练习的说明另有规定。
+# 你将用本课程自己的部件搭出这一层：作为运行和、以及并行的掩码形式的因果线性注意力；修正状态已有预测的 delta 规则；让它遗忘的门；像笔记本 14 的分块那样快速训练的分块形式；以及混合堆叠的字节数，与笔记本 07 的缓存并排比较。标准答案是 Hugging Face transformers 中 Qwen3-Next 和 Kimi Linear 的纯 PyTorch 代码；课程的参考实现 `utils/linear_attention.py` 给出与它相同的数值（项目的测试会比较两者），本笔记本不下载任何东西。这里的函数使用 transformers 的布局 `(batch, tokens, heads, dim)`：词元在头之前，与笔记本 06-14 不同。每个练习的末尾列出评分在它上面检查的规则（另外还有笔记本 00 中全课程通用的规则）：torch 的函数和你之前的练习都可以调用，除非这些规则另有规定。
 
 # %%
 import math
@@ -81,14 +81,27 @@ print("parallel ((Q Kᵀ / sqrt(d_k)) ⊙ M) V:", [[round(x, 4) for x in row] fo
 # from a zero state of shape `(B, H, d_k, d_v)` and loop over the tokens: add $k_t^\top v_t$ (one outer
 # product per batch item and head), then read $o_t = (q_t / \sqrt{d_k})\, S_t$ with the state that
 # includes token $t$. `out` has shape `(B, T, H, d_v)`; `state` is the state after the last token.
-# Rules the grader checks: compute in float32 whatever the inputs' dtype (`.float()`), return `out`
-# in the inputs' dtype and `state` in float32; create new tensors on the inputs' device (`device=q.device`:
-# the grader gives your function inputs that report a GPU); create nothing that holds more numbers
-# than the largest of the inputs, the output and the state (no `(T, T)` matrix, no state kept for
-# every token: the grader watches what your function creates); and let gradients flow from `out`
-# to `q`, `k` and `v` (no `torch.no_grad()`, no `.detach()`, no in-place update of the state).
+# Work in float32 (`.float()`): a state summed over thousands of tokens must not round to bfloat16's
+# 8 bits. Build each new state as `state = state + ...`: gradients reach `q`, `k` and `v` through
+# every state, and an in-place `+=` would overwrite one that autograd still needs.
 #
-# 对形状为 `(B, T, H, d_k)` 的 `q`、`k` 和形状为 `(B, T, H, d_v)` 的 `v`，返回 `(out, state)`。从形状为 `(B, H, d_k, d_v)` 的零状态开始，对词元循环：加上 $k_t^\top v_t$（每个批次项、每个头一个外积），然后用包含词元 $t$ 的状态读取 $o_t = (q_t / \sqrt{d_k})\, S_t$。`out` 的形状为 `(B, T, H, d_v)`；`state` 是最后一个词元之后的状态。评分程序检查的规则：无论输入是什么 dtype 都用 float32 计算（`.float()`），`out` 用输入的 dtype 返回，`state` 用 float32 返回；新张量创建在输入所在的设备上（`device=q.device`：评分程序给你的函数的输入会报告自己在 GPU 上）；不要创建比输入、输出和状态中最大者所含数字更多的张量（不要 `(T, T)` 矩阵，也不要为每个词元保存一个状态：评分程序会观察你的函数创建了什么）；并且让梯度能从 `out` 流到 `q`、`k` 和 `v`（不要 `torch.no_grad()`、不要 `.detach()`，也不要原地更新状态）。
+# 对形状为 `(B, T, H, d_k)` 的 `q`、`k` 和形状为 `(B, T, H, d_v)` 的 `v`，返回 `(out, state)`。从形状为 `(B, H, d_k, d_v)` 的零状态开始，对词元循环：加上 $k_t^\top v_t$（每个批次项、每个头一个外积），然后用包含词元 $t$ 的状态读取 $o_t = (q_t / \sqrt{d_k})\, S_t$。`out` 的形状为 `(B, T, H, d_v)`；`state` 是最后一个词元之后的状态。用 float32 计算（`.float()`）：对成千上万个词元求和的状态不能被舍入到 bfloat16 的 8 位。每个新状态都写成 `state = state + ...`：梯度经由每一个状态传到 `q`、`k` 和 `v`，而原地的 `+=` 会覆盖自动求导仍然需要的状态。
+#
+# <!-- rules: linear_attention_recurrent -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`linear_attention_recurrent`)
+#
+# - Graded in float32, float64 and bfloat16: `out` has the inputs' dtype, and the state is float32 whatever the inputs' dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Nothing you create holds more numbers than the largest of the inputs, the output and the state: no `(T, T)` matrix, no state kept for every token (grading watches what your function creates).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：`out` 与输入的 dtype 相同；无论输入是什么 dtype，状态都是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 你创建的张量所含的数都不多于输入、输出和状态中最大者：不要 `(T, T)` 矩阵，也不要为每个词元保存一个状态（评分会观察你的函数创建了什么）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "linear_attention_recurrent", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def linear_attention_recurrent(q, k, v):
@@ -131,12 +144,27 @@ nb16.check_linear_attention_recurrent(linear_attention_recurrent)
 #
 # Return `out` of shape `(B, T, H, d_v)`, the same numbers in one pass: for each batch item and head,
 # the scores $(Q / \sqrt{d_k}) K^\top$ of every pair of tokens, set to 0 above the diagonal (token $t$
-# sees the keys $j \le t$, itself included), times $V$. No softmax, and no loop over tokens: the
-# grader counts the torch operations your function runs, and their number must not grow with $T$.
-# Compute in float32, return the output in the inputs' dtype, and create the mask on the inputs'
-# device (`torch.ones(T, T, dtype=torch.bool, device=q.device)`). Gradients must reach `q`, `k` and `v`.
+# sees the keys $j \le t$, itself included), times $V$. No softmax: the scores are the weights.
+# Notebook 04's causal mask marks the entries to set to 0: `torch.ones(T, T, dtype=torch.bool,
+# device=q.device).triu(1)`.
 #
-# 返回形状为 `(B, T, H, d_v)` 的 `out`，一次算出同样的数值：对每个批次项和每个头，计算每一对词元的分数 $(Q / \sqrt{d_k}) K^\top$，把对角线之上的置为 0（词元 $t$ 看到 $j \le t$ 的键，包括它自己），再乘以 $V$。不要 softmax，也不要对词元循环：评分程序会统计你的函数执行的 torch 运算个数，它不能随 $T$ 增长。用 float32 计算，输出用输入的 dtype 返回，掩码创建在输入所在的设备上（`torch.ones(T, T, dtype=torch.bool, device=q.device)`）。梯度必须能传到 `q`、`k` 和 `v`。
+# 返回形状为 `(B, T, H, d_v)` 的 `out`，一次算出同样的数值：对每个批次项和每个头，计算每一对词元的分数 $(Q / \sqrt{d_k}) K^\top$，把对角线之上的置为 0（词元 $t$ 看到 $j \le t$ 的键，包括它自己），再乘以 $V$。不要 softmax：分数本身就是权重。掩码就是笔记本 04 的因果掩码：`torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)` 标出要置为 0 的元素。
+#
+# <!-- rules: linear_attention_parallel -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`linear_attention_parallel`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the inputs' dtype, computed in float32 (bfloat16 arithmetic rounds a sum of many scores beyond bfloat16's tolerance).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - As many torch operations for any length `T`: no loop over tokens (grading counts them for 6 and for 24 tokens).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同，用 float32 计算（用 bfloat16 计算许多分数之和时，舍入误差会超出 bfloat16 的容差）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 任何长度 `T` 下执行的 torch 运算个数都相同：不对词元循环（评分会分别统计 6 个和 24 个词元时的运算个数）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "linear_attention_parallel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def linear_attention_parallel(q, k, v):
@@ -155,11 +183,14 @@ import torch
 from autograder.checks import expect_close, randn
 from utils.linear_attention import linear_attention_recurrent as reference
 
-q, k, v = randn(2, 7, 3, 4, seed=3), randn(2, 7, 3, 4, seed=4), randn(2, 7, 3, 5, seed=5)
-expect_close(linear_attention_parallel(q, k, v), reference(q, k, v)[0],
-             "The parallel form should give the running sum's numbers: ((Q Kᵀ / sqrt(d_k)) with zeros above the diagonal) V.",
-             "并行形式应给出与运行和相同的数值：((Q Kᵀ / sqrt(d_k))，对角线之上为 0) V。")
-print("✓ linear_attention_parallel")
+from autograder.checks import nb16
+
+with nb16.as_graded(linear_attention_parallel):
+    q, k, v = randn(2, 7, 3, 4, seed=3), randn(2, 7, 3, 4, seed=4), randn(2, 7, 3, 5, seed=5)
+    expect_close(linear_attention_parallel(q, k, v), reference(q, k, v)[0],
+                 "The parallel form should give the running sum's numbers: ((Q Kᵀ / sqrt(d_k)) with zeros above the diagonal) V.",
+                 "并行形式应给出与运行和相同的数值：((Q Kᵀ / sqrt(d_k))，对角线之上为 0) V。")
+    print("✓ linear_attention_parallel")
 
 # %% nbgrader={"grade": true, "grade_id": "test_linear_attention_parallel_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -252,12 +283,24 @@ print("the delta rule reads   ", [round(x, 6) for x in (key @ S_delta).tolist()]
 # shape `(B, H, d_k)`, `v` of shape `(B, H, d_v)`, `g` and `beta` of shape `(B, H)`. In this order: decay
 # `S = exp(g) S`; predict `k S` (a `(B, H, d_v)` row, from the decayed state); write
 # `S = S + kᵀ (beta (v - k S))`; read `o = q S` with the new state. Return `(o, S)`. Use `q` as it is (the
-# caller scales it). Compute in the dtype you are given and return both results in it (the
-# recurrent function of Exercise 4 gives float32). Do not change `state` in place (`state = state * ...`,
-# not `state *= ...`): the caller still has the old one, and autograd needs it; gradients must reach
-# every input, and a tensor you create must be on the inputs' device.
+# caller scales it). Build the new state (`state = state * ...`, not `state *= ...`): the caller still
+# holds the old one, and autograd needs it.
 #
-# 一次处理所有批次项和所有头的一个词元：`state` 的形状为 `(B, H, d_k, d_v)`，`q` 和 `k` 的形状为 `(B, H, d_k)`，`v` 的形状为 `(B, H, d_v)`，`g` 和 `beta` 的形状为 `(B, H)`。按这个顺序：衰减 `S = exp(g) S`；预测 `k S`（一个 `(B, H, d_v)` 的行，用衰减之后的状态）；写入 `S = S + kᵀ (beta (v - k S))`；用新状态读取 `o = q S`。返回 `(o, S)`。`q` 按原样使用（调用者会缩放它）。用给你的 dtype 计算，两个结果也用它返回（练习 4 的循环函数给的是 float32）。不要原地修改 `state`（写 `state = state * ...`，不要写 `state *= ...`）：调用者还持有旧状态，自动求导也需要它；梯度必须能传到每一个输入，你创建的张量必须位于输入所在的设备上。
+# 一次处理所有批次项和所有头的一个词元：`state` 的形状为 `(B, H, d_k, d_v)`，`q` 和 `k` 的形状为 `(B, H, d_k)`，`v` 的形状为 `(B, H, d_v)`，`g` 和 `beta` 的形状为 `(B, H)`。按这个顺序：衰减 `S = exp(g) S`；预测 `k S`（一个 `(B, H, d_v)` 的行，用衰减之后的状态）；写入 `S = S + kᵀ (beta (v - k S))`；用新状态读取 `o = q S`。返回 `(o, S)`。`q` 按原样使用（调用者会缩放它）。构造新的状态（写 `state = state * ...`，不要写 `state *= ...`）：调用者还持有旧状态，自动求导也需要它。
+#
+# <!-- rules: gated_delta_step -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`gated_delta_step`)
+#
+# - Graded in float32, float64 and bfloat16: `out` and the new state have the inputs' dtype (the recurrent function of exercise 4 gives float32).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：`out` 和新状态与输入的 dtype 相同（练习 4 的循环函数给的是 float32）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "gated_delta_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def gated_delta_step(state, q, k, v, g, beta):
@@ -275,15 +318,18 @@ import math
 import torch
 from autograder.checks import expect_close
 
-state = torch.tensor([[1.0], [2.0]]).expand(1, 1, 2, 1)  # (B, H, d_k, d_v) = (1, 1, 2, 1)
-q, k, v = torch.tensor([[[1.0, 1.0]]]), torch.tensor([[[1.0, 0.0]]]), torch.tensor([[[5.0]]])
-g, beta = torch.tensor([[math.log(0.5)]]), torch.tensor([[0.5]])
-out, new = gated_delta_step(state, q, k, v, g, beta)
-# decayed [[0.5], [1.0]]; k S = 0.5; correction 0.5 * (5 - 0.5) = 2.25 on row 0; o = q S = 2.75 + 1.0
-expect_close(new, torch.tensor([[[[2.75], [1.0]]]]), "The new state should be exp(g) S + kᵀ (beta (v - k exp(g) S)): here [[2.75], [1.0]].",
-             "新状态应为 exp(g) S + kᵀ (beta (v - k exp(g) S))：这里是 [[2.75], [1.0]]。")
-expect_close(out, torch.tensor([[[3.75]]]), "out should be q times the new state: 2.75 + 1.0.", "out 应为 q 乘以新状态：2.75 + 1.0。")
-print("✓ gated_delta_step")
+from autograder.checks import nb16
+
+with nb16.as_graded(gated_delta_step):
+    state = torch.tensor([[1.0], [2.0]]).expand(1, 1, 2, 1)  # (B, H, d_k, d_v) = (1, 1, 2, 1)
+    q, k, v = torch.tensor([[[1.0, 1.0]]]), torch.tensor([[[1.0, 0.0]]]), torch.tensor([[[5.0]]])
+    g, beta = torch.tensor([[math.log(0.5)]]), torch.tensor([[0.5]])
+    out, new = gated_delta_step(state, q, k, v, g, beta)
+    # decayed [[0.5], [1.0]]; k S = 0.5; correction 0.5 * (5 - 0.5) = 2.25 on row 0; o = q S = 2.75 + 1.0
+    expect_close(new, torch.tensor([[[[2.75], [1.0]]]]), "The new state should be exp(g) S + kᵀ (beta (v - k exp(g) S)): here [[2.75], [1.0]].",
+                 "新状态应为 exp(g) S + kᵀ (beta (v - k exp(g) S))：这里是 [[2.75], [1.0]]。")
+    expect_close(out, torch.tensor([[[3.75]]]), "out should be q times the new state: 2.75 + 1.0.", "out 应为 q 乘以新状态：2.75 + 1.0。")
+    print("✓ gated_delta_step")
 
 # %% nbgrader={"grade": true, "grade_id": "test_gated_delta_step_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -302,30 +348,40 @@ nb16.check_gated_delta_step(gated_delta_step)
 #
 # 整个序列逐个词元处理，签名和数值都与 transformers 的 `torch_recurrent_gated_delta_rule` 相同（它的 `use_qk_l2norm_in_kernel` 在这里叫 `use_qk_l2norm`）：`q` 和 `k` 的形状为 `(B, T, H_k, d_k)`，`v` 的形状为 `(B, T, H_v, d_v)`，`g`（对数衰减，$\le 0$）和 `beta` 的形状为 `(B, T, H_v)`，`initial_state` 的形状为 `(B, H_v, d_k, d_v)` 或为 `None`。按这个顺序：
 #
-# 1. If `H_v` is not a multiple of `H_k`, raise `ValueError`. Otherwise key head $h$ serves the
-#    $r = H_v / H_k$ consecutive value heads $hr, \dots, hr + r - 1$: `repeat_interleave(r, dim=2)` on `q`
-#    and `k` (Qwen3-Next has 16 key heads for 32 value heads).
+# 1. Key head $h$ serves the $r = H_v / H_k$ consecutive value heads $hr, \dots, hr + r - 1$:
+#    `repeat_interleave(r, dim=2)` on `q` and `k` (Qwen3-Next has 16 key heads for 32 value heads). A head
+#    count that is not a multiple has no such pairing (the rules below say what to do).
 # 2. Convert `q`, `k`, `v`, `g`, `beta` to float32. With `use_qk_l2norm=True`, normalise `q` and `k` over
 #    their last dim: `x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)`.
 # 3. Scale the queries, and only them, by `d_k ** -0.5`.
-# 4. Start from `initial_state` converted to float32, or from zeros on the inputs' device, and call
-#    your `gated_delta_step` for each token.
-# 5. Return `(out, state)`: `out` of shape `(B, T, H_v, d_v)` in the inputs' dtype, and the final state in
-#    float32, or `None` in its place when `output_final_state` is False.
+# 4. Start from `initial_state` converted to float32, or from zeros, and call your `gated_delta_step`
+#    for each token.
+# 5. Return `(out, state)`: `out` of shape `(B, T, H_v, d_v)` converted back to the inputs' dtype, and the
+#    final state, or `None` in its place when `output_final_state` is False.
 #
-# 1. 如果 `H_v` 不是 `H_k` 的倍数，抛出 `ValueError`。否则键头 $h$ 服务于 $r = H_v / H_k$ 个连续的值头 $hr, \dots, hr + r - 1$：对 `q` 和 `k` 用 `repeat_interleave(r, dim=2)`（Qwen3-Next 有 16 个键头、32 个值头）。
+# 1. 键头 $h$ 服务于 $r = H_v / H_k$ 个连续的值头 $hr, \dots, hr + r - 1$：对 `q` 和 `k` 用 `repeat_interleave(r, dim=2)`（Qwen3-Next 有 16 个键头、32 个值头）。头数不是倍数时就没有这样的对应关系（下面的规则说明该怎么做）。
 # 2. 把 `q`、`k`、`v`、`g`、`beta` 转成 float32。当 `use_qk_l2norm=True` 时，对 `q` 和 `k` 的最后一维做归一化：`x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)`。
 # 3. 只把查询乘以 `d_k ** -0.5`。
-# 4. 从转成 float32 的 `initial_state` 开始，或者从输入所在设备上的零状态开始，对每个词元调用你的 `gated_delta_step`。
-# 5. 返回 `(out, state)`：`out` 的形状为 `(B, T, H_v, d_v)`，用输入的 dtype；最终状态用 float32；当 `output_final_state` 为 False 时，这个位置返回 `None`。
+# 4. 从转成 float32 的 `initial_state` 开始，或者从零状态开始，对每个词元调用你的 `gated_delta_step`。
+# 5. 返回 `(out, state)`：`out` 的形状为 `(B, T, H_v, d_v)`，转换回输入的 dtype；以及最终状态；当 `output_final_state` 为 False 时，这个位置返回 `None`。
 #
-# The grader runs your function on float64 and bfloat16 inputs, one token, non-contiguous inputs,
-# gates at their extremes ($g$ between $-60$ and $-30$, $\beta$ of 0 and 1) and grouped heads, and compares every
-# gradient (to `q`, `k`, `v`, `g`, `beta` and `initial_state`) with the course's: no in-place update of
-# the state. A mistake in your `gated_delta_step` costs marks in Exercise 3 only: here the grader
-# runs the course's step in its place.
+# <!-- rules: recurrent_gated_delta_rule -->
 #
-# 评分程序会在 float64 和 bfloat16 输入、一个词元、非连续输入、处于极端的门（$g$ 在 $-60$ 与 $-30$ 之间，$\beta$ 为 0 和 1）以及分组的头上运行你的函数，并把每个梯度（对 `q`、`k`、`v`、`g`、`beta` 和 `initial_state`）与课程的比较：不要原地更新状态。你的 `gated_delta_step` 中的错误只在练习 3 扣分：这里评分程序会用课程的单步函数代替它。
+# #### Rules that grading checks · 评分检查的规则 (`recurrent_gated_delta_rule`)
+#
+# - Raises `ValueError` when `H_v` (v's heads) is not a multiple of `H_k` (the heads of q and k).
+# - Not graded (the caller guarantees it): `g` <= 0 (log decays).
+# - Graded in float32, float64 and bfloat16: `out` has the inputs' dtype, and the state is float32 whatever the inputs' dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - `H_v`（v 的头数）不是 `H_k`（q 和 k 的头数）的倍数时抛出 `ValueError`。
+# - 不评分（由调用者保证）：`g` <= 0（对数衰减）。
+# - 在 float32、float64、bfloat16 下评分：`out` 与输入的 dtype 相同；无论输入是什么 dtype，状态都是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "recurrent_gated_delta_rule", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=None, output_final_state=False, use_qk_l2norm=False):
@@ -357,19 +413,22 @@ import torch
 from autograder.checks import expect, expect_close, randn
 from utils.linear_attention import recurrent_gated_delta_rule as reference
 
-q, k, v = randn(2, 6, 2, 4, seed=10), randn(2, 6, 2, 4, seed=11), randn(2, 6, 4, 3, seed=12)  # H_k = 2, H_v = 4
-g, beta = -torch.rand(2, 6, 4, generator=torch.Generator().manual_seed(13)), torch.rand(2, 6, 4, generator=torch.Generator().manual_seed(14))
-s0 = randn(2, 4, 4, 3, seed=15)
-for l2 in (False, True):
-    out, state = recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
-    want_out, want_state = reference(q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
-    expect_close(out, want_out, f"out should equal the gated delta rule's (grouped value heads, an initial state, use_qk_l2norm={l2}).",
-                 f"out 应等于门控 delta 规则的结果（分组的值头、初始状态、use_qk_l2norm={l2}）。")
-    expect_close(state, want_state, f"The final state should equal the gated delta rule's (use_qk_l2norm={l2}).",
-                 f"最终状态应等于门控 delta 规则的结果（use_qk_l2norm={l2}）。")
-expect(recurrent_gated_delta_rule(q, k, v, g, beta)[1] is None, "Without output_final_state=True the second result should be None.",
-       "没有 output_final_state=True 时，第二个结果应为 None。")
-print("✓ recurrent_gated_delta_rule")
+from autograder.checks import nb16
+
+with nb16.as_graded(recurrent_gated_delta_rule):
+    q, k, v = randn(2, 6, 2, 4, seed=10), randn(2, 6, 2, 4, seed=11), randn(2, 6, 4, 3, seed=12)  # H_k = 2, H_v = 4
+    g, beta = -torch.rand(2, 6, 4, generator=torch.Generator().manual_seed(13)), torch.rand(2, 6, 4, generator=torch.Generator().manual_seed(14))
+    s0 = randn(2, 4, 4, 3, seed=15)
+    for l2 in (False, True):
+        out, state = recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
+        want_out, want_state = reference(q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
+        expect_close(out, want_out, f"out should equal the gated delta rule's (grouped value heads, an initial state, use_qk_l2norm={l2}).",
+                     f"out 应等于门控 delta 规则的结果（分组的值头、初始状态、use_qk_l2norm={l2}）。")
+        expect_close(state, want_state, f"The final state should equal the gated delta rule's (use_qk_l2norm={l2}).",
+                     f"最终状态应等于门控 delta 规则的结果（use_qk_l2norm={l2}）。")
+    expect(recurrent_gated_delta_rule(q, k, v, g, beta)[1] is None, "Without output_final_state=True the second result should be None.",
+           "没有 output_final_state=True 时，第二个结果应为 None。")
+    print("✓ recurrent_gated_delta_rule")
 
 # %% nbgrader={"grade": true, "grade_id": "test_recurrent_gated_delta_rule_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -434,23 +493,46 @@ plt.tight_layout(); plt.show()
 # ### Exercise 5 · `chunk_gated_delta_rule` · 练习 5
 #
 # The same numbers as your `recurrent_gated_delta_rule`, chunk by chunk, with the signature of
-# transformers' `torch_chunk_gated_delta_rule` (`chunk_size=64` by default). Steps 1-3 and 5 and every
-# rule of Exercise 4 are the same (the error, grouped heads, float32, the dtypes returned, the
-# device, gradients to every input). Then split the tokens into chunks of `chunk_size` (the last may
-# be shorter: slice it, or pad with zeros as transformers does, since a padded token with `beta = 0`
-# and `g = 0` changes nothing) and, from the state at each chunk's start, apply the formulas above.
-# Three rules the grader checks besides the values: the state is updated once per chunk, never token
-# by token (it counts the state-sized tensors your function creates: a few per chunk pass, one or
-# more per token fail, so no loop over tokens and no call to your recurrent function); it never builds
-# a $(T, T)$ matrix, not even a mask (one chunk of the whole sequence is the quadratic parallel form:
-# the grader runs 64 tokens in chunks of 16 and looks for a pair of dims of 64); and strong
-# decays must give no NaN (it runs $g$ between $-60$ and $-30$): compute $D$ as `exp(γ_t - γ_j)` with the positions
-# above the diagonal set to `-inf` before the `exp`, never as `exp(γ_t) / exp(γ_j)` (0 / 0 once
-# $e^{\gamma}$ underflows) nor by multiplying an overflowed `inf` by a zero mask. Forward substitution
-# row by row inside a chunk (what transformers does when exporting) is as right as
-# `solve_triangular`.
+# transformers' `torch_chunk_gated_delta_rule` (`chunk_size=64` by default). Steps 1-3 and 5 of
+# Exercise 4 are the same, and so are its rules. Then split the tokens into chunks of `chunk_size` (the
+# last may be shorter: slice it, or pad with zeros as transformers does, since a padded token with
+# `beta = 0` and `g = 0` changes nothing) and, from the state at each chunk's start, apply the formulas
+# above: the state moves once per chunk, and one chunk of the whole sequence would be the quadratic
+# parallel form, not the chunked one. Strong decays are where a chunked form breaks: compute $D$ as
+# `exp(γ_t - γ_j)` with the positions above the diagonal set to `-inf` before the `exp`, never as
+# `exp(γ_t) / exp(γ_j)` (0 / 0 once $e^{\gamma}$ underflows) nor by multiplying an overflowed `inf` by a
+# zero mask. Forward substitution row by row inside a chunk (what transformers does when exporting)
+# is as right as `solve_triangular`.
 #
-# 与你的 `recurrent_gated_delta_rule` 数值相同，但按块计算，签名与 transformers 的 `torch_chunk_gated_delta_rule` 相同（默认 `chunk_size=64`）。第 1-3 步、第 5 步和练习 4 的所有规则都相同（报错、分组的头、float32、返回的 dtype、设备、传到每个输入的梯度）。然后把词元切成每块 `chunk_size` 个（最后一块可以更短：对它切片，或者像 transformers 那样补零，因为 `beta = 0`、`g = 0` 的补齐词元什么也不改变），并从每块开始时的状态应用上面的公式。除了数值，评分程序还检查三条规则：状态每块只更新一次，绝不逐个词元更新（它会统计你的函数创建的状态大小的张量个数：每块几个可以通过，每个词元一个或更多则不通过，所以不要对词元循环，也不要调用你的循环函数）；它从不构造 $(T, T)$ 矩阵，连掩码也不行（把整个序列当作一块就是二次复杂度的并行形式：评分程序用 64 个词元、每块 16 个运行，并查找一对大小为 64 的维度）；强衰减不能产生 NaN（它会用 $-60$ 与 $-30$ 之间的 $g$ 运行）：把 $D$ 算成 `exp(γ_t - γ_j)`，并在 `exp` 之前把对角线之上的位置设为 `-inf`，不要算成 `exp(γ_t) / exp(γ_j)`（一旦 $e^{\gamma}$ 下溢就是 0 / 0），也不要用为 0 的掩码去乘一个已经溢出的 `inf`。在块内逐行做前向代入（transformers 导出模型时就这样做）和 `solve_triangular` 一样正确。
+# 与你的 `recurrent_gated_delta_rule` 数值相同，但按块计算，签名与 transformers 的 `torch_chunk_gated_delta_rule` 相同（默认 `chunk_size=64`）。练习 4 的第 1-3 步和第 5 步相同，它的规则也相同。然后把词元切成每块 `chunk_size` 个（最后一块可以更短：对它切片，或者像 transformers 那样补零，因为 `beta = 0`、`g = 0` 的补齐词元什么也不改变），并从每块开始时的状态应用上面的公式：状态每块只前进一次；把整个序列当作一块就是二次复杂度的并行形式，而不是分块形式。强衰减正是分块形式容易出错的地方：把 $D$ 算成 `exp(γ_t - γ_j)`，并在 `exp` 之前把对角线之上的位置设为 `-inf`，不要算成 `exp(γ_t) / exp(γ_j)`（一旦 $e^{\gamma}$ 下溢就是 0 / 0），也不要用为 0 的掩码去乘一个已经溢出的 `inf`。在块内逐行做前向代入（transformers 导出模型时就这样做）和 `solve_triangular` 一样正确。
+#
+# <!-- rules: chunk_gated_delta_rule -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`chunk_gated_delta_rule`)
+#
+# - The course's `_chunk` may not run inside your code: this exercise is that part of the work.
+# - Raises `ValueError` when `H_v` (v's heads) is not a multiple of `H_k` (the heads of q and k).
+# - Not graded (the caller guarantees it): `g` <= 0 (log decays).
+# - Not graded (the caller guarantees it): `chunk_size` >= 1.
+# - Graded in float32, float64 and bfloat16: `out` has the inputs' dtype, and the state is float32 whatever the inputs' dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - The state is updated a few times per chunk, never token by token: grading counts the state-sized tensors your function creates (so no loop over tokens, and no call to your recurrent function).
+# - No `(T, T)` matrix, not even a mask: grading runs 64 tokens in chunks of 16 and looks for a pair of dims of 64.
+# - No NaN or inf for log decays down to -60 (g from -60 to -30 is graded).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `_chunk` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - `H_v`（v 的头数）不是 `H_k`（q 和 k 的头数）的倍数时抛出 `ValueError`。
+# - 不评分（由调用者保证）：`g` <= 0（对数衰减）。
+# - 不评分（由调用者保证）：`chunk_size` >= 1。
+# - 在 float32、float64、bfloat16 下评分：`out` 与输入的 dtype 相同；无论输入是什么 dtype，状态都是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 状态每块只更新几次，绝不逐个词元更新：评分会统计你的函数创建的状态大小的张量个数（所以不要对词元循环，也不要调用你的循环函数）。
+# - 不构造 `(T, T)` 矩阵，连掩码也不行：评分用 64 个词元、每块 16 个运行，并查找一对大小为 64 的维度。
+# - 对数衰减低至 -60 时也不能出现 NaN 或 inf（评分会用 -60 到 -30 之间的 g）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "chunk_gated_delta_rule", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
@@ -496,18 +578,22 @@ def chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64, initial_state=None, 
 # %% nbgrader={"grade": true, "grade_id": "test_chunk_gated_delta_rule", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import torch
 from autograder.checks import expect_close, randn
+from utils.linear_attention import recurrent_gated_delta_rule as reference
 
-q, k, v = randn(2, 11, 2, 4, seed=20), randn(2, 11, 2, 4, seed=21), randn(2, 11, 4, 3, seed=22)  # 11 tokens: chunks of 4, 4, 3
-g, beta = -torch.rand(2, 11, 4, generator=torch.Generator().manual_seed(23)), torch.rand(2, 11, 4, generator=torch.Generator().manual_seed(24))
-s0 = randn(2, 4, 4, 3, seed=25)
-for l2 in (False, True):
-    mine = chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=4, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
-    yours = recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
-    expect_close(mine[0], yours[0], f"The chunked output should equal your recurrent one (11 tokens in chunks of 4, use_qk_l2norm={l2}).",
-                 f"分块形式的输出应等于你的循环形式的输出（11 个词元，每块 4 个，use_qk_l2norm={l2}）。", atol=1e-4)
-    expect_close(mine[1], yours[1], f"The chunked final state should equal your recurrent one (use_qk_l2norm={l2}).",
-                 f"分块形式的最终状态应等于你的循环形式的最终状态（use_qk_l2norm={l2}）。", atol=1e-4)
-print("✓ chunk_gated_delta_rule")
+from autograder.checks import nb16
+
+with nb16.as_graded(chunk_gated_delta_rule):
+    q, k, v = randn(2, 11, 2, 4, seed=20), randn(2, 11, 2, 4, seed=21), randn(2, 11, 4, 3, seed=22)  # 11 tokens: chunks of 4, 4, 3
+    g, beta = -torch.rand(2, 11, 4, generator=torch.Generator().manual_seed(23)), torch.rand(2, 11, 4, generator=torch.Generator().manual_seed(24))
+    s0 = randn(2, 4, 4, 3, seed=25)
+    for l2 in (False, True):
+        mine = chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=4, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
+        want = reference(q, k, v, g, beta, initial_state=s0, output_final_state=True, use_qk_l2norm=l2)
+        expect_close(mine[0], want[0], f"The chunked output should equal the recurrent form's, the course's recurrent_gated_delta_rule (11 tokens in chunks of 4, use_qk_l2norm={l2}).",
+                     f"分块形式的输出应等于循环形式（课程的 recurrent_gated_delta_rule）的输出（11 个词元，每块 4 个，use_qk_l2norm={l2}）。", atol=1e-4)
+        expect_close(mine[1], want[1], f"The chunked final state should equal the recurrent form's (use_qk_l2norm={l2}).",
+                     f"分块形式的最终状态应等于循环形式的最终状态（use_qk_l2norm={l2}）。", atol=1e-4)
+    print("✓ chunk_gated_delta_rule")
 
 # %% nbgrader={"grade": true, "grade_id": "test_chunk_gated_delta_rule_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -604,6 +690,20 @@ print("parameters:", [name for name, _ in layer.named_parameters()])
 # convolution's state is left out (the next cell prints it: a few percent of the states).
 #
 # 对 `batch_size` 段、每段 `seq_len` 个词元的文本，返回一个由两个 Python 整数组成的元组 `(state_bytes, cache_bytes)`：`n_linear_layers` 个层、每层 `linear_heads` 个头的循环状态，每个都是 `(d_k, d_v)` 矩阵，每个数 `state_bytes_per_element` 字节（4：float32，参考内核就这样保存）；以及 `n_full_layers` 个全注意力层的缓存，每层每个词元保存 `cache_elements_per_token` 个数（键和值合在一起），每个数 `cache_bytes_per_element` 字节（2：bfloat16）。对分组查询注意力，`cache_elements_per_token` 是 `2 * n_kv_heads * head_dim`，正是笔记本 07 的 `kv_cache_bytes` 每个词元每层所计的数；对 MLA 是 576。短卷积的状态不计入（下一个单元格会打印它：只占状态的百分之几）。
+#
+# <!-- rules: hybrid_cache_bytes -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`hybrid_cache_bytes`)
+#
+# - Not graded (the caller guarantees it): `cache_elements_per_token` is even (keys and values: `2 * n_kv_heads * head_dim`; MLA's 576).
+# - dtype: a tuple of two Python ints.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`cache_elements_per_token` 是偶数（键和值：`2 * n_kv_heads * head_dim`；MLA 的 576）。
+# - dtype：由两个 Python 整数组成的元组。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "hybrid_cache_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def hybrid_cache_bytes(batch_size, seq_len, n_linear_layers, n_full_layers, linear_heads, d_k, d_v,
@@ -620,13 +720,16 @@ def hybrid_cache_bytes(batch_size, seq_len, n_linear_layers, n_full_layers, line
 from autograder.checks import expect
 from utils.kv_cache import kv_cache_bytes
 
-got = hybrid_cache_bytes(1, 4096, 36, 12, 32, 128, 128, 2 * 2 * 256)
-expect(got == (36 * 32 * 128 * 128 * 4, kv_cache_bytes(1, 4096, 12, 2, 256)),
-       "Qwen3-Next at 4096 tokens: the states should be 36 * 32 * 128 * 128 * 4 bytes and the cache notebook 07's kv_cache_bytes(1, 4096, 12, 2, 256).",
-       "Qwen3-Next 在 4096 个词元时：状态应为 36 * 32 * 128 * 128 * 4 字节，缓存应为笔记本 07 的 kv_cache_bytes(1, 4096, 12, 2, 256)。", f"got {got}")
-expect(hybrid_cache_bytes(2, 10**6, 20, 7, 32, 128, 128, 576)[0] == hybrid_cache_bytes(2, 10, 20, 7, 32, 128, 128, 576)[0],
-       "The states do not depend on seq_len.", "状态与 seq_len 无关。")
-print("✓ hybrid_cache_bytes")
+from autograder.checks import nb16
+
+with nb16.as_graded(hybrid_cache_bytes):
+    got = hybrid_cache_bytes(1, 4096, 36, 12, 32, 128, 128, 2 * 2 * 256)
+    expect(got == (36 * 32 * 128 * 128 * 4, kv_cache_bytes(1, 4096, 12, 2, 256)),
+           "Qwen3-Next at 4096 tokens: the states should be 36 * 32 * 128 * 128 * 4 bytes and the cache notebook 07's kv_cache_bytes(1, 4096, 12, 2, 256).",
+           "Qwen3-Next 在 4096 个词元时：状态应为 36 * 32 * 128 * 128 * 4 字节，缓存应为笔记本 07 的 kv_cache_bytes(1, 4096, 12, 2, 256)。", f"got {got}")
+    expect(hybrid_cache_bytes(2, 10**6, 20, 7, 32, 128, 128, 576)[0] == hybrid_cache_bytes(2, 10, 20, 7, 32, 128, 128, 576)[0],
+           "The states do not depend on seq_len.", "状态与 seq_len 无关。")
+    print("✓ hybrid_cache_bytes")
 
 # %% nbgrader={"grade": true, "grade_id": "test_hybrid_cache_bytes_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 # The kinds an axis may be of, and what each stands for (the axis name is "<kind>" or "<kind>:<what>").
@@ -93,23 +94,44 @@ class Space:
 
 def covering(axes: dict, ok: Callable, strength: int = 2) -> list[dict]:
     """A covering array: valid points such that every `strength`-tuple of levels that some valid
-    point holds is held by one of them; greedy, in the product's order, so always the same."""
+    point holds is held by one of them; greedy, in the product's order, so always the same: each
+    pick is the first candidate that holds the most tuples not yet held. The tuples are numbered
+    (one column per group of axes), so a pick costs one pass over an integer array: a space of
+    thousands of points is covered in milliseconds, at import."""
     names = list(axes)
-    candidates = [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
-    candidates = [p for p in candidates if ok(p)]
+    index = [_level_index(axes[n]) for n in names]  # a level's number; levels that print alike are one
+    sizes = [max(ix) + 1 for ix in index]
+    candidates, rows = [], []
+    for combo in itertools.product(*(range(len(axes[n])) for n in names)):
+        point = {n: axes[n][i] for n, i in zip(names, combo)}
+        if ok(point):
+            candidates.append(point)
+            rows.append([ix[i] for ix, i in zip(index, combo)])
+    if not candidates:
+        return []
     strength = min(strength, len(names))
-
-    def tuples(p):
-        return {tuple((n, _key(p[n])) for n in group) for group in itertools.combinations(names, strength)}
-
-    held = [tuples(p) for p in candidates]
-    uncovered = set().union(*held) if held else set()
+    levels = np.array(rows, dtype=np.int64).reshape(len(rows), len(names))
+    columns, offset = [], 0
+    for group in itertools.combinations(range(len(names)), strength):
+        code = np.zeros(len(rows), dtype=np.int64)
+        for a in group:
+            code = code * sizes[a] + levels[:, a]
+        columns.append(code + offset)
+        offset += math.prod(sizes[a] for a in group)
+    tuples = np.stack(columns, axis=1)  # candidate -> the numbers of the tuples it holds
+    uncovered = np.zeros(offset, dtype=bool)
+    uncovered[tuples.ravel()] = True
     chosen = []
-    while uncovered:
-        best = max(range(len(candidates)), key=lambda i: (len(held[i] & uncovered), -i))
+    while uncovered.any():
+        best = int(uncovered[tuples].sum(axis=1).argmax())  # argmax: the first of the best, as the product's order says
         chosen.append(candidates[best])
-        uncovered -= held[best]
-    return chosen or candidates[:1]
+        uncovered[tuples[best]] = False
+    return chosen
+
+
+def _level_index(levels) -> list[int]:
+    first: dict = {}
+    return [first.setdefault(_key(level), len(first)) for level in levels]
 
 
 def _key(level):

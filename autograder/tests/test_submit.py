@@ -129,6 +129,12 @@ WRONG_EARLIER = {  # issue 29, point 8: a wrong earlier exercise costs marks the
                             "    keep = torch.zeros_like(index_scores, dtype=torch.bool).scatter(-1, chosen, True)\n"
                             "    return ~(keep & torch.isfinite(index_scores))\n",
                             ("SparseMLA",)),
+    "16_linear_attention": ("gated_delta_step", "def gated_delta_step(state, q, k, v, g, beta):  # decays after the write\n"
+                            "    predicted = (k[..., None, :] @ state).squeeze(-2)\n"
+                            "    state = state + k[..., :, None] * (beta[..., None] * (v - predicted))[..., None, :]\n"
+                            "    state = state * g.exp()[..., None, None]\n"
+                            "    return (q[..., None, :] @ state).squeeze(-2), state\n",
+                            ("recurrent_gated_delta_rule", "chunk_gated_delta_rule")),
 }
 
 

@@ -355,6 +355,8 @@ def _bytes(batch_size, seq_len, n_linear_layers, n_full_layers, linear_heads, d_
         return float(state), float(cache)
     if mistake == "MiB":
         return state // 2**20, cache // 2**20
+    if mistake == "default bytes":
+        return batch_size * n_linear_layers * linear_heads * d_k * d_v * 4, batch_size * seq_len * n_full_layers * cache_elements_per_token * 2
     return state, cache
 
 
@@ -406,7 +408,7 @@ WRONG = {
         "reads the old state": (partial(_step, read_before=True), "reads the state after the write"),
         "g used as a factor": (partial(_step, no_exp=True), "g is a log decay"),
         "state changed in place": (partial(_step, in_place=True), "in place"),
-        "always float32": (partial(_step, float32=True), "computes in the dtype it is given"),
+        "always float32": (partial(_step, float32=True), "in the dtype it is given"),
         "calls utils": (lambda *a: ref.gated_delta_step(*a), "yourself"),
     },
     "recurrent_gated_delta_rule": {
@@ -460,3 +462,11 @@ RIGHT = {
                                "computed in float64": _beside_recurrent(partial(_chunked, dtype=torch.float64))},
     "hybrid_cache_bytes": {"notebook 07's kv_cache_bytes": bytes_with_kv_cache_bytes, "plain": _bytes},
 }
+
+
+from autograder.tests.zoo import nb16_kinds  # noqa: E402  (issue 36's kinds; it imports the builders above)
+
+for _exercise, _entries in nb16_kinds.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb16_kinds.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
