@@ -94,16 +94,23 @@ def covering(axes: dict, ok: Callable, strength: int = 2) -> list[dict]:
     candidates = [p for p in candidates if ok(p)]
     strength = min(strength, len(names))
 
+    index = {}  # each tuple of levels -> one bit: a candidate's tuples are an int, counted with bit_count (import time)
+
     def tuples(p):
-        return {tuple((n, _key(p[n])) for n in group) for group in itertools.combinations(names, strength)}
+        bits = 0
+        for group in itertools.combinations(names, strength):
+            bits |= 1 << index.setdefault(tuple((n, _key(p[n])) for n in group), len(index))
+        return bits
 
     held = [tuples(p) for p in candidates]
-    uncovered = set().union(*held) if held else set()
+    uncovered = 0
+    for bits in held:
+        uncovered |= bits
     chosen = []
     while uncovered:
-        best = max(range(len(candidates)), key=lambda i: (len(held[i] & uncovered), -i))
+        best = max(range(len(candidates)), key=lambda i: ((held[i] & uncovered).bit_count(), -i))
         chosen.append(candidates[best])
-        uncovered -= held[best]
+        uncovered &= ~held[best]
     return chosen or candidates[:1]
 
 
