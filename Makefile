@@ -12,11 +12,11 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env triton lab test test-cpus test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
+.PHONY: help env triton lab test test-cpus test-fast nbval sync release check-release submit timing mutants grade-all check-env clean hub hub-proxy
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
-	@echo "make triton              add Triton to .venv for notebook 15 (a 286 MB download, 1 GB installed)"
+	@echo "make triton              add Triton to .venv for notebook 15 (a 198 MB download, 0.7 GB installed)"
 	@echo "make test                everything CI checks: unit tests, wrong solutions, solutions run once (full marks, stored outputs), stubs, release"
 	@echo "make test-cpus           the numerically sensitive tests on this machine's other CPU paths (no AVX, AVX2) and thread counts (1, all)"
 	@echo "make nbval               execute solutions/ under nbval and compare every stored output, figures included"
@@ -26,6 +26,7 @@ help:
 	@echo "make release [NB=STEM]   regenerate course/ from solutions/ (instructors, maintainers)"
 	@echo "make check-release       fail if course/ differs from what solutions/ generates"
 	@echo "make timing [NB=STEM]    each notebook's headless run and its submits (solution, stub), side by side"
+	@echo "make mutants [NB=\"04 05\"] mutate the model answers: grading must kill every mutant the broad oracle family sees (LIMIT=N per exercise)"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb in parallel (JOBS=N, DB=URL) into grading/: grades.csv, feedback/, gradebook"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
 	@echo "make hub [LEARNERS=3]    (root) JupyterHub for a class on 127.0.0.1:8000: prints the URL and the accounts (hub/)"
@@ -46,6 +47,13 @@ $(TRITON): requirements-triton.txt $(STAMP)
 
 triton: $(TRITON)
 
+# The tests' one extra (requirements-test.txt): transformers, the ground truth of notebook 16's
+# reference, for the parity tests only; learners never install it.
+TESTEXTRA := $(VENV)/.test-extra
+$(TESTEXTRA): requirements-test.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	touch $(TESTEXTRA)
+
 # LAB_DIR and LAB_ARGS let the browser test (autograder/tests/test_browser.py) start this same
 # JupyterLab on a copy of course/ with a free port and a known token.
 LAB_DIR  ?= course
@@ -59,7 +67,7 @@ lab: $(STAMP)
 XDIST ?= -n $(NPROC) --dist loadgroup
 # Each solution is executed once, by the full-marks submit test, which also compares its stored
 # outputs (autograder/tests/outputs.py); `make nbval` runs nbval itself, figures included.
-test: $(STAMP) $(TRITON)
+test: $(STAMP) $(TRITON) $(TESTEXTRA)
 	$(BIN)/python -m pytest $(XDIST) utils autograder
 
 # The numerically sensitive tests (reference kernels, the checkpoint's retraining, every check on
@@ -74,7 +82,7 @@ CPU_TESTS ?= utils autograder/tests/test_wrong_solutions.py \
 CPU_ENV_default := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 CPU_ENV_avx2    := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 CPU_ENV_native  :=
-test-cpus: $(STAMP) $(TRITON)
+test-cpus: $(STAMP) $(TRITON) $(TESTEXTRA)
 	@set -e; $(foreach cap,$(CPU_PATHS),for threads in 1 $(NPROC); do \
 	    if [ $(cap) = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
 	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
@@ -88,7 +96,7 @@ nbval: $(STAMP) $(TRITON)
 	$(BIN)/python -m pytest -n $(NPROC) --dist loadfile $(NBVAL) solutions
 
 # The reference kernels and the collection of wrong solutions: no notebook is executed.
-test-fast: $(STAMP) $(TRITON)
+test-fast: $(STAMP) $(TRITON) $(TESTEXTRA)
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" utils autograder
 
 sync: $(STAMP) $(TRITON)
@@ -107,6 +115,10 @@ submit: $(STAMP)
 # Exit 1 when a submit misses the goals (10 s, and headless + 3 s); run it on a quiet machine.
 timing: $(STAMP) $(TRITON)
 	$(BIN)/python -m autograder timing $(NB)
+
+# Tests of the tests (autograder/mutants.py): exit 1 when a mutant the oracle sees survives grading.
+mutants: $(STAMP) $(TRITON)
+	$(BIN)/python -m autograder mutants $(NB) $(if $(LIMIT),--limit $(LIMIT),)
 
 # JOBS: notebooks graded at once (default: every core); DB: a shared gradebook, e.g. PostgreSQL.
 grade-all: $(STAMP)

@@ -94,7 +94,7 @@ def run_notebook(path: Path, timeout: float, print_all: bool) -> bool:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("numbers", nargs="*", help="notebook numbers, e.g. 07 13 (default: 07 to 15)")
+    parser.add_argument("numbers", nargs="*", help="notebook numbers, e.g. 07 13 (default: 07 to 16)")
     parser.add_argument("--timeout", type=float, default=90, help="seconds per notebook (default 90)")
     parser.add_argument("--all", action="store_true", help="print every cell's output, not only the measurements'")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
@@ -106,7 +106,7 @@ def main(argv=None):
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU: demonstrations on the CPU"
     print(f"torch {torch.__version__}, {gpu}, python {sys.version.split()[0]}", flush=True)
     began = time.perf_counter()
-    results = {find(n).stem: None for n in (args.numbers or [f"{n:02d}" for n in range(7, 16)])}
+    results = {find(n).stem: None for n in (args.numbers or [f"{n:02d}" for n in range(7, 17)])}
     for stem in results:
         results[stem] = run_notebook(SOLUTIONS / f"{stem}.py", args.timeout, args.all)
     failed = [stem for stem, ok in results.items() if not ok]

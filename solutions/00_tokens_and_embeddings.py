@@ -282,10 +282,11 @@ print("output shape:", tuple(embed(ids, weight).shape))
 # ## The course's running example · 课程的贯穿示例
 #
 # The next notebooks use the six-token sentence of Raschka's book, with hand-picked 3-d embeddings so
-# that every number stays readable. Words used alike point alike: "journey" and "starts" are close,
-# "one" points elsewhere. In notebook 01 the dot product turns that closeness into attention weights.
+# that every number stays readable. In this hand-picked example, "journey" and "starts" point almost
+# the same way and "one" points elsewhere (nothing about how the words are used went into these
+# vectors; learned embeddings, as above, are where usage shapes them). In notebook 01 the dot product turns that closeness into attention weights.
 #
-# 接下来的笔记本使用 Raschka 书中的六词元句子，它的三维嵌入是手工挑选的，使每个数字都易于阅读。用法相近的词指向相近的方向："journey" 和 "starts" 很接近，"one" 指向别处。在笔记本 01 中，点积会把这种接近程度变成注意力权重。
+# 接下来的笔记本使用 Raschka 书中的六词元句子，它的三维嵌入是手工挑选的，使每个数字都易于阅读。在这个手工挑选的例子里，"journey" 和 "starts" 几乎指向同一个方向，"one" 指向别处（这些向量并不包含单词用法的任何信息；像上面那样学习得到的嵌入，才会被用法塑造）。在笔记本 01 中，点积会把这种接近程度变成注意力权重。
 
 # %%
 from utils.fixtures import JOURNEY_WORDS, journey_inputs

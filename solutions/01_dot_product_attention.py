@@ -16,12 +16,14 @@
 #
 # 读 "The dog chased the ball" 这句话时，为了理解 "chased"，你会回头看 "dog" 和 "ball"。注意力让模型也有这个习惯。每个词元发出一个 **查询**："哪些词对我重要？"，用它给文本中的每个词打分，然后构造一个 **上下文向量**：所有词的混合，按每个词的重要程度加权。
 #
-# Before attention (Bahdanau et al., 2014), recurrent networks squeezed a whole sentence into one
-# fixed vector, and long sentences lost their beginning. Attention lets every position look at every
-# other position directly. In this notebook there are no trainable weights yet: each token's own
+# Before attention (Bahdanau et al., 2014), recurrent translation models squeezed a whole source
+# sentence into one fixed vector, and long sentences lost their beginning; Bahdanau's attention let
+# the decoder look at every encoder state directly. Self-attention, the kind this course builds
+# (Cheng et al., 2016; Vaswani et al., 2017), lets every position of one sequence look at every
+# other position of the same sequence. In this notebook there are no trainable weights yet: each token's own
 # embedding plays the query, the key and the value.
 #
-# 在注意力出现之前（Bahdanau 等，2014），循环神经网络把整句话压缩进一个固定长度的向量，长句子的开头因此丢失。注意力让每个位置都能直接看到其他所有位置。本笔记本还没有可训练的权重：每个词元自己的嵌入同时充当查询、键和值。
+# 在注意力出现之前（Bahdanau 等，2014），循环神经网络翻译模型把整个源句压缩进一个固定长度的向量，长句子的开头因此丢失；Bahdanau 的注意力让解码器能直接看到编码器的每个状态。本课程构建的自注意力（Cheng 等，2016；Vaswani 等，2017）让一个序列中的每个位置都能直接看到同一序列中的其他所有位置。本笔记本还没有可训练的权重：每个词元自己的嵌入同时充当查询、键和值。
 
 # %%
 import os
@@ -496,7 +498,8 @@ print("same result:", torch.allclose(loop_out, self_attention(x), atol=1e-5))
 t_loop = best_of(lambda: torch.stack([context_vector(x[i], x) for i in range(len(x))]))
 t_matrix = best_of(lambda: self_attention(x))
 print(f"{len(x)} tokens: loop over queries {t_loop * 1e3:.1f} ms | one matrix product {t_matrix * 1e3:.2f} ms "
-      f"| the matrix route is {t_loop / t_matrix:.0f}x faster on this machine")
+      + (f"| the matrix route is {t_loop / t_matrix:.0f}x faster on this machine" if t_matrix < t_loop
+         else f"| on this machine the loop was not slower ({t_matrix / t_loop:.1f}x the loop's time for one product)"))
 
 # %% [markdown]
 # ## What comes next · 接下来
@@ -509,7 +512,9 @@ print(f"{len(x)} tokens: loop over queries {t_loop * 1e3:.1f} ms | one matrix pr
 #
 # Sources: S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.3 (the example and its
 # numbers: scores 0.9544…, weights 0.1385…, context 0.4419…); D. Bahdanau, K. Cho, Y. Bengio, *Neural
-# Machine Translation by Jointly Learning to Align and Translate* (2014); smoothing as weighting
+# Machine Translation by Jointly Learning to Align and Translate* (2014); J. Cheng, L. Dong,
+# M. Lapata, *Long Short-Term Memory-Networks for Machine Reading* (2016, intra-attention); A. Vaswani
+# et al., *Attention Is All You Need* (2017); smoothing as weighting
 # after the course's transformer deep-dive notes.
 #
-# 来源：S. Raschka，《从零构建大语言模型》第 3.3 节（示例及其数值）；D. Bahdanau、K. Cho、Y. Bengio，《通过联合学习对齐与翻译的神经机器翻译》（2014）；把平滑看作加权的思路来自本课程的 Transformer 深入讲解笔记。
+# 来源：S. Raschka，《从零构建大语言模型》第 3.3 节（示例及其数值）；D. Bahdanau、K. Cho、Y. Bengio，《通过联合学习对齐与翻译的神经机器翻译》（2014）；J. Cheng、L. Dong、M. Lapata，《Long Short-Term Memory-Networks for Machine Reading》（2016，句内注意力）；A. Vaswani 等，《Attention Is All You Need》（2017）；把平滑看作加权的思路来自本课程的 Transformer 深入讲解笔记。

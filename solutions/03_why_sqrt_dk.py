@@ -510,7 +510,7 @@ print("real tokens unchanged by the padding:", torch.allclose(context[1:, :, :3]
 # variance of $q \cdot k$; S. Raschka, *Build a Large Language Model (From Scratch)*, section 3.4.1
 # and its sidebar "The rationale behind scaled-dot product attention"; the illustrated e-book 《看图学大模型》 (its
 # interview question "why divide by $\sqrt d$": variance, saturation and the softmax Jacobian); the
-# dice analogy after the course's DeepSeek lecture notes; the course's reference facts on
+# dice analogy after the course's DeepSeek lecture notes; PyTorch's documentation of
 # `torch.nn.functional.scaled_dot_product_attention` (signature, boolean `attn_mask` with True = allowed).
 #
-# 来源：A. Vaswani 等，《Attention Is All You Need》（2017），第 3.2.1 节及其关于 $q \cdot k$ 方差的脚注；S. Raschka，《从零构建大语言模型》第 3.4.1 节及其附注"缩放点积注意力的原理"；图解电子书《看图学大模型》（其面试题"为什么要除以 $\sqrt d$"：方差、饱和与 softmax 雅可比矩阵）；骰子的类比来自本课程的 DeepSeek 讲座笔记；本课程关于 `torch.nn.functional.scaled_dot_product_attention` 的参考事实（签名，以及 True 表示允许的布尔 `attn_mask`）。
+# 来源：A. Vaswani 等，《Attention Is All You Need》（2017），第 3.2.1 节及其关于 $q \cdot k$ 方差的脚注；S. Raschka，《从零构建大语言模型》第 3.4.1 节及其附注"缩放点积注意力的原理"；图解电子书《看图学大模型》（其面试题"为什么要除以 $\sqrt d$"：方差、饱和与 softmax 雅可比矩阵）；骰子的类比来自本课程的 DeepSeek 讲座笔记；PyTorch 关于 `torch.nn.functional.scaled_dot_product_attention` 的文档（签名，以及 True 表示允许的布尔 `attn_mask`）。

@@ -13,13 +13,15 @@
 # on the exact output of the others. **Dropout** (Srivastava et al., 2014) breaks that habit: during
 # training every unit is switched off at random with probability $p$, so no unit can count on any
 # other being there. In attention, GPT-style models apply it to the **attention weights**: in each
-# training step every query randomly ignores some of the keys it could see. GPT-2 used $p = 0.1$ on
-# its attention weights (`attn_pdrop`, like its other dropout rates); many recent LLMs, trained for
+# training step every query randomly ignores some of the keys it could see. GPT-1 used $p = 0.1$ on
+# them (Radford et al., 2018: "residual, embedding, and attention dropouts with a rate of 0.1"), and
+# Hugging Face's GPT-2 configuration keeps that rate (`attn_pdrop = 0.1`; the GPT-2 paper gives no
+# rate, and OpenAI's released GPT-2 code has no dropout at all); many recent LLMs, trained for
 # about one pass over trillions of tokens, use no attention dropout at all (Llama's published
 # configurations set `attention_dropout` to 0.0). The demos here use $p = 0.5$ so the effect is easy
 # to see.
 #
-# 大型网络可以通过让少数单元相互适应来记住训练数据：每个单元都依赖其他单元的精确输出。**Dropout**（Srivastava 等，2014）打破了这种习惯：训练时每个单元以概率 $p$ 被随机关掉，所以没有哪个单元能指望其他单元一定在场。在注意力中，GPT 类模型把它应用到 **注意力权重** 上：每个训练步中，每个查询都会随机忽略一些它本可以看到的键。GPT-2 在注意力权重上使用 $p = 0.1$（`attn_pdrop`，与它的其他 dropout 比例相同）；许多近来的大语言模型只在数万亿词元上训练大约一遍，根本不用注意力 dropout（Llama 公开的配置把 `attention_dropout` 设为 0.0）。这里的演示使用 $p = 0.5$，让效果一目了然。
+# 大型网络可以通过让少数单元相互适应来记住训练数据：每个单元都依赖其他单元的精确输出。**Dropout**（Srivastava 等，2014）打破了这种习惯：训练时每个单元以概率 $p$ 被随机关掉，所以没有哪个单元能指望其他单元一定在场。在注意力中，GPT 类模型把它应用到 **注意力权重** 上：每个训练步中，每个查询都会随机忽略一些它本可以看到的键。GPT-1 在注意力权重上使用 $p = 0.1$（Radford 等，2018：“残差、嵌入和注意力的 dropout 比例都是 0.1”），Hugging Face 的 GPT-2 配置沿用了这个比例（`attn_pdrop = 0.1`；GPT-2 论文没有给出比例，OpenAI 发布的 GPT-2 代码里根本没有 dropout）；许多近来的大语言模型只在数万亿词元上训练大约一遍，根本不用注意力 dropout（Llama 公开的配置把 `attention_dropout` 设为 0.0）。这里的演示使用 $p = 0.5$，让效果一目了然。
 #
 # Dropout is active only in training. At evaluation and generation time the model is deterministic.
 #
@@ -154,12 +156,12 @@ print("row sums:", dropped_w.sum(dim=-1).round(decimals=4))
 #
 # Dropout 也可以晚一步作用在上下文向量 `weights @ V` 上。两者并不相同。丢弃一个权重，就是从一个查询的混合中去掉一个键：该查询的输出由更少的键构成，但它的所有特征都还在（除非这个查询失去了它所有的键，比如只能看到自己的第一个查询，有一半的概率如此）。对上下文做 dropout，则是把输出的单个特征置零，也就是普通的激活 dropout，而每个键仍然都有贡献。下面的单元格把两种方式都应用到因果权重和随机的值上，并统计各自去掉了什么。
 #
-# The course drops the weights, as the book does, as GPT-2's code does, and as PyTorch's
+# The course drops the weights, as the book does, as Hugging Face's GPT-2 and nanoGPT do, and as PyTorch's
 # `F.scaled_dot_product_attention(..., dropout_p=p)` does: it regularises *which keys* a query relies
 # on, the very thing attention learns. Dropout on the block's outputs (the residual dropout of
 # Vaswani et al., section 5.4) is a separate layer outside attention.
 #
-# 本课程对权重做 dropout，书中、GPT-2 的代码以及 PyTorch 的 `F.scaled_dot_product_attention(..., dropout_p=p)` 都是这样做的：它正则化的是一个查询 *依赖哪些键*，这恰恰是注意力要学的东西。对整个模块输出做的 dropout（Vaswani 等人论文第 5.4 节的残差 dropout）是注意力之外的另一层。
+# 本课程对权重做 dropout，书中、Hugging Face 的 GPT-2 和 nanoGPT 以及 PyTorch 的 `F.scaled_dot_product_attention(..., dropout_p=p)` 都是这样做的：它正则化的是一个查询 *依赖哪些键*，这恰恰是注意力要学的东西。对整个模块输出做的 dropout（Vaswani 等人论文第 5.4 节的残差 dropout）是注意力之外的另一层。
 
 # %%
 values = torch.randn(6, 4, generator=torch.Generator().manual_seed(2))   # (T, d_v)
@@ -385,8 +387,11 @@ plt.tight_layout(); plt.show()
 # attention weights, the $p = 0.5$ demo, the note on OS-dependent outputs) and 3.5.3 (the compact
 # `CausalAttention` class); N. Srivastava, G. Hinton, A. Krizhevsky, I. Sutskever and
 # R. Salakhutdinov, *Dropout: A Simple Way to Prevent Neural Networks from Overfitting*, JMLR 15
-# (2014); A. Vaswani et al., *Attention Is All You Need* (2017), section 5.4 (residual dropout);
-# PyTorch issue #121595 and LLMs-from-scratch issues #57 and #312 (dropout masks differ across
+# (2014); A. Radford, K. Narasimhan, T. Salimans, I. Sutskever, *Improving Language Understanding by
+# Generative Pre-Training* (2018), section 4.1 (dropout rate 0.1, attention dropout included); Hugging
+# Face Transformers' `GPT2Config` (`attn_pdrop`) and A. Karpathy's nanoGPT `model.py` (dropout on the
+# attention weights); A. Vaswani et al., *Attention Is All You Need* (2017), section 5.4 (residual
+# dropout); PyTorch issue #121595 and LLMs-from-scratch issues #57 and #312 (dropout masks differ across
 # platforms).
 #
-# 来源：S. Raschka，《从零构建大语言模型》第 3.5.2 节（注意力权重上的 dropout、$p = 0.5$ 的演示、输出随操作系统不同的说明）和第 3.5.3 节（紧凑的 `CausalAttention` 类）；N. Srivastava、G. Hinton、A. Krizhevsky、I. Sutskever 和 R. Salakhutdinov，《Dropout: A Simple Way to Prevent Neural Networks from Overfitting》，JMLR 15（2014）；A. Vaswani 等，《Attention Is All You Need》（2017）第 5.4 节（残差 dropout）；PyTorch issue #121595 以及 LLMs-from-scratch 的 issue #57 和 #312（dropout 掩码在不同平台上不同）。
+# 来源：S. Raschka，《从零构建大语言模型》第 3.5.2 节（注意力权重上的 dropout、$p = 0.5$ 的演示、输出随操作系统不同的说明）和第 3.5.3 节（紧凑的 `CausalAttention` 类）；N. Srivastava、G. Hinton、A. Krizhevsky、I. Sutskever 和 R. Salakhutdinov，《Dropout: A Simple Way to Prevent Neural Networks from Overfitting》，JMLR 15（2014）；A. Radford、K. Narasimhan、T. Salimans、I. Sutskever，《Improving Language Understanding by Generative Pre-Training》（2018）第 4.1 节（dropout 比例 0.1，包括注意力 dropout）；Hugging Face Transformers 的 `GPT2Config`（`attn_pdrop`）和 A. Karpathy 的 nanoGPT `model.py`（注意力权重上的 dropout）；A. Vaswani 等，《Attention Is All You Need》（2017）第 5.4 节（残差 dropout）；PyTorch issue #121595 以及 LLMs-from-scratch 的 issue #57 和 #312（dropout 掩码在不同平台上不同）。

@@ -359,10 +359,12 @@ print("every target token's weights over the source sum to 1:", torch.allclose(w
 # this cost, and each idea touches a different part of it: the KV cache (notebook 07) saves
 # recomputing keys and values while generating, but every new token still attends over all earlier
 # ones; multi-head latent attention (notebook 09) shrinks what is cached per token, a memory linear
-# in T; fused kernels such as `F.scaled_dot_product_attention` (notebook 14) never store the $(T, T)$
-# weights, but still compute all $T^2$ scores.
+# in T; fused kernels such as the flash and memory-efficient backends of
+# `F.scaled_dot_product_attention` (notebook 14) never store the $(T, T)$ weights, but still compute
+# all $T^2$ scores (where no fused backend applies, SDPA falls back to a math backend that does store
+# them).
 #
-# 每个头都要保存一个 `(T, T)` 的权重矩阵，并用 $T^2$ 次点积来计算它，所以长度加倍时，这一步的内存和时间都变为四倍。下面的单元格在不断增加的长度下构建你的 `MultiHeadAttention` 的权重（批大小 1，4 个头），并打印它们的大小以及"分数-softmax-权重"这一步的耗时（在单线程上测量，这样比值反映的是计算量，而不是其他核心有多忙），都相对于最短长度给出，数值来自运行本笔记本的机器。内存严格按 $T^2$ 增长。时间也大致按 $T^2$ 增长：在 CPU 上，一旦权重放不进缓存，往往增长得更快；而在长度较小时，固定开销占主导，增长得更慢：请把时间的比值与最后一列对比。后面的内容并没有消除这个代价，每个思路触及的是它的不同部分：KV 缓存（笔记本 07）在生成时省去了重新计算键和值，但每个新词元仍要关注之前的所有词元；多头潜在注意力（笔记本 09）缩小了每个词元缓存的内容，这部分内存随 T 线性增长；`F.scaled_dot_product_attention` 这样的融合内核（笔记本 14）从不保存 $(T, T)$ 的权重，但仍要计算全部 $T^2$ 个分数。
+# 每个头都要保存一个 `(T, T)` 的权重矩阵，并用 $T^2$ 次点积来计算它，所以长度加倍时，这一步的内存和时间都变为四倍。下面的单元格在不断增加的长度下构建你的 `MultiHeadAttention` 的权重（批大小 1，4 个头），并打印它们的大小以及"分数-softmax-权重"这一步的耗时（在单线程上测量，这样比值反映的是计算量，而不是其他核心有多忙），都相对于最短长度给出，数值来自运行本笔记本的机器。内存严格按 $T^2$ 增长。时间也大致按 $T^2$ 增长：在 CPU 上，一旦权重放不进缓存，往往增长得更快；而在长度较小时，固定开销占主导，增长得更慢：请把时间的比值与最后一列对比。后面的内容并没有消除这个代价，每个思路触及的是它的不同部分：KV 缓存（笔记本 07）在生成时省去了重新计算键和值，但每个新词元仍要关注之前的所有词元；多头潜在注意力（笔记本 09）缩小了每个词元缓存的内容，这部分内存随 T 线性增长；`F.scaled_dot_product_attention` 的 flash 和 memory-efficient 后端这样的融合内核（笔记本 14）从不保存 $(T, T)$ 的权重，但仍要计算全部 $T^2$ 个分数（没有融合后端适用时，SDPA 会退回到会保存它们的 math 后端）。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -393,6 +395,9 @@ torch.set_num_threads(threads)
 for T, size, seconds in rows:
     print(f"T={T:5d}: weights {size / 2**20:6.1f} MiB ({size / rows[0][1]:4.0f}x) | "
           f"time {seconds * 1e3:7.2f} ms ({seconds / rows[0][2]:5.1f}x) | (T/{lengths[0]})^2 = {(T / lengths[0])**2:.0f}")
+growth, square = rows[-1][2] / rows[0][2], (lengths[-1] / lengths[0]) ** 2
+print(f"From T={lengths[0]} to T={lengths[-1]} the time grew {growth:.0f}x against {square:.0f}x for T^2: on this "
+      f"machine it grew {'faster than' if growth > 1.25 * square else 'more slowly than' if growth < 0.8 * square else 'about like'} T^2.")
 
 # %% [markdown]
 # ## Counting parameters · 计算参数量
@@ -505,9 +510,11 @@ print(f"GPT-3 attention: {gpt3:,} parameters, {gpt3 / 175e9:.0%} of its 175 bill
 # Do not expect "one module" to win everywhere. The module stores the weights of all heads at once, a
 # `(B, H, T, T)` tensor (at the full size, 8 x 12 x 1024 x 1024 floats; the cell prints how many MiB), and on a
 # CPU moving that through memory can cost more than the wrapper's loop over heads. PyTorch's fused
-# kernel never stores that tensor, which is why it is usually the fastest.
+# backends (flash, memory-efficient) never store that tensor, which is why `F.scaled_dot_product_attention`
+# is often the fastest when one of them applies; the sentence under the figure says which was fastest
+# here.
 #
-# 不要指望"一个模块"在任何情况下都更快。这个模块一次性保存所有头的权重，即一个 `(B, H, T, T)` 张量（完整规模下为 8 x 12 x 1024 x 1024 个浮点数；单元格会打印它有多少 MiB）；在 CPU 上，把它在内存中搬来搬去的代价可能超过包装器对各个头的循环。PyTorch 的融合内核从不保存这个张量，这就是它通常最快的原因。
+# 不要指望"一个模块"在任何情况下都更快。这个模块一次性保存所有头的权重，即一个 `(B, H, T, T)` 张量（完整规模下为 8 x 12 x 1024 x 1024 个浮点数；单元格会打印它有多少 MiB）；在 CPU 上，把它在内存中搬来搬去的代价可能超过包装器对各个头的循环。PyTorch 的融合后端（flash、memory-efficient）从不保存这个张量，所以只要其中一个适用，`F.scaled_dot_product_attention` 往往最快；图下方的句子说明在这里哪个最快。
 
 # %%
 # NBVAL_IGNORE_OUTPUT

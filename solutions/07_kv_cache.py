@@ -28,7 +28,6 @@
 
 # %%
 import copy
-import glob
 import inspect
 import os
 
@@ -38,10 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from utils.bandwidth import memory_bandwidth
+from utils.bandwidth import last_level_cache_bytes, memory_bandwidth, read_bandwidth
 from utils.bench_generate import (FULL, LONG, SMALL, build, cache_regimes, format_regimes, format_rows, generation_benchmark,
                                   step_times)
-from utils.benchmark import demo_device, timed
+from utils.benchmark import demo_device, order_warning, timed
 from utils.causal import causal_mask
 from utils.gpt import GPTConfig, GPTModel, TransformerBlock, parameter_count
 from utils.kv_cache import ConcatKVCache
@@ -446,11 +445,34 @@ print(f"speed-up on the machine that ran this: {speed[True] / speed[False]:.1f}x
 # At this small size a good part of each step is also Python overhead that both paths pay.
 # `python -m utils.bench_generate` runs the same comparison at GPT-2 small's full size (12 layers,
 # width 768, 256 new tokens) in a few minutes. Where a GPU is present, this cell and the other timing
-# cells of this notebook run on it (`utils.benchmark.demo_device()`) and measure the GPU: on an H200,
-# GPT-2 small's size generated 8 tokens 1.40x faster with the cache than without, against 2.6x on one
-# CPU thread (reference facts, "Measured on a GPU"): a GPU step that small is bound by kernel launches.
+# cells of this notebook run on it (`utils.benchmark.demo_device()`) and measure the GPU. The same
+# comparison at GPT-2 small's size was also run for this course on an NVIDIA H200; the next cell
+# prints those figures from a table, labelled with the runs that produced them.
 #
-# 上面打印的加速比是运行本笔记本的机器测得的。不带缓存的一步要为前缀中的每个词元重做投影和前馈网络；带缓存的一步只为一个词元做这些。随文本增长而不再增长的正是这一部分。但带缓存的一步并没有摆脱前缀：它的查询仍然要关注缓存中的每一个键和值，对 $T$ 个宽度为 $d$ 的已缓存词元，每层每步是 $O(T \cdot d)$，而投影和前馈网络每层是 $O(d^2)$。在这么小的规模下，每一步还有相当一部分时间是两条路径都要付出的 Python 开销。`python -m utils.bench_generate` 在 GPT-2 small 的完整规模（12 层，宽度 768，生成 256 个新词元）下做同样的比较，几分钟即可复现。有 GPU 时，这个单元格和本笔记本其他计时单元格都在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU：在一块 H200 上，GPT-2 small 的规模生成 8 个词元，有缓存比没有缓存快 1.40 倍，而在一个 CPU 线程上是 2.6 倍（参考事实，“Measured on a GPU”）：这么小的一步在 GPU 上受限于内核启动。
+# 上面打印的加速比是运行本笔记本的机器测得的。不带缓存的一步要为前缀中的每个词元重做投影和前馈网络；带缓存的一步只为一个词元做这些。随文本增长而不再增长的正是这一部分。但带缓存的一步并没有摆脱前缀：它的查询仍然要关注缓存中的每一个键和值，对 $T$ 个宽度为 $d$ 的已缓存词元，每层每步是 $O(T \cdot d)$，而投影和前馈网络每层是 $O(d^2)$。在这么小的规模下，每一步还有相当一部分时间是两条路径都要付出的 Python 开销。`python -m utils.bench_generate` 在 GPT-2 small 的完整规模（12 层，宽度 768，生成 256 个新词元）下做同样的比较，几分钟即可复现。有 GPU 时，这个单元格和本笔记本其他计时单元格都在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU。同样的比较在 GPT-2 small 的规模下也为本课程在一块 NVIDIA H200 上运行过；下一个单元格从一张表中打印这些数字，并标明得出它们的运行。
+
+# %%
+# Measured for this course on an NVIDIA H200 (torch 2.11, CUDA 13), 2026-11-26, GPT-2 small's size (12 layers,
+# width 768, float32), batch 1, prompt of 8 tokens, greedy, utils.bench_generate: run 1 for the course's reference
+# figures; run 2 by `python -m utils.device_report --device cuda` (CHANGELOG.md, issue 31), 256 new tokens only.
+H200_TOKENS_PER_S = {8: {"run 1": (230, 164)}, 256: {"run 1": (219, 209)}}  # (with the cache, without)
+H200_SPEEDUP = {8: {"run 1": 1.40}, 256: {"run 1": 1.05, "run 2": 1.30}}  # with the cache / without
+CPU_ONE_THREAD_SPEEDUP = 2.6  # run 1's machine, one CPU thread, 8 new tokens
+print("measured on an NVIDIA H200, GPT-2 small's size, batch 1: speed with the cache / without")
+for new, runs in H200_SPEEDUP.items():
+    parts = [f"{run} {x:.2f}x" + (f" ({H200_TOKENS_PER_S[new][run][0]} against {H200_TOKENS_PER_S[new][run][1]} tokens/s)"
+                                  if run in H200_TOKENS_PER_S.get(new, {}) else "") for run, x in runs.items()]
+    spread = f"; range over the runs {min(runs.values()):.2f}-{max(runs.values()):.2f}x" if len(runs) > 1 else "; one run"
+    print(f"{new:4} new tokens: " + ", ".join(parts) + spread)
+print(f"the same model on one CPU thread of run 1's machine, 8 new tokens: {CPU_ONE_THREAD_SPEEDUP:.1f}x")
+
+# %% [markdown]
+# On that GPU the cache bought much less than on one CPU thread (compare the printed ratios): a GPU
+# step of a model this small waits on the launches of its many small kernels more than on their
+# arithmetic. At 256 new tokens the two runs differ (the printed range): a loop of launches is
+# timed as much by the machine that issues them as by the GPU.
+#
+# 在那块 GPU 上，缓存带来的收益比在一个 CPU 线程上小得多（比较打印出的比值）：这么小的模型在 GPU 上的一步，等待的主要是一个个小内核的启动，而不是它们的算术。生成 256 个新词元时两次运行的结果不同（见打印出的范围）：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。
 
 # %% [markdown]
 # ## Prefill and decode: two cost regimes · 预填充与解码：两种代价
@@ -477,13 +499,17 @@ for r in regimes:
     prefill = (f"{1e3 * r['prefill_s']:>10.2f}  {1e3 * r['prefill_s'] / r['context']:>16.4f}" if r["prefill_s"]
                else f"{'(not run)':>10}  {'':>16}")
     print(f"{r['context']:>9}  {prefill}  {1e3 * r['decode_s']:>14.3f}")
+print(order_warning(regimes, "context", ["prefill_s"]) or "prefill times grow with T: no sign of a disturbed run")
 timed_prefill = [r for r in regimes if r["prefill_s"]]
 a, b = timed_prefill[0], timed_prefill[-1]
+prefill_growth = b["prefill_s"] / a["prefill_s"]
 print(f"prefill, T = {a['context']} to {b['context']} ({b['context'] // a['context']}x longer): "
-      f"{b['prefill_s'] / a['prefill_s']:.0f}x the time")
+      f"{prefill_growth:.0f}x the time, {'faster' if prefill_growth > b['context'] / a['context'] else 'no faster'} than T")
 floor, b = min(regimes, key=lambda r: r["decode_s"]), regimes[-1]  # short contexts are the noisiest
+decode_growth = b["decode_s"] / floor["decode_s"]
 print(f"cached decode step: {1e3 * floor['decode_s']:.3f} ms at its fastest (T = {floor['context']}), "
-      f"{1e3 * b['decode_s']:.3f} ms at T = {b['context']}: {b['decode_s'] / floor['decode_s']:.1f}x the time")
+      f"{1e3 * b['decode_s']:.3f} ms at T = {b['context']}: {decode_growth:.1f}x the time, "
+      f"{'more slowly than' if decode_growth < prefill_growth else 'no more slowly than'} prefill over its range")
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
 ax.loglog([r["context"] for r in timed_prefill], [1e3 * r["prefill_s"] for r in timed_prefill], "o-",
           label="prefill of T tokens = one uncached step")
@@ -493,15 +519,16 @@ plt.show()
 
 # %% [markdown]
 # The last two lines printed how much each grew over the range of lengths measured, on the machine
-# that ran this notebook. Prefill grows with $T$ and, at the long end, faster than $T$ (its
-# time per token rises: the $(T, T)$ attention); the cached decode step grows much more slowly, from a
-# floor set by the weights and the Python overhead, by the attention over the cache. For a long text
+# that ran this notebook, and how that compares. What to look for: prefill growing with $T$ and, at
+# the long end, faster than $T$ (its time per token rises: the $(T, T)$ attention); the cached decode
+# step growing much more slowly, from a floor set by the weights and the Python overhead, by the
+# attention over the cache. For a long text
 # that attention is the part of each new token's cost that keeps growing, and it reads the whole
 # cache at every step. Grouped-query attention (below) and DeepSeek's multi-head latent attention
 # (notebook 09) make the cache smaller; whether a step also *reads* less depends on how the attention
 # is computed, as the section on grouped-query attention shows.
 #
-# 最后两行打印了在所测长度范围内两者各增长了多少（来自运行本笔记本的机器）。预填充随 $T$ 增长，在长的一端增长得比 $T$ 更快（每个词元的时间在上升：这是 $(T, T)$ 的注意力）；带缓存的解码步骤增长得慢得多：它从由权重和 Python 开销决定的底线出发，因对缓存的注意力而增长。对于长文本，每个新词元的代价中不断增长的正是这部分注意力，而它每一步都要读取整个缓存。下面的分组查询注意力和 DeepSeek 的多头潜在注意力（笔记本 09）把缓存变小；一步是否也因此 *读取* 得更少，取决于注意力是怎样计算的，分组查询注意力一节会说明这一点。
+# 最后两行打印了在所测长度范围内两者各增长了多少（来自运行本笔记本的机器），以及两者的比较。要看的是：预填充随 $T$ 增长，在长的一端增长得比 $T$ 更快（每个词元的时间在上升：这是 $(T, T)$ 的注意力）；带缓存的解码步骤增长得慢得多：它从由权重和 Python 开销决定的底线出发，因对缓存的注意力而增长。对于长文本，每个新词元的代价中不断增长的正是这部分注意力，而它每一步都要读取整个缓存。下面的分组查询注意力和 DeepSeek 的多头潜在注意力（笔记本 09）把缓存变小；一步是否也因此 *读取* 得更少，取决于注意力是怎样计算的，分组查询注意力一节会说明这一点。
 
 # %% [markdown]
 # ## Preallocated or `torch.cat` · 预先分配还是 `torch.cat`
@@ -547,61 +574,55 @@ print(f"torch.cat / preallocated on the machine that ran this: {best['ConcatKVCa
 # there the cache, which `torch.cat` copies whole at every step, is larger than the weights), and GPT-2 small's full
 # size with a short text (about 500 MB of weights read per token, next to a cache of a few dozen
 # tokens). `MB/token` is what one step reads (every weight once, one row of each embedding table,
-# the cache); `% bw` is that times the tokens per second over this machine's memory bandwidth,
-# measured once with a large copy by `utils.bandwidth`. For a row that reads many times the
-# processor's last-level cache per token, `% bw` says how close its decode comes to the speed limit
-# of reading main memory. A row whose bytes fit in that cache is partly served from it between
-# steps: main memory's bandwidth is no ceiling there, and its `% bw` could even pass 100%. The cell
-# prints that cache's size and, for each row, the bytes read per token as a multiple of it.
+# the cache); `% bw` is that times the tokens per second over this machine's read rate (box below).
 #
-# 单看缓存更新：`torch.cat` 所用的时间是预先分配缓存的上面打印的那么多倍，而且文本越长差距越大。这在每秒词元数上能否体现出来，取决于一步解码还做了什么。下一个单元格只为解码步骤计时（先用随机的键和值填好缓存），比较预先分配和 `torch.cat`，在一次运行中测量两种情形：上面两种代价图中的小模型（`LONG`）在长上下文下（已缓存 1,792 个词元：这时 `torch.cat` 每一步都要整个复制的缓存比权重还大），以及 GPT-2 small 的完整规模配上短文本（每个词元要读约 500 MB 的权重，而缓存只有几十个词元）。`MB/token` 是一步读取的字节数（每个权重一次、每个嵌入表的一行、缓存）；`% bw` 是它乘以每秒词元数再除以本机的内存带宽（由 `utils.bandwidth` 用一次大的复制测量一次）。对于每个词元读取的字节数是处理器末级缓存好几倍的那一行，`% bw` 表示它的解码离读主存这个速度上限有多近。字节数能放进末级缓存的那一行，在两步之间有一部分数据直接由缓存供给：主存的带宽不是它的上限，它的 `% bw` 甚至可能超过 100%。单元格会打印末级缓存的大小，以及每一行每个词元读取的字节数是它的几倍。
+# 单看缓存更新：`torch.cat` 所用的时间是预先分配缓存的上面打印的那么多倍，而且文本越长差距越大。这在每秒词元数上能否体现出来，取决于一步解码还做了什么。下一个单元格只为解码步骤计时（先用随机的键和值填好缓存），比较预先分配和 `torch.cat`，在一次运行中测量两种情形：上面两种代价图中的小模型（`LONG`）在长上下文下（已缓存 1,792 个词元：这时 `torch.cat` 每一步都要整个复制的缓存比权重还大），以及 GPT-2 small 的完整规模配上短文本（每个词元要读约 500 MB 的权重，而缓存只有几十个词元）。`MB/token` 是一步读取的字节数（每个权重一次、每个嵌入表的一行、缓存）；`% bw` 是它乘以每秒词元数再除以本机的读取速率（见下面的说明框）。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-def last_level_cache_bytes():
-    """Size of the largest CPU cache Linux reports for core 0 (sysfs), or None where none is reported."""
-    units = {"K": 2**10, "M": 2**20, "G": 2**30}
-    sizes = []
-    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-        text = open(path).read().strip()  # e.g. "32768K"
-        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
-    return max(sizes, default=None)
-
-
 if GRADING:  # grading runs it small: the same code, two tiny regimes
     cases = {"small model, long context": (LONG, 256, 8), "small model, short context": (SMALL, 8, 8)}
 else:
     cases = {"small model, long context": (LONG, 1792, 200), "full size, short context": (FULL, 8, 4)}
 regime_rows = cache_regimes(cases, repeats=1 if GRADING else 5, device=DEVICE)
 print(format_regimes(regime_rows))
-print(f"memory bandwidth measured by utils.bandwidth (copy, read + written, {torch.get_num_threads()} thread): "
-      f"{memory_bandwidth(device=DEVICE) / 1e9:.1f} GB/s")
-llc = last_level_cache_bytes()
+print(f"read rate (utils.bandwidth.read_bandwidth, a matrix-vector product over 256 MiB, {torch.get_num_threads()} "
+      f"thread): {read_bandwidth(device=DEVICE) / 1e9:.1f} GB/s; a copy, for reference: "
+      f"{memory_bandwidth(device=DEVICE) / 1e9:.1f} GB/s (read + written)")
+llc = last_level_cache_bytes() if DEVICE == "cpu" else None  # a GPU's rows read the GPU's memory
 print(f"last-level cache of this processor: {llc / 2**20:.0f} MiB" if llc else "last-level cache: not reported here")
 for r in regime_rows if llc else []:
-    print(f"{r['regime']:27} reads {r['bytes_per_token'] / llc:5.1f}x the last-level cache per token")
+    times = r["bytes_per_token"] / llc
+    print(f"{r['regime']:27} reads {times:5.1f}x the last-level cache per token: "
+          + ("read `% bw` as the distance to the line" if times > 2 else "served partly from the cache, `% bw` is no distance to the line"))
 long_row, full_row = regime_rows
 print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {full_row['ratio']:.2f}x at full size "
       f"with a short text; the update matters more where the cache dominates: {long_row['ratio'] > full_row['ratio']}")
 
 # %% [markdown]
-# Read the two rows side by side. At a long context with a small model, the first ratio printed is
-# preallocated against `torch.cat` in tokens per second: each `torch.cat` copies the whole cache of
-# every layer, and that cache outweighs what the rest of the step reads. At full size with a short
-# text the ratio is the second one printed: the step reads hundreds of megabytes of weights, and the
-# copy of a short cache is lost in it (the last line says whether the update mattered more where the
-# cache dominates). With a small model and a short text, as in the table at the end of this
-# notebook, the two are within run-to-run noise of each other: the copy a preallocated cache saves is
-# a few dozen positions, and the order of the two can flip from one run to the next. Preallocation
-# pays once that copy is large: at long contexts. Read the `% bw` column with the last-level cache
-# printed above. The full-size row reads far more per token than that cache holds, so its weights
-# come from main memory at every step: no decode can read faster than main memory delivers, and what
-# separates that row from 100% is everything else a step spends time on (arithmetic, Python, the
-# dispatch of each operation, memory reads that are not one long sequential stream). A small model
-# whose bytes per token fit in the cache is not held to that limit, so its `% bw` is no measure of
-# the distance to it.
+# > **How to read `% bw`.** The read rate is what one matrix-vector product over a weight far larger
+# > than the processor's caches reached on this machine, on the threads the decode uses: the line a
+# > decode that reads main memory approaches. For a row that reads several times the last-level
+# > cache per token (the cell says which), `% bw` is how close its decode comes to that line, and
+# > what separates it from 100% is everything else a step spends time on (arithmetic, Python, the
+# > dispatch of each operation, many short reads instead of one long stream). A row whose bytes fit
+# > in the cache is served partly from it between steps: the line is no ceiling there, its `% bw`
+# > could pass 100%, and it is no measure of the distance to main memory's limit.
 #
-# 把两行并排读。小模型、长上下文时，预先分配在每秒词元数上快了第一个打印的比值：每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多。完整规模、短文本时，比值是打印的第二个：一步要读取几百兆字节的权重，复制一个短缓存的开销淹没在其中（最后一行说明了缓存占主导时缓存更新是否更重要）。小模型配短文本时（本笔记本末尾的表格就是这种情形），两者的差别在每次运行的噪声之内：预先分配的缓存省下的复制只有几十个位置，两者的先后顺序每次运行都可能翻转。只有当省下的复制很大时，也就是在长上下文下，预先分配才划算。读 `% bw` 一列时，要对照上面打印的末级缓存大小。完整规模那一行每个词元读取的数据远多于这个缓存能容纳的，所以它的权重每一步都来自主存：任何解码读取数据的速度都不可能超过主存的供给，而这一行与 100% 之间的差距，就是一步中花在其他事情上的时间（算术运算、Python、每个运算的调度、不是一条连续长流的内存读取）。每个词元读取的字节数能放进末级缓存的小模型不受这个上限约束，所以它的 `% bw` 不能衡量离这个上限有多远。
+# > **怎样读 `% bw`。** 读取速率是在这台机器上、用解码所用的线程数，对一个远大于处理器缓存的权重做一次矩阵乘向量所达到的速率：从主存读取数据的解码所趋近的那条线。对于每个词元读取的字节数是末级缓存好几倍的那一行（单元格会指出是哪些），`% bw` 表示它的解码离这条线有多近，而它与 100% 之间的差距，就是一步中花在其他事情上的时间（算术运算、Python、每个运算的调度、许多短的读取而不是一条长的数据流）。字节数能放进缓存的那一行，在两步之间有一部分数据由缓存供给：这条线不是它的上限，它的 `% bw` 可能超过 100%，也不能衡量离主存上限有多远。
+
+# %% [markdown]
+# Read the two rows side by side. At a long context with a small model, each `torch.cat` copies
+# the whole cache of every layer, and that cache outweighs what the rest of the step reads: look
+# there for the larger ratio of preallocated to `torch.cat` (the first one printed). At full size
+# with a short text the step reads hundreds of megabytes of weights, and the copy of a short cache
+# may be lost in it (the second ratio; the last line says whether the update mattered more where
+# the cache dominates). With a small model and a short text, as in the table at the end of this
+# notebook, the copy a preallocated cache saves is a few dozen positions: expect the two to be
+# within run-to-run noise of each other, in either order. Preallocation pays once that copy is
+# large: at long contexts.
+#
+# 把两行并排读。小模型、长上下文时，每次 `torch.cat` 都要复制每一层的整个缓存，而这个缓存比一步中其他部分读取的数据还多：在这里找预先分配与 `torch.cat` 之比中较大的那个（打印的第一个）。完整规模、短文本时，一步要读取几百兆字节的权重，复制一个短缓存的开销可能淹没在其中（第二个比值；最后一行说明了缓存占主导时缓存更新是否更重要）。小模型配短文本时（本笔记本末尾的表格就是这种情形），预先分配的缓存省下的复制只有几十个位置：两者的差别预计在每次运行的噪声之内，先后顺序不定。只有当省下的复制很大时，也就是在长上下文下，预先分配才划算。
 
 # %% [markdown]
 # ## What the cache costs · 缓存的代价
@@ -796,10 +817,10 @@ print("group of each query head (4 heads, 2 groups):", [h // (4 // 2) for h in r
 # the memory is saved), and only then repeat each KV head for the query heads of its group. Keep
 # `self.num_heads`, `self.head_dim` and `self.num_kv_heads` (= `num_kv_groups`): the GPT makes each
 # layer's cache with `num_kv_heads` heads. `F.scaled_dot_product_attention(..., enable_gqa=True)`,
-# which repeats the KV heads the same way, is allowed: the grouping is what you write, not the
+# which assigns query head h to KV head h // r as here (r = num_heads / num_kv_groups), is allowed: the grouping is what you write, not the
 # softmax.
 #
-# 与你的 `CachedMultiHeadAttention` 类似，但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。请保留 `self.num_heads`、`self.head_dim` 和 `self.num_kv_heads`（= `num_kv_groups`）：GPT 按 `num_kv_heads` 个头为每一层建立缓存。`F.scaled_dot_product_attention(..., enable_gqa=True)` 以同样的方式重复 KV 头，可以使用：你要写的是分组，而不是 softmax。
+# 与你的 `CachedMultiHeadAttention` 类似，但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。请保留 `self.num_heads`、`self.head_dim` 和 `self.num_kv_heads`（= `num_kv_groups`）：GPT 按 `num_kv_heads` 个头为每一层建立缓存。`F.scaled_dot_product_attention(..., enable_gqa=True)` 与这里一样，把查询头 h 分给 KV 头 h // r（r = num_heads / num_kv_groups），可以使用：你要写的是分组，而不是 softmax。
 
 # %% nbgrader={"grade": false, "grade_id": "GroupedQueryAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class GroupedQueryAttention(nn.Module):

@@ -183,30 +183,6 @@ print(f"a decode step after {context:,} tokens: absorb=False multiplies {context
 # 缩放用的是完整的查询宽度 `qk_nope_head_dim + qk_rope_head_dim`（V3 中为 192），即点积的宽度。RoPE 旋转相邻的一对 $(2i, 2i+1)$，与 DeepSeek-V3 的代码（`view_as_complex`）一致：请使用笔记本 08 的 `apply_rope(..., interleaved=True)`，并传入 `cfg.rope_theta`。
 
 # %% [markdown]
-# ### YaRN: what V3's code adds beyond 4,096 tokens · YaRN：V3 的代码在 4,096 个词元之外加了什么
-#
-# V3 was pre-trained with a 4,096-token context (`original_seq_len`) and extended to 128K with YaRN
-# (Peng et al., 2023). Its inference code switches YaRN on whenever the model is built with
-# `max_seq_len > original_seq_len`, and the default `max_seq_len` of its `ModelArgs` is 16,384, which
-# `generate.py` does not lower: **as shipped, V3's code runs YaRN at every length**, a 10-token prompt
-# included. YaRN changes two things. The rope frequencies: pairs that turn many times over 4,096
-# tokens keep their frequency, the slowest pairs are slowed down 40 times (`rope_factor`), and the
-# pairs between blend the two. The softmax scale: multiplied by mscale², with mscale = 0.1 ln 40 + 1.
-# Our module leaves YaRN out, so it computes what V3's code computes when built with
-# `max_seq_len <= 4096`, and nothing else; with the shipped default the two differ at every length.
-# The cell computes both changes for V3's 64-wide rope part (`utils.rope.yarn_inverse_frequencies`).
-#
-# V3 用 4,096 个词元的上下文（`original_seq_len`）预训练，再用 YaRN（Peng 等，2023）扩展到 128K。它的推理代码只要模型以 `max_seq_len > original_seq_len` 构建，就会打开 YaRN；而它的 `ModelArgs` 中 `max_seq_len` 的默认值是 16,384，`generate.py` 也不会把它调低：**按发布时的设置，V3 的代码在任何长度上都运行 YaRN**，连 10 个词元的提示也不例外。YaRN 改变两件事。rope 频率：在 4,096 个词元中转很多圈的对保持原频率，最慢的对被放慢 40 倍（`rope_factor`），介于两者之间的对则在两者之间过渡。softmax 缩放：乘以 mscale²，其中 mscale = 0.1 ln 40 + 1。我们的模块不含 YaRN，因此它计算的就是 V3 的代码在 `max_seq_len <= 4096` 时所计算的，仅此而已；按发布时的默认值，两者在任何长度上都不同。下面的单元格针对 V3 宽 64 的 rope 部分计算这两处变化（`utils.rope.yarn_inverse_frequencies`）。
-
-# %%
-slowed = rope_inverse_frequencies(64) / yarn_inverse_frequencies(64, 10000.0, factor=40.0, original_seq_len=4096)
-kept, stretched = int((slowed < 1.0001).sum()), int((slowed > 39.99).sum())
-print(f"V3's 32 rope pairs under YaRN: {kept} keep their frequency, {stretched} are slowed 40x, "
-      f"{32 - kept - stretched} blend the two")
-print(f"softmax scale: 192^-0.5 = {192 ** -0.5:.5f}, times mscale^2 = {yarn_softmax_factor(40.0):.3f} "
-      f"-> {192 ** -0.5 * yarn_softmax_factor(40.0):.5f}")
-
-# %% [markdown]
 # ## Two paths to the same output · 殊途同归的两条路径
 #
 # - **naive** (`absorb=False`): expand the latent with `wkv_b` into per-head keys `[k_nope | k_pe]`
@@ -539,15 +515,14 @@ print(f"merged ahead of time instead: wq_b's nope rows times W^UK, {q_rank * H *
 # quick, and a CPU is not the accelerator the trade above was made for, so the outcome here need not
 # be the one a server sees. The sentences under the plot, printed from the measurements, say which
 # path was faster at each context on the machine that ran this. Where a GPU is present the cell runs
-# there (`utils.benchmark.demo_device()`) and measures the GPU; on an H200, at DeepSeek-V3's sizes,
-# the absorbed step was 1.17x faster than the naive one at 4K cached tokens and 3.79x at 32K
-# (reference facts, "Measured on a GPU").
+# there (`utils.benchmark.demo_device()`) and measures the GPU; the cell after it prints what an H200
+# measured at DeepSeek-V3's sizes.
 #
-# 下面的单元格为 **你的** `MultiHeadLatentAttention` 的一个解码步骤计时：两条路径用同一个模块和同样的权重，上下文长度不断增长（`utils.mla.decode_benchmark`：缓存由你自己的 forward 填充，单线程，两条路径交替进行，使它们经历相同的机器负载，取 15 步的中位数，并检查两者输出相同）。模型很小，以便本笔记本运行得快；而且 CPU 并不是上面那种交换所针对的加速器，所以这里的结果未必与服务器上的一致。图下方由测量结果打印出的句子说明了在运行本笔记本的机器上，每个上下文长度下哪条路径更快。有 GPU 时这个单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU；在一块 H200 上、DeepSeek-V3 的尺寸下，吸收路径的一步在缓存 4K 个词元时比朴素路径快 1.17 倍，在 32K 时快 3.79 倍（参考事实，“Measured on a GPU”）。
+# 下面的单元格为 **你的** `MultiHeadLatentAttention` 的一个解码步骤计时：两条路径用同一个模块和同样的权重，上下文长度不断增长（`utils.mla.decode_benchmark`：缓存由你自己的 forward 填充，单线程，两条路径交替进行，使它们经历相同的机器负载，取 15 步的中位数，并检查两者输出相同）。模型很小，以便本笔记本运行得快；而且 CPU 并不是上面那种交换所针对的加速器，所以这里的结果未必与服务器上的一致。图下方由测量结果打印出的句子说明了在运行本笔记本的机器上，每个上下文长度下哪条路径更快。有 GPU 时这个单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU；它后面的单元格打印一块 H200 在 DeepSeek-V3 的尺寸下测得的结果。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from utils.benchmark import demo_device
+from utils.benchmark import demo_device, order_warning
 from utils.mla import decode_benchmark
 
 bench_cfg = MLAConfig(dim=256, n_heads=8, q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
@@ -567,6 +542,35 @@ ax.legend(); plt.show()
 for r in rows:
     faster, ratio = ("absorbed", r["speedup"]) if r["speedup"] > 1 else ("naive", 1 / r["speedup"])
     print(f"On this machine, at {r['context']:,} cached tokens the {faster} path was faster, by {ratio:.2f}x.")
+print(order_warning(rows, "context", ["naive_ms"]) or "the naive step's time grows with the context: no sign of a disturbed run")
+
+# %% [markdown]
+# The same two paths were also measured for this course on an NVIDIA H200, at DeepSeek-V3's sizes
+# (width 7168, 128 heads, latent 512 + 64), batch 1, in two runs on 2026-11-26. Your machine cannot
+# repeat that here, so the cell prints the figures from a table, labelled with the runs that
+# produced them, and the range over the runs.
+#
+# 同样的两条路径也为本课程在一块 NVIDIA H200 上、以 DeepSeek-V3 的尺寸（宽度 7168，128 个头，潜在向量 512 + 64）、批大小 1 测量过，2026-11-26 共两次运行。你的机器无法在这里重复这个测量，所以单元格从一张表中打印这些数字，标明得出它们的运行，并给出各次运行之间的范围。
+
+# %%
+# Measured for this course on an NVIDIA H200 (torch 2.11, CUDA 13), 2026-11-26: utils.mla's MultiHeadLatentAttention
+# moved to the GPU, V3's sizes, batch 1, one decode step, medians of 5 timed with CUDA events after a warm-up.
+# Run 1 for the course's reference figures; run 2 by `python -m utils.device_report --device cuda`
+# (CHANGELOG.md, issue 31), which recorded the ratios only.
+H200_MLA_MS = {"run 1": {4096: (2.36, 2.02), 32768: (7.88, 2.08)}}  # {context: (naive ms, absorbed ms)}
+H200_MLA_SPEEDUP = {4096: {"run 1": 2.36 / 2.02, "run 2": 1.35}, 32768: {"run 1": 7.88 / 2.08, "run 2": 4.9}}
+print("one MLA decode step on an NVIDIA H200, DeepSeek-V3's sizes, batch 1: naive time / absorbed time")
+for context, runs in H200_MLA_SPEEDUP.items():
+    ms = H200_MLA_MS["run 1"][context]
+    print(f"{context:>6,} cached tokens: run 1 {runs['run 1']:.2f}x ({ms[0]:.2f} against {ms[1]:.2f} ms), "
+          f"run 2 {runs['run 2']:.2f}x; range {min(runs.values()):.2f}-{max(runs.values()):.2f}x")
+
+# %% [markdown]
+# On that GPU the absorbed step was the faster at both contexts in both runs, and its lead grew with
+# the context, as the bytes predict. The two runs give different ratios (the printed range): read
+# the range, not one figure.
+#
+# 在那块 GPU 上，两次运行中吸收路径的一步在两个上下文长度下都更快，而且领先幅度随上下文增长，正如字节数所预测的。两次运行给出的比值不同（见打印出的范围）：要读范围，而不是单个数字。
 
 # %% [markdown]
 # The bytes come from the cache tensors themselves, after a prefill with each path, and equal the
@@ -606,7 +610,7 @@ print(f"ratio {naive_bytes / absorbed_bytes:.1f}x, both equal to their formulas:
 #   `ColumnParallelLinear` for `wq_b`, `wkv_b`, `RowParallelLinear` for `wo` with an all-reduce); one
 #   shard holds `n_heads / world_size` heads. Your module is V3's code at `world_size = 1`.
 # - **YaRN.** Built with its default `max_seq_len` of 16,384, V3's code rescales the softmax and
-#   slows the rope pairs at every length (above); your module matches it at `max_seq_len <= 4096`.
+#   slows the rope pairs at every length (below); your module matches it at `max_seq_len <= 4096`.
 # - **The mask.** V3's `Transformer` builds a `(T, T)` causal mask, so its MLA cannot take a chunk of
 #   several tokens at `start_pos > 0` (the scores are `(T, start_pos + T)`); its `generate.py` never
 #   asks, decoding one token at a time after the prompt. Your module uses the bottom-right mask of
@@ -615,8 +619,32 @@ print(f"ratio {naive_bytes / absorbed_bytes:.1f}x, both equal to their formulas:
 # 你的模块具有 V3 的参数名、形状和布局，因此 V3 自己的推理代码中的 MLA 权重可以加载进来。但发布的检查点不能直接加载：
 # - **名字和格式。** Hugging Face 上的检查点使用 Hugging Face 的名字（`self_attn.q_a_proj`、`kv_a_proj_with_mqa`、`kv_b_proj`、`o_proj` 等），并且大部分权重以带分块缩放因子（`weight_scale_inv`）的 FP8 存储。V3 的 `convert.py` 负责重命名和切分，`fp8_cast_bf16.py` 把它们转换为 bf16；只有经过它们转换后的结果才能加载进这种布局。
 # - **张量并行。** V3 的代码把各个头分到 `world_size` 个进程上（`n_local_heads`，`wq_b`、`wkv_b` 用 `ColumnParallelLinear`，`wo` 用带 all-reduce 的 `RowParallelLinear`）；每个分片只有 `n_heads / world_size` 个头。你的模块相当于 `world_size = 1` 时的 V3 代码。
-# - **YaRN。** 以默认的 `max_seq_len` 16,384 构建时，V3 的代码在任何长度上都会重新缩放 softmax 并放慢 rope 的各对（见上文）；你的模块在 `max_seq_len <= 4096` 时与它一致。
+# - **YaRN。** 以默认的 `max_seq_len` 16,384 构建时，V3 的代码在任何长度上都会重新缩放 softmax 并放慢 rope 的各对（见下文）；你的模块在 `max_seq_len <= 4096` 时与它一致。
 # - **掩码。** V3 的 `Transformer` 构造的是 `(T, T)` 的因果掩码，因此它的 MLA 不能在 `start_pos > 0` 时接收由多个词元组成的一块输入（分数的形状是 `(T, start_pos + T)`）；它的 `generate.py` 也从不这样调用：处理完提示之后每次只解码一个词元。你的模块使用笔记本 04 的右下对齐掩码，可以接收这样的输入块。
+
+# %% [markdown]
+# ### YaRN: what V3's code adds beyond 4,096 tokens · YaRN：V3 的代码在 4,096 个词元之外加了什么
+#
+# V3 was pre-trained with a 4,096-token context (`original_seq_len`) and extended to 128K with YaRN
+# (Peng et al., 2023). Its inference code switches YaRN on whenever the model is built with
+# `max_seq_len > original_seq_len`, and the default `max_seq_len` of its `ModelArgs` is 16,384, which
+# `generate.py` does not lower: **as shipped, V3's code runs YaRN at every length**, a 10-token prompt
+# included. YaRN changes two things. The rope frequencies: pairs that turn many times over 4,096
+# tokens keep their frequency, the slowest pairs are slowed down 40 times (`rope_factor`), and the
+# pairs between blend the two. The softmax scale: multiplied by mscale², with mscale = 0.1 ln 40 + 1.
+# Our module leaves YaRN out, so it computes what V3's code computes when built with
+# `max_seq_len <= 4096`, and nothing else; with the shipped default the two differ at every length.
+# The cell computes both changes for V3's 64-wide rope part (`utils.rope.yarn_inverse_frequencies`).
+#
+# V3 用 4,096 个词元的上下文（`original_seq_len`）预训练，再用 YaRN（Peng 等，2023）扩展到 128K。它的推理代码只要模型以 `max_seq_len > original_seq_len` 构建，就会打开 YaRN；而它的 `ModelArgs` 中 `max_seq_len` 的默认值是 16,384，`generate.py` 也不会把它调低：**按发布时的设置，V3 的代码在任何长度上都运行 YaRN**，连 10 个词元的提示也不例外。YaRN 改变两件事。rope 频率：在 4,096 个词元中转很多圈的对保持原频率，最慢的对被放慢 40 倍（`rope_factor`），介于两者之间的对则在两者之间过渡。softmax 缩放：乘以 mscale²，其中 mscale = 0.1 ln 40 + 1。我们的模块不含 YaRN，因此它计算的就是 V3 的代码在 `max_seq_len <= 4096` 时所计算的，仅此而已；按发布时的默认值，两者在任何长度上都不同。下面的单元格针对 V3 宽 64 的 rope 部分计算这两处变化（`utils.rope.yarn_inverse_frequencies`）。
+
+# %%
+slowed = rope_inverse_frequencies(64) / yarn_inverse_frequencies(64, 10000.0, factor=40.0, original_seq_len=4096)
+kept, stretched = int((slowed < 1.0001).sum()), int((slowed > 39.99).sum())
+print(f"V3's 32 rope pairs under YaRN: {kept} keep their frequency, {stretched} are slowed 40x, "
+      f"{32 - kept - stretched} blend the two")
+print(f"softmax scale: 192^-0.5 = {192 ** -0.5:.5f}, times mscale^2 = {yarn_softmax_factor(40.0):.3f} "
+      f"-> {192 ** -0.5 * yarn_softmax_factor(40.0):.5f}")
 
 # %% [markdown]
 # ## What comes next · 接下来

@@ -14,10 +14,10 @@
 # with many smaller ones, the *experts*, and a *router* that sends each token to a few of them. The
 # model holds the parameters of all experts but each token uses only a few. This notebook builds the
 # pieces, watches a router collapse onto a few experts and the two cures (the Switch Transformer's
-# auxiliary loss and DeepSeek-V3's bias), and ends with DeepSeek-V3's 671B parameters, and the
-# 36.7B of them active per token, recomputed from its config. Names and layouts follow DeepSeek-V3's inference code.
+# auxiliary loss and DeepSeek-V3's bias), and ends by recomputing DeepSeek-V3's 671B parameters
+# from its config, and its active count per token, 2% above the published 36.7B. Names and layouts follow DeepSeek-V3's inference code.
 #
-# 在注意力之后，每个 Transformer 块都对每个词元运行一个前馈网络，而大模型的大部分参数就在这里。**混合专家（MoE）** 把这一个网络换成许多较小的网络，即 *专家*，再加上一个 *路由器*，把每个词元送到其中少数几个专家。模型持有所有专家的参数，但每个词元只用到其中几个。本笔记本构建这些部件，观察路由器如何坍缩到少数专家上，以及两种解决办法（Switch Transformer 的辅助损失和 DeepSeek-V3 的偏置），最后根据 DeepSeek-V3 的配置重新算出它的 6710 亿参数，以及其中每个词元激活的 367 亿参数。名称和布局遵循 DeepSeek-V3 的推理代码。
+# 在注意力之后，每个 Transformer 块都对每个词元运行一个前馈网络，而大模型的大部分参数就在这里。**混合专家（MoE）** 把这一个网络换成许多较小的网络，即 *专家*，再加上一个 *路由器*，把每个词元送到其中少数几个专家。模型持有所有专家的参数，但每个词元只用到其中几个。本笔记本构建这些部件，观察路由器如何坍缩到少数专家上，以及两种解决办法（Switch Transformer 的辅助损失和 DeepSeek-V3 的偏置），最后根据 DeepSeek-V3 的配置重新算出它的 6710 亿参数，以及每个词元激活的参数量，比公开的 367 亿多 2%。名称和布局遵循 DeepSeek-V3 的推理代码。
 
 # %%
 import os
@@ -175,12 +175,12 @@ print("top-1, raw probability (Switch):", [round(p, 3) for p in torch.softmax(lo
 # where $f_i$ is the share of the $N k$ assignments that went to expert $i$ (counted, so it carries no
 # gradient) and $P_i$ is the mean router probability of expert $i$ (differentiable). When either $f$
 # or $P$ is uniform ($1/E$ everywhere) the loss is exactly 1, since the other sums to 1. That is not
-# its minimum: a router that sends its tokens to experts of low mean probability, and none to an
-# expert of high mean probability, scores below 1 (a cell after the exercise prints a case with
+# its minimum: a router that puts many assignments on an expert of low mean probability and none on
+# one of high mean probability scores below 1 (a cell after the exercise prints a case with
 # $E = 3$, $k = 1$). The gradient flows through $P$ only, so it lowers
 # the probability of the experts that received the most assignments.
 #
-# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。只要 $f$ 或 $P$ 之一是均匀的（处处为 $1/E$），损失就正好是 1，因为另一个之和为 1。但这并不是它的最小值：如果路由器把词元送给平均概率低的专家，而平均概率高的某个专家一个也没分到，得分就会低于 1（练习之后的一个单元格打印了 $E = 3$、$k = 1$ 的例子）。梯度只通过 $P$ 传播，因此它降低的是得到最多分配的那些专家的概率。
+# 其中 $f_i$ 是 $N k$ 次分配中分给专家 $i$ 的比例（通过计数得到，因此不带梯度），$P_i$ 是专家 $i$ 的平均路由概率（可微）。只要 $f$ 或 $P$ 之一是均匀的（处处为 $1/E$），损失就正好是 1，因为另一个之和为 1。但这并不是它的最小值：如果路由器把许多分配放在一个平均概率低的专家上，而平均概率高的某个专家一个也没分到，得分就会低于 1（练习之后的一个单元格打印了 $E = 3$、$k = 1$ 的例子）。梯度只通过 $P$ 传播，因此它降低的是得到最多分配的那些专家的概率。
 
 # %% [markdown]
 # ### Exercise 3 · `load_balancing_loss` · 练习 3
@@ -352,8 +352,8 @@ else:
 # 3. **分组限制路由**：专家被分成 `n_expert_groups` 个组（V3 中为 8 组，每组 32 个；训练时每组的专家放在一个节点上）；一个组的分数是它最高的两个带偏置分数之和（softmax 时取最大值）；只保留最好的 `n_limited_groups` 个组（V3 中为 4 个），并在其中选出前 `k` 个专家。训练时这限制了一个词元的数据需要传送到的节点数。V3 的代码用另一种方式决定组分数：看路由门控有没有偏置（没有偏置取最大值，有偏置取前两个之和），而它只为 671B 模型（`dim == 7168`）创建偏置，该模型的分数是 sigmoid。本课程的路由门控总是有偏置（全零偏置的选择与没有偏置相同），所以改为按分数函数决定规则；对 V3 的 sigmoid 路由门控，两种规则都取前两个之和。
 # 4. **权重**：被选中的 $s_i$，重新归一化使其和为 1（仅 sigmoid；softmax 的权重直接使用），再乘以 `route_scale`（V3 中为 2.5）。
 #
-# DeepSeek documents neither the sigmoid nor `route_scale`; what follows is an interpretation, not
-# theirs. Softmax affinities over 256 experts are small and coupled (raising one lowers all the
+# DeepSeek gives no reason for the sigmoid or for `route_scale`; what follows is an interpretation,
+# not theirs. Softmax affinities over 256 experts are small and coupled (raising one lowers all the
 # others), while each sigmoid score stands on its own between 0 and 1. And the renormalised routed
 # weights sum to 1, the same weight as the one shared expert's output, which is added unscaled;
 # `route_scale` = 2.5 gives the routed experts together 2.5 times that.
@@ -368,8 +368,19 @@ else:
 # zeros (it moves by the rule of exercise 5, not by gradients: `requires_grad=False` is fine).
 # `forward(x)` for `x` `(N, dim)` returns `(weights, indices)`, both `(N, n_activated_experts)`, with
 # the weights in `x`'s dtype. Mask the groups that were not kept with `-inf` before the final top-k.
+# The four rules of the section above, one line each:
+# - scores: `sigmoid(x @ weight.T)`, or its softmax over the experts when `score_func="softmax"`;
+# - choice: rank the experts by scores + `bias`; the weights are gathered from the scores alone;
+# - groups (when `n_expert_groups > 1`): a group's score is the sum of its two highest biased scores
+#   (sigmoid) or its highest one (softmax); keep the `n_limited_groups` best groups, then the top-`k`;
+# - weights: the chosen scores, divided by their sum (sigmoid only), times `route_scale`.
 #
 # 参数 `weight` `(n_routed_experts, dim)`（像 `nn.Linear` 那样初始化，例如 `nn.init.kaiming_uniform_(w, a=5 ** 0.5)`，或用较小的正态分布）和 `bias` `(n_routed_experts,)`，初始为零（它按练习 5 的规则变化，而不是靠梯度：可以设 `requires_grad=False`）。`forward(x)` 接收 `(N, dim)` 的 `x`，返回 `(weights, indices)`，二者形状都是 `(N, n_activated_experts)`，权重的 dtype 与 `x` 相同。在最后的 top-k 之前，用 `-inf` 屏蔽未被保留的组。
+# 上一节的四条规则，每条一行：
+# - 分数：`sigmoid(x @ weight.T)`，`score_func="softmax"` 时则是在专家上的 softmax；
+# - 选择：按分数 + `bias` 给专家排序；权重只从分数中取出；
+# - 分组（`n_expert_groups > 1` 时）：一个组的分数是它最高的两个带偏置分数之和（sigmoid）或最高的那一个（softmax）；保留最好的 `n_limited_groups` 个组，再在其中取前 `k` 个；
+# - 权重：被选中的分数除以它们的和（仅 sigmoid），再乘以 `route_scale`。
 
 # %% nbgrader={"grade": false, "grade_id": "Gate", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Gate(nn.Module):
@@ -636,10 +647,10 @@ nb10.check_MoE(MoE)
 # vectorised `forward`; outputs checked equal, one thread, interleaved rounds, median. The notebook
 # uses 256 tokens to stay quick; `python -m utils.moe` runs 2048. The sentence under the table says
 # what the machine that ran this measured. Where a GPU is present the cell runs there
-# (`utils.benchmark.demo_device()`) and measures the GPU; on an H200 the same benchmark, at 2048
-# tokens, measured the vectorised dispatch 154x faster than the per-token loop.
+# (`utils.benchmark.demo_device()`) and measures the GPU; the last lines print what an H200
+# measured for this course at 2048 tokens.
 #
-# 同一个层（你的 `MoE`，64 个专家，激活 6 个，一个共享专家），同样的词元，两种方式：每个词元逐个访问它的专家（`utils.moe.moe_forward_per_token`），以及你的向量化 `forward`；检查输出相同，单线程，交替轮次，取中位数。本笔记本用 256 个词元以保持快速；`python -m utils.moe` 运行 2048 个。表格下方的句子说明运行本笔记本的机器测得的结果。有 GPU 时这个单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU；在一块 H200 上，同样的测量在 2048 个词元时测得向量化分派比按词元循环快 154 倍。
+# 同一个层（你的 `MoE`，64 个专家，激活 6 个，一个共享专家），同样的词元，两种方式：每个词元逐个访问它的专家（`utils.moe.moe_forward_per_token`），以及你的向量化 `forward`；检查输出相同，单线程，交替轮次，取中位数。本笔记本用 256 个词元以保持快速；`python -m utils.moe` 运行 2048 个。表格下方的句子说明运行本笔记本的机器测得的结果。有 GPU 时这个单元格在 GPU 上运行（`utils.benchmark.demo_device()`），测的是 GPU；最后几行打印一块 H200 为本课程在 2048 个词元时测得的结果。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -652,7 +663,13 @@ layer = MoE(64, 32, n_routed_experts=64, n_activated_experts=6, n_shared_experts
 r = dispatch_benchmark(tokens=tokens, moe=layer, repeats=3)
 print(f"{'per-token loop':>16} {r['per-token loop'] * 1e3:8.1f} ms")
 print(f"{'vectorised':>16} {r['vectorised'] * 1e3:8.1f} ms")
-print(f"On this machine, with {tokens} tokens, your dispatch was {r['speedup']:.0f}x faster than the per-token loop.")
+print(f"On this machine, with {tokens} tokens, " + (f"your dispatch was {r['speedup']:.0f}x faster than the per-token loop."
+      if r["speedup"] > 1 else f"the per-token loop was not slower than your dispatch ({1 / r['speedup']:.2f}x its time)."))
+# Measured for this course on an NVIDIA H200, 2026-11-26, by `python -m utils.device_report --device cuda`
+# (utils.moe.dispatch_benchmark, the same layer, 2048 tokens, medians of 3; CHANGELOG.md, issue 31). One run.
+H200_DISPATCH_SPEEDUP = {2048: 154}
+print("measured on an NVIDIA H200 (one run): " + ", ".join(
+    f"{t} tokens, your kind of dispatch {x}x faster than the per-token loop" for t, x in H200_DISPATCH_SPEEDUP.items()))
 
 # %% [markdown]
 # ## Counting DeepSeek-V3's parameters · 计算 DeepSeek-V3 的参数量

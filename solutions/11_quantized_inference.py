@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.bandwidth import memory_bandwidth
-from utils.bench_quantize import (WEIGHT_ONLY_REASON, accuracy_rows, bytes_read_per_token, decode, decode_benchmark,
-                                  format_accuracy, format_rows)
+from utils.bandwidth import last_level_cache_bytes, memory_bandwidth, read_bandwidth
+from utils.bench_quantize import (accuracy_rows, bytes_read_per_token, decode, decode_benchmark, format_accuracy,
+                                  format_rows, int8_order, layer_times)
 from utils.gpt import GPTConfig, GPTModel, parameter_count
 from utils.kv_cache import KVCache, generate, kv_cache_bytes
 
@@ -61,14 +61,22 @@ torch.set_num_threads(1)  # steady timings on a shared machine (see below)
 #
 # $$\text{tokens/s} \le \frac{\text{memory bandwidth (bytes/s)}}{\text{bytes of weights read per token}}.$$
 #
-# We measure this machine's bandwidth with the simplest memory-bound operation there is, a large copy.
+# We measure the bandwidth with the operation a decode repeats: one matrix-vector product over a
+# weight far larger than the processor's caches (`utils.bandwidth.read_bandwidth`, bytes read per
+# second). A large copy's rate is printed next to it as a reference only: a copy also writes. The
+# line is measured, not a law. A model whose bytes per token fit in the processor's last-level
+# cache is served partly from that cache between tokens and can pass it; the cell prints the
+# cache's size and says whether this model fits.
+#
+# 我们用解码反复做的那个操作来测量带宽：对一个远大于处理器缓存的权重做一次矩阵乘向量（`utils.bandwidth.read_bandwidth`，每秒读取的字节数）。一次大拷贝的速率打印在旁边，只作参照：拷贝还要写。这条线是测出来的，不是定律。每个词元读取的字节数能放进处理器末级缓存的模型，在两个词元之间有一部分数据由这个缓存供给，可以超过它；单元格会打印缓存的大小，并说明这个模型是否放得下。
+#
 # Everything in this notebook runs on **one thread** (`torch.set_num_threads(1)` above): on a
 # machine shared with other work, a multi-threaded kernel waits for its slowest thread at every
 # call, and that noise would swamp what we want to see. It runs on the CPU even where a GPU is
 # present: the W8A8 layer's int8 kernel (fbgemm) exists only there, and every speed below is set
 # against this CPU's bandwidth.
 #
-# 我们用最简单的受内存限制的操作——一次大拷贝——来测量这台机器的带宽。本笔记本中的一切都在 **一个线程** 上运行（上面的 `torch.set_num_threads(1)`）：在与其他任务共享的机器上，多线程的内核每次调用都要等待它最慢的线程，这种噪声会淹没我们想看到的东西。即使有 GPU，本笔记本也在 CPU 上运行：W8A8 层的 int8 内核（fbgemm）只在 CPU 上有，而下面的每个速度都要与这台 CPU 的带宽相比。
+# 本笔记本中的一切都在 **一个线程** 上运行（上面的 `torch.set_num_threads(1)`）：在与其他任务共享的机器上，多线程的内核每次调用都要等待它最慢的线程，这种噪声会淹没我们想看到的东西。即使有 GPU，本笔记本也在 CPU 上运行：W8A8 层的 int8 内核（fbgemm）只在 CPU 上有，而下面的每个速度都要与这台 CPU 的带宽相比。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -78,26 +86,39 @@ gpt = GPTModel(cfg).eval()
 weights_mb = sum(p.numel() * p.element_size() for p in gpt.parameters()) / 1e6
 read_mb = bytes_read_per_token(gpt) / 1e6  # the embedding tables give one row per token
 prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
-bandwidth = memory_bandwidth(n_bytes=(64 if GRADING else 128) * 2 ** 20)  # utils.bandwidth: a large copy
+probe_bytes = (64 if GRADING else 128) * 2 ** 20
+bandwidth = read_bandwidth(n_bytes=probe_bytes)  # utils.bandwidth: one matrix-vector product, bytes read per second
+copy_rate = memory_bandwidth(n_bytes=probe_bytes)  # a reference: a copy reads and writes
+llc = last_level_cache_bytes()
 decode(gpt, prompt, 2)  # warm-up
 steps = 4 if GRADING else 24
 seconds, _ = decode(gpt, prompt, steps)
 measured = steps / seconds
 bound = bandwidth / (read_mb * 1e6)
 print(f"{parameter_count(gpt):,} parameters = {weights_mb:.1f} MB in float32, {read_mb:.1f} MB of them read per token")
-print(f"copy bandwidth of one thread on the machine that ran this: {bandwidth / 1e9:.1f} GB/s (read + write)")
-print(f"bound: {bound:.0f} tokens/s; measured float32 decode: {measured:.0f} tokens/s ({measured / bound:.0%} of the bound)")
+print(f"one thread on the machine that ran this: read rate {bandwidth / 1e9:.1f} GB/s (a matrix-vector product over "
+      f"{probe_bytes // 2**20} MiB); copy {copy_rate / 1e9:.1f} GB/s (read + write, a reference)")
+if llc:
+    print(f"last-level cache: {llc / 2**20:.0f} MiB; the {read_mb:.1f} MB read per token are {read_mb * 1e6 / llc:.1f}x it"
+          + (": they come from main memory" if read_mb * 1e6 > 2 * llc else ": part of them can be served from the cache, "
+             "so the line below is no ceiling")
+          + ("" if probe_bytes > 2 * llc else "; the read probe itself is not much larger than the cache"))
+else:
+    print("last-level cache: not reported on this system")
+print(f"line: {bound:.0f} tokens/s; measured float32 decode: {measured:.0f} tokens/s ({measured / bound:.0%} of the line"
+      + ("" if measured <= bound else ": above it, so part of the weights came from the cache") + ")")
 
 # %% [markdown]
-# On the machine that ran this, the measured decode speed is printed next to the bound (the
+# On the machine that ran this, the measured decode speed is printed next to the line (the
 # embedding tables are left out of the bytes: a token reads one row of each), with the share of the
-# bound it reaches. The rest of the time goes to what the bound leaves out: the attention over the
-# cache, the layer norms, a few microseconds of Python and PyTorch dispatch for each of the dozens
-# of operations per layer (at this small size they are a large share), and a matrix-vector product
-# that streams memory less smoothly than a copy. What matters is the proportionality: **halve the
+# line it reaches. Where it stays below the line, the rest of the time goes to what the line leaves
+# out: the attention over the cache, the layer norms, a few microseconds of Python and PyTorch
+# dispatch for each of the dozens of operations per layer (at this small size they are a large
+# share), and many small matrix products, each starting its stream anew where the probe ran one
+# long one. What matters is the proportionality: **halve the
 # bytes per weight and the bound doubles**. That is what quantization buys at inference time.
 #
-# 在运行本笔记本的机器上，测得的解码速度打印在上限旁边（字节数不含嵌入表：每个词元只读取其中一行），同时打印出它达到上限的比例。其余的时间花在上限没有计入的地方：在缓存上做注意力、层归一化、每层几十个运算中每个运算几微秒的 Python 与 PyTorch 调度开销（在这么小的尺寸下它们占了很大一部分），以及矩阵乘向量对内存的流式访问不如拷贝顺畅。要紧的是比例关系：**每个权重的字节数减半，上限就翻倍**。这就是量化在推理时带来的收益。
+# 在运行本笔记本的机器上，测得的解码速度打印在这条线旁边（字节数不含嵌入表：每个词元只读取其中一行），同时打印出它达到这条线的比例。在低于这条线的地方，其余的时间花在这条线没有计入的地方：在缓存上做注意力、层归一化、每层几十个运算中每个运算几微秒的 Python 与 PyTorch 调度开销（在这么小的尺寸下它们占了很大一部分），以及许多小的矩阵乘法，每一个都要重新开始读取数据流，而测量时只跑了一条长的数据流。要紧的是比例关系：**每个权重的字节数减半，上限就翻倍**。这就是量化在推理时带来的收益。
 
 # %% [markdown]
 # ## Symmetric int8: the absmax scale · 对称 int8：absmax 缩放
@@ -325,16 +346,18 @@ print(f"int8 scaled to 448 steps by {int8_step:.2f} everywhere; FP8's step is co
 # below converts a few small values. 0.001 lies below the smallest subnormal, $2^{-9}$ = 0.00195,
 # and rounds up to it (it is above half of it), almost doubling; $2^{-10}$ and anything below it become 0;
 # and values above 448 do not fit at all. e4m3 has no infinity, and what a bare cast makes of 500 depends
-# on the PyTorch release (448 from 2.13 on, NaN in 2.12 and earlier: pytorch/pytorch#178817), so the cell
-# clamps to $\pm 448$ first, as the course's quantizers and DeepSeek's do. So FP8 also divides by a scale first, $s = \max|x| / 448$.
+# on the PyTorch release (NaN in older ones; 448 since pull request pytorch/pytorch#178817, merged in
+# April 2026; the cell prints what this one does), so the cell clamps to $\pm 448$ first, as the course's quantizers and DeepSeek's do. So FP8 also divides by a scale first, $s = \max|x| / 448$.
 #
-# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。在最大值附近情况正好相反：最后一行打印出 FP8 的步长从哪里开始比 int8 的均匀步长更粗。对没有离群值的数据，大部分数值以及大部分舍入误差都落在最大值的这个倍数之内，用 absmax scale 的 int8 比 FP8 舍入得更细：练习 5 的表格在离群倍数为 1 时显示的正是这一点。但 FP8 仍然需要 scale：下面的单元格转换了几个很小的值。0.001 低于最小的次正规数 $2^{-9}$ = 0.00195，并向上舍入到它（因为它大于它的一半），几乎变成了两倍；$2^{-10}$ 以及比它更小的值都变成 0；而大于 448 的值根本放不下。e4m3 没有无穷大，直接转换会把 500 变成什么取决于 PyTorch 的版本（2.13 起为 448，2.12 及更早为 NaN：pytorch/pytorch#178817），所以单元格先限制（clamp）到 $\pm 448$，与本课程和 DeepSeek 的量化函数一样。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
+# 左图：网格在 0 附近密、在 448 附近疏，在对数轴上是均匀的。右图：FP8 的相对间距在整个正规数范围内保持在 $2^{-4}$ 与 $2^{-3}$ 之间，而 int8 的相对间距在接近 0 时无限增大：小数值在 FP8 中保留了更多精度。在最大值附近情况正好相反：最后一行打印出 FP8 的步长从哪里开始比 int8 的均匀步长更粗。对没有离群值的数据，大部分数值以及大部分舍入误差都落在最大值的这个倍数之内，用 absmax scale 的 int8 比 FP8 舍入得更细：练习 5 的表格在离群倍数为 1 时显示的正是这一点。但 FP8 仍然需要 scale：下面的单元格转换了几个很小的值。0.001 低于最小的次正规数 $2^{-9}$ = 0.00195，并向上舍入到它（因为它大于它的一半），几乎变成了两倍；$2^{-10}$ 以及比它更小的值都变成 0；而大于 448 的值根本放不下。e4m3 没有无穷大，直接转换会把 500 变成什么取决于 PyTorch 的版本（较早的版本为 NaN；2026 年 4 月合并的 pull request pytorch/pytorch#178817 之后为 448；单元格会打印当前版本的结果），所以单元格先限制（clamp）到 $\pm 448$，与本课程和 DeepSeek 的量化函数一样。所以 FP8 也要先除以一个 scale，$s = \max|x| / 448$。
 
 # %%
 small = torch.tensor([0.001, 0.0009, 2 ** -10, 0.002, 0.1, 500.0])
 print("value        ", "  ".join(f"{v:9.6g}" for v in small.tolist()))
 print("in e4m3      ", "  ".join(f"{v:9.6g}" for v in small.clamp(-448, 448).to(torch.float8_e4m3fn).float().tolist()))
 print(f"smallest subnormal 2^-9 = {2 ** -9:.6g}; largest finite value {torch.finfo(torch.float8_e4m3fn).max:.0f}")
+print(f"a bare cast of 500, without the clamp, in torch {torch.__version__}: "
+      f"{torch.tensor([500.0]).to(torch.float8_e4m3fn).float().item()}")
 
 # %% [markdown]
 # ## DeepSeek-V3's block-wise FP8 · DeepSeek-V3 的分块 FP8
@@ -559,7 +582,7 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # Storing int8 saves memory, but is it faster? Only if the matrix multiply reads the int8 weight
 # directly. The obvious forward, `F.linear(x, q.float() * scale)`, first writes a whole float32
 # copy of the weight (reading 1 byte and writing 4 per weight) and then reads it again: more memory
-# traffic than the float32 layer, so it is **slower**. PyTorch has an int8 weight-only matmul
+# traffic than the float32 layer, so expect it to be **slower** (the measurement below shows it). PyTorch has an int8 weight-only matmul
 # kernel, the ATen operator `torch._weight_int8pack_mm(x, w_int8, scales)` (the leading underscore
 # marks it as internal: it has no documentation page, but a stable, descriptive name). `x` is
 # `(M, K)`, `w_int8` is `(N, K)` int8, `scales` is `(N,)` in the dtype of `x`, and it returns
@@ -570,14 +593,19 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # wrong results while 16, 32 and 48 were right. Every layer in this notebook and in its tests has K
 # a multiple of 16, and `utils.quantize`'s layer falls back to an exact, slower path for other sizes.
 #
-# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以它 **更慢**。PyTorch 有一个 int8 仅权重的矩阵乘法内核，即 ATen 算子 `torch._weight_int8pack_mm(x, w_int8, scales)`（开头的下划线表示它是内部算子：没有文档页面，但名字稳定且含义清楚）。`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；只有 `K` 是 16 的倍数时它才可靠。其他尺寸会让内核崩溃，或者更糟，不报任何错误却返回错误的数：在一台有 AVX-512 的处理器上，K = 24 和 K = 40 给出了错误的结果，而 16、32 和 48 是对的。本笔记本及其测试中每一层的 K 都是 16 的倍数；`utils.quantize` 的层在其他尺寸下退回到一条精确但较慢的路径。
-#
+# 存成 int8 能省内存，但会更快吗？只有当矩阵乘法直接读取 int8 权重时才会。最直接的 forward，`F.linear(x, q.float() * scale)`，会先写出一份完整的 float32 权重副本（每个权重读 1 字节、写 4 字节），然后再把它读一遍：内存流量比 float32 层还多，所以可以预期它 **更慢**（下面的测量会显示出来）。PyTorch 有一个 int8 仅权重的矩阵乘法内核，即 ATen 算子 `torch._weight_int8pack_mm(x, w_int8, scales)`（开头的下划线表示它是内部算子：没有文档页面，但名字稳定且含义清楚）。`x` 为 `(M, K)`，`w_int8` 为 `(N, K)` 的 int8，`scales` 为 `(N,)`、dtype 与 `x` 相同，它返回 `x @ (w_int8 * scales[:, None]).T`，却从不构造那个浮点权重。在本课程的机器上测得两个实际情况：它在 **bfloat16** 激活下很快（在 float32 下走的是较慢的路径）；只有 `K` 是 16 的倍数时它才可靠。其他尺寸会让内核崩溃，或者更糟，不报任何错误却返回错误的数：在一台有 AVX-512 的处理器上，K = 24 和 K = 40 给出了错误的结果，而 16、32 和 48 是对的。本笔记本及其测试中每一层的 K 都是 16 的倍数；`utils.quantize` 的层在其他尺寸下退回到一条精确但较慢的路径。
+
+# %% [markdown]
 # What that kernel saves is bytes, not arithmetic: it widens every int8 weight to float and
 # multiplies in float, one multiply-add per weight as float32 does, plus the conversion. This is
 # **weight-only** quantization (int8 weights, 16-bit activations). On a GPU, or wherever memory is
 # far slower than the arithmetic, fewer bytes is what counts; on one CPU core the conversions and
 # the float multiply-adds take time of their own, and the measurement below shows how much of the
-# saving they leave. **W8A8** quantizes the activations too, to 8 bits with a scale computed at
+# saving they leave.
+#
+# 这个内核省下的是字节，而不是运算：它把每个 int8 权重扩展成浮点数再做浮点乘法，每个权重一次乘加，和 float32 一样，外加一次转换。这就是 **仅权重** 量化（int8 权重，16 位激活）。在 GPU 上，或者在内存远比运算慢的地方，字节少才是关键；而在单个 CPU 核上，这些转换和浮点乘加本身也要花时间，下面的测量会显示它们留下了多少收益。
+#
+# **W8A8** quantizes the activations too, to 8 bits with a scale computed at
 # every call, multiplies them by the int8 weights and adds the products in int32; the float result
 # is the int32 sum times the activation scale times the weight scale. (fbgemm's dynamic path, used
 # below, makes the activations unsigned bytes, 0 to 255 around a zero point, with one scale and zero
@@ -588,7 +616,7 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # wraps it (`torch.ops.quantized.linear_prepack` once, `torch.ops.quantized.linear_dynamic` at
 # every call, int8 weights with one scale per output channel, as yours).
 #
-# 这个内核省下的是字节，而不是运算：它把每个 int8 权重扩展成浮点数再做浮点乘法，每个权重一次乘加，和 float32 一样，外加一次转换。这就是 **仅权重** 量化（int8 权重，16 位激活）。在 GPU 上，或者在内存远比运算慢的地方，字节少才是关键；而在单个 CPU 核上，这些转换和浮点乘加本身也要花时间，下面的测量会显示它们留下了多少收益。**W8A8** 把激活也量化为 8 位（scale 在每次调用时计算），再与 int8 权重相乘，把乘积累加到 int32 中；浮点结果就是 int32 的和乘以激活的 scale 再乘以权重的 scale。（下面用到的 fbgemm 动态路径把激活变成无符号字节，以一个零点为中心取 0 到 255，每次调用对其中所有词元只用一个 scale 和一个零点：批大小为 1 时就是一个词元。）x86 处理器正好有做这件事的指令：AVX2 的 `vpmaddubsw` 一次把 32 对无符号字节与有符号字节相乘（把相邻的乘积加成 16 位），AVX-512 VNNI 的 `vpdpbusd` 一次把 64 对字节相乘并直接加到 32 位的和中。PyTorch 的 x86 int8 后端 fbgemm 就运行这样的矩阵乘法；`utils.w8a8.W8A8Linear` 封装了它（一次 `torch.ops.quantized.linear_prepack`，每次调用 `torch.ops.quantized.linear_dynamic`，int8 权重每个输出通道一个 scale，和你的一样）。
+# **W8A8** 把激活也量化为 8 位（scale 在每次调用时计算），再与 int8 权重相乘，把乘积累加到 int32 中；浮点结果就是 int32 的和乘以激活的 scale 再乘以权重的 scale。（下面用到的 fbgemm 动态路径把激活变成无符号字节，以一个零点为中心取 0 到 255，每次调用对其中所有词元只用一个 scale 和一个零点：批大小为 1 时就是一个词元。）x86 处理器正好有做这件事的指令：AVX2 的 `vpmaddubsw` 一次把 32 对无符号字节与有符号字节相乘（把相邻的乘积加成 16 位），AVX-512 VNNI 的 `vpdpbusd` 一次把 64 对字节相乘并直接加到 32 位的和中。PyTorch 的 x86 int8 后端 fbgemm 就运行这样的矩阵乘法；`utils.w8a8.W8A8Linear` 封装了它（一次 `torch.ops.quantized.linear_prepack`，每次调用 `torch.ops.quantized.linear_dynamic`，int8 权重每个输出通道一个 scale，和你的一样）。
 
 # %% [markdown]
 # ### Exercise 6 · `Int8WeightOnlyLinear` · 练习 6
@@ -668,12 +696,14 @@ nb11.check_Int8WeightOnlyLinear(Int8WeightOnlyLinear)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# One layer of 4096 x 4096 (its float32 weight, 64 MB, is larger than a processor's caches, so
-# it comes from memory at every call), one token, four ways: float32 `nn.Linear`, the "dequantize
+# One layer of 4096 x 4096, one token, four ways. Its float32 weight, 64 MB, is larger than the
+# last-level cache of most processors, so it comes from main memory at every call; its int8
+# weight, 16 MB, fits in some (the cell prints this one's cache), and such a layer can then pass
+# the read rate. The four ways: float32 `nn.Linear`, the "dequantize
 # then multiply" forward, yours (weight-only) and W8A8 on fbgemm. Times are the best of interleaved
 # rounds, on one thread, as ratios to float32; the cell also prints what this processor offers.
 #
-# 一个 4096 x 4096 的层（它的 float32 权重有 64 MB，比处理器的缓存大，所以每次调用都要从内存读取），一个词元，四种做法：float32 的 `nn.Linear`、"先反量化再相乘" 的 forward、你的实现（仅权重）以及基于 fbgemm 的 W8A8。时间取交替进行的多轮中最好的一轮，单线程，以相对 float32 的比值给出；单元格也打印出这个处理器提供了什么。
+# 一个 4096 x 4096 的层，一个词元，四种做法。它的 float32 权重有 64 MB，比大多数处理器的末级缓存大，所以每次调用都要从主存读取；它的 int8 权重有 16 MB，能放进一些处理器的末级缓存（单元格会打印这个处理器的缓存大小），这时这样的层可以超过读取速率。四种做法是：float32 的 `nn.Linear`、"先反量化再相乘" 的 forward、你的实现（仅权重）以及基于 fbgemm 的 W8A8。时间取交替进行的多轮中最好的一轮，单线程，以相对 float32 的比值给出；单元格也打印出这个处理器提供了什么。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -700,26 +730,43 @@ weight_bytes = {"float32 nn.Linear": 4096 * 4096 * 4,
 for name, t in best.items():
     print(f"{name:29} {1e6 * t:8.0f} us   {t / best['float32 nn.Linear']:.2f}x the float32 time   "
           f"{weight_bytes[name] / t / 1e9:5.1f} GB/s of weight bytes")
-print(f"copy bandwidth measured at the top: {bandwidth / 1e9:.1f} GB/s (read + write)")
+print(f"read rate measured at the top: {bandwidth / 1e9:.1f} GB/s (the line for a weight read from main memory); "
+      f"copy {copy_rate / 1e9:.1f} GB/s (read + write, a reference)")
+if llc:
+    print(f"last-level cache {llc / 2**20:.0f} MiB: the float32 weight is {4096 * 4096 * 4 / llc:.1f}x it, the int8 "
+          f"weight {4096 * 4096 / llc:.1f}x" + (": the int8 layers can be served partly from the cache"
+                                                if 4096 * 4096 <= llc else ": both come from main memory"))
+above = [name for name, t in best.items() if weight_bytes[name] / t > bandwidth]
+print("above the read rate: " + (", ".join(above) if above else "no row"))
+ratio = {name: t / best["float32 nn.Linear"] for name, t in best.items()}
+w8a8, yours = ratio["W8A8Linear (fbgemm)"], ratio["Int8WeightOnlyLinear (yours)"]
+print(f"on this machine, at 4096 x 4096: W8A8 {w8a8:.2f}x and your weight-only layer {yours:.2f}x the float32 time, "
+      + ("W8A8 the faster of the two" if w8a8 < yours else "your weight-only layer the faster of the two")
+      + f"; dequantizing first {ratio['dequantize, then F.linear']:.1f}x, "
+      + ("slower than float32" if ratio["dequantize, then F.linear"] > 1 else "not slower than float32 here"))
 
 # %% [markdown]
-# Compare the printed ratios of the machine that ran this. The dequantize-first forward is far
-# behind: it moves more bytes than float32 (the int8 weight read, then two float32 copies written
-# and read: `.float()` and `* scale`). The last column divides the weight bytes each layer moves
-# by its time. An int8 layer reads a quarter of float32's bytes, but 0.25x would be the memory's
-# limit only if the float32 layer itself ran at that limit: compare its rate with the copy
-# bandwidth printed under the table. So 0.25x, a quarter of the bytes at float32's rate, is a
-# reference for the int8 layers, not a floor that none can pass. W8A8 comes closest to it: fbgemm multiplies
-# 8-bit activations by int8 weights, many pairs per instruction, adding them in int32. Your
-# weight-only layer reads the same bytes as W8A8 at a lower rate: the widening to float and the
-# float multiply-adds are the work that remains per weight, and they, not the memory, set its
-# speed. How much of the 4x it keeps therefore depends on how fast a core converts and multiplies
-# compared with how fast it streams memory, which differs from one processor to another (the
-# first line of the output says which vector instructions this one offers). The hidden test looks
-# inside one forward for a float tensor as large as the weight (the sign of dequantizing first),
-# then times your layer against float32 at 4096 x 4096 as described in the exercise.
+# Compare the printed ratios of the machine that ran this. The dequantize-first forward moves more
+# bytes than float32 (the int8 weight read, then two float32 copies written and read: `.float()`
+# and `* scale`); the last line says whether that made it slower here. The last column divides the
+# weight bytes each layer moves by its time. A row that reads its weight from main memory stays
+# below the read rate printed under the table; a row above it was served partly from the cache
+# (the cell names such rows, and says which weights fit in the cache).
 #
-# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 远远落后：它搬运的字节比 float32 还多（读取 int8 权重，再写出并读回两份 float32 副本：`.float()` 和 `* scale`）。最后一列是每个层搬运的权重字节数除以它的时间。int8 层读取的字节是 float32 的四分之一，但只有当 float32 层本身跑在内存的极限上时，0.25x 才是内存的极限：请把它的速率与表格下方打印的拷贝带宽比较。所以 0.25x，即以 float32 的速率读四分之一的字节，只是 int8 层的一个参照，而不是谁都不能越过的下限。W8A8 最接近它：fbgemm 用 8 位激活乘 int8 权重，每条指令处理很多对，并在 int32 中累加。你的仅权重层读取的字节与 W8A8 相同，速率却更低：扩展成浮点数以及浮点乘加，是每个权重剩下的工作，决定它速度的是这些运算，而不是内存。所以它能保住 4 倍中的多少，取决于一个核做转换和乘法的速度与它流式读取内存的速度之比，而这因处理器而异（输出的第一行说明这个处理器提供哪些向量指令）。隐藏测试先检查一次 forward 中是否出现了与权重一样大的浮点张量（先反量化的迹象），再按练习中说的方式在 4096 x 4096 的尺寸上把你的层与 float32 比较计时。
+# 比较运行本笔记本的机器打印出的比值。先反量化的 forward 搬运的字节比 float32 还多（读取 int8 权重，再写出并读回两份 float32 副本：`.float()` 和 `* scale`）；最后一行说明它在这里是否因此更慢。最后一列是每个层搬运的权重字节数除以它的时间。从主存读取权重的行会低于表格下方打印的读取速率；高于它的行有一部分由缓存供给（单元格会列出这样的行，并说明哪些权重放得进缓存）。
+#
+# An int8 layer reads a quarter of float32's bytes, so 0.25x, a quarter of the bytes at float32's
+# rate, is a reference for the int8 layers, not a floor that none can pass. Both int8 layers read
+# the same bytes and differ in the work per weight: your weight-only layer widens each weight to
+# float and multiplies in float; W8A8 multiplies 8-bit activations by int8 weights, many pairs per
+# instruction, adding them in int32. Which is faster depends on how fast a core converts and
+# multiplies compared with how fast it streams memory, which differs from one processor to another:
+# the first line of the output says which vector instructions this one offers, and the last line
+# which layer was faster here. The hidden test looks inside one forward for a float tensor as large
+# as the weight (the sign of dequantizing first), then times your layer against float32 at
+# 4096 x 4096 as described in the exercise.
+#
+# int8 层读取的字节是 float32 的四分之一，所以 0.25x，即以 float32 的速率读四分之一的字节，只是 int8 层的一个参照，而不是谁都不能越过的下限。两个 int8 层读取的字节相同，差别在每个权重上的工作：你的仅权重层把每个权重扩展成浮点数，再做浮点乘法；W8A8 用 8 位激活乘 int8 权重，每条指令处理很多对，并在 int32 中累加。哪个更快，取决于一个核做转换和乘法的速度与它流式读取内存的速度之比，而这因处理器而异：输出的第一行说明这个处理器提供哪些向量指令，最后一行说明在这里哪个层更快。隐藏测试先检查一次 forward 中是否出现了与权重一样大的浮点张量（先反量化的迹象），再按练习中说的方式在 4096 x 4096 的尺寸上把你的层与 float32 比较计时。
 
 # %% [markdown]
 # ### Exercise 7 · `quantize_model_` · 练习 7
@@ -776,11 +823,11 @@ nb11.check_quantize_model_(quantize_model_)
 # byte per weight plus a scale per row; the embedding table stays float32. Each variant decodes
 # several times, interleaved, and the table gives medians, the weight memory, the share of the
 # generated tokens that agree with float32, the bytes read per token and the share of the measured
-# copy bandwidth that the speed reaches (tokens/s times bytes per token, over bandwidth). The
+# read rate that the speed reaches (tokens/s times bytes per token, over the read rate). The
 # full-size comparison (12 layers, width 768, GPT-2's vocabulary, plus the accuracy on a trained
 # model) is a command, because it takes a minute or more: `.venv/bin/python -m utils.bench_quantize`.
 #
-# 现在进行本笔记本真正关心的测量：一个比开头那个稍大的 GPT（宽度 512、4 层、词表 8192：`utils.bench_quantize.SMALL`）、相同的提示，在单线程上分别以 float32、处处换成你的 int8 仅权重层、以及处处换成 W8A8 层（`utils.quantize.quantize_model_` 加 `layer=W8A8Linear`）来解码。两个 int8 模型都是每个权重 1 字节，外加每行一个 scale；嵌入表保持 float32。每种做法交替解码多次，表中给出中位数、权重内存、生成的词元中与 float32 一致的比例、每个词元读取的字节数，以及速度达到测得的拷贝带宽的比例（tokens/s 乘以每个词元的字节数，再除以带宽）。完整尺寸的比较（12 层、宽度 768、GPT-2 词表，外加在训练过的模型上的精度）是一条命令，因为它要运行一分钟或更久：`.venv/bin/python -m utils.bench_quantize`。
+# 现在进行本笔记本真正关心的测量：一个比开头那个稍大的 GPT（宽度 512、4 层、词表 8192：`utils.bench_quantize.SMALL`）、相同的提示，在单线程上分别以 float32、处处换成你的 int8 仅权重层、以及处处换成 W8A8 层（`utils.quantize.quantize_model_` 加 `layer=W8A8Linear`）来解码。两个 int8 模型都是每个权重 1 字节，外加每行一个 scale；嵌入表保持 float32。每种做法交替解码多次，表中给出中位数、权重内存、生成的词元中与 float32 一致的比例、每个词元读取的字节数，以及速度达到测得的读取速率的比例（tokens/s 乘以每个词元的字节数，再除以读取速率）。完整尺寸的比较（12 层、宽度 768、GPT-2 词表，外加在训练过的模型上的精度）是一条命令，因为它要运行一分钟或更久：`.venv/bin/python -m utils.bench_quantize`。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -794,7 +841,10 @@ variants = {"float32": mid, "int8 weight-only": quantize_model_(copy.deepcopy(mi
 rows = decode_benchmark(variants, prompt, new_tokens=4 if GRADING else 16, repeats=1 if GRADING else 3,
                         bandwidth=bandwidth, progress=False)
 print(format_rows(rows))
-print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x, W8A8 {rows[2]['speed / float32']:.2f}x float32: {WEIGHT_ONLY_REASON}")
+for r in rows if llc else []:
+    print(f"{r['variant']:17} reads {r['read MB/token'] * 1e6 / llc:4.1f}x the last-level cache per token"
+          + (": it can be served partly from the cache" if r["read MB/token"] * 1e6 <= llc else ""))
+print(int8_order(rows, layer_times(mid.cfg.emb_dim, repeats=20 if GRADING else 100)))
 fig, axes = plt.subplots(1, 2, figsize=(10, 2.6))
 axes[0].barh([r["variant"] for r in rows], [r["speed / float32"] for r in rows]); axes[0].set_xlabel("decode speed / float32 (higher is faster)")
 axes[1].barh([r["variant"] for r in rows], [r["weight MB"] for r in rows]); axes[1].set_xlabel("weight memory (MB)")
@@ -806,14 +856,21 @@ plt.tight_layout(); plt.show()
 # Read the table of the machine that ran this. Both int8 models need well under half the memory of
 # float32 (the embedding table stays float32). The speed column is the whole model, not one
 # layer: besides the matrix products every token pays for attention, norms and the dispatch of
-# each PyTorch operation, the same for every variant; the smaller the model, the larger that share,
-# which pulls every ratio toward 1 (at full size the command above shows the ratios further apart). The last column says how
-# close each variant comes to what memory allows; the weight-only model's share, next to W8A8's,
-# shows the arithmetic it spends per weight. On random weights the int8 models may also pick
-# other tokens than float32: the logits of an untrained model are nearly tied, and any rounding
-# can flip them. What a trained model loses is measured on notebook 12's checkpoint below.
+# each PyTorch operation, the same for every variant. The last column is each variant's share of
+# the read rate; a variant whose bytes per token fit in the last-level cache (the lines under the
+# table say which) is served partly from it, and its share can pass what main memory alone allows.
 #
-# 读一读运行本笔记本的机器给出的表格。两个 int8 模型所需的内存都远少于 float32 的一半（嵌入表仍是 float32）。速度一列是整个模型而不是一层：除了矩阵乘法，每个词元还要为注意力、归一化以及每个 PyTorch 运算的调度付出代价，这部分对每种做法都一样；模型越小，它占的比例越大，把每个比值都拉向 1（在完整尺寸下，上面的命令显示的比值差得更开）。最后一列说明每种做法离内存所允许的速度有多近；仅权重模型的比例与 W8A8 的放在一起，显示出它在每个权重上花的算术。在随机权重上，int8 模型挑出的词元也可能与 float32 不同：未经训练的模型的 logits 几乎打平，任何舍入都可能让它们翻转。训练过的模型会损失多少，在下面用笔记本 12 的检查点来测量。
+# 读一读运行本笔记本的机器给出的表格。两个 int8 模型所需的内存都远少于 float32 的一半（嵌入表仍是 float32）。速度一列是整个模型而不是一层：除了矩阵乘法，每个词元还要为注意力、归一化以及每个 PyTorch 运算的调度付出代价，这部分对每种做法都一样。最后一列是每种做法达到读取速率的比例；每个词元读取的字节数能放进末级缓存的做法（表格下方的几行会说明是哪些）有一部分由缓存供给，它的比例可以超过仅靠主存所能达到的。
+#
+# The last line says which int8 model was faster here, with one layer of this width timed alone
+# beside it, and what fits that order. It need not be the order of the 4096 x 4096 layer above,
+# where reading the weight dominates each call: at width 512 a call's other work (converting or
+# quantizing the activation vector, the kernel's setup) weighs more, and the order can differ from
+# one run and one machine to another. On random weights the int8 models may also pick other
+# tokens than float32: the logits of an untrained model are nearly tied, and any rounding can flip
+# them. What a trained model loses is measured on notebook 12's checkpoint below.
+#
+# 最后一行说明在这里哪个 int8 模型更快，旁边附上单独计时的一个同样宽度的层，以及与这个顺序相符的解释。它不一定与上面 4096 x 4096 的层的顺序相同：在那里，每次调用的时间主要花在读取权重上；而在宽度 512 时，一次调用的其他工作（转换或量化激活向量、内核自身的准备）占得更重，这个顺序可能因运行、因机器而不同。在随机权重上，int8 模型挑出的词元也可能与 float32 不同：未经训练的模型的 logits 几乎打平，任何舍入都可能让它们翻转。训练过的模型会损失多少，在下面用笔记本 12 的检查点来测量。
 
 # %% [markdown]
 # ## The KV cache in int8 · 用 int8 存储 KV 缓存
@@ -938,8 +995,9 @@ plt.tight_layout(); plt.show()
 # %% [markdown]
 # ## Summary · 小结
 #
-# - Decoding at batch 1 reads every weight once per token: bytes per token over memory bandwidth
-#   bounds the speed, so fewer bytes per weight means more tokens per second.
+# - Decoding at batch 1 reads every weight once per token: bytes per token over the read rate is
+#   the line the speed approaches when the weights come from main memory (a model that fits in the
+#   last-level cache can pass it), so fewer bytes per weight means more tokens per second.
 # - Absmax int8: scale = max|x| / 127, round to the nearest integer, clamp to [-127, 127], in float32; an all-zero slice
 #   needs a floor on amax (1e-4, as DeepSeek's act_quant) or it becomes 0 / 0. One outlier ruins a
 #   per-tensor scale; one scale per output channel contains it.
@@ -947,21 +1005,24 @@ plt.tight_layout(); plt.show()
 # - DeepSeek-V3 scales FP8 weights per 128 x 128 block (`weight_scale_inv`, multiplied to
 #   dequantize) and activations per token per 128 channels, so outliers stay in their tile.
 # - Int8 weight-only layers read a quarter of the bytes only if the kernel reads int8 directly
-#   (`torch._weight_int8pack_mm`); dequantizing the whole weight at every call, in a decode step
-#   bound by memory, is slower than float32. (Kernels that dequantize one tile at a time inside the
+#   (`torch._weight_int8pack_mm`); dequantizing the whole weight at every call moves more bytes
+#   than float32, so where a decode step waits on memory it is slower (the 4096 x 4096 cell prints
+#   whether it was on yours). (Kernels that dequantize one tile at a time inside the
 #   matrix multiply avoid that, and where a large batch makes the arithmetic dominate, dequantizing
 #   first costs little: DeepSeek-V3's `inference/model.py` defaults to `gemm_impl = "bf16"`,
 #   `weight_dequant` then a bf16 matrix multiply.) They still multiply in float, so on a CPU core
-#   that arithmetic sets their speed; W8A8 (8-bit activations times int8 weights, summed in int32:
-#   AVX2 `vpmaddubsw`, AVX-512 VNNI) is the path that approaches the bytes' bound.
+#   that arithmetic can take as long as the bytes; W8A8 (8-bit activations times int8 weights,
+#   summed in int32: AVX2 `vpmaddubsw`, AVX-512 VNNI) multiplies the bytes themselves. Which of the
+#   two is faster depends on the layer's size and on the processor: the cells above print the order
+#   on yours, for one 4096 x 4096 layer and for the whole small model.
 # - An int8 KV cache that dequantizes itself at every step saves memory, not bandwidth.
 # - On a trained model, per-channel int8 cost little; coarser grids (4 bits, one scale for a whole
 #   tensor) cost more, which is why scales are kept per block.
 #
-# - 批大小为 1 的解码对每个词元把每个权重读一遍：每个词元的字节数除以内存带宽限定了速度，所以每个权重的字节越少，每秒的词元越多。
+# - 批大小为 1 的解码对每个词元把每个权重读一遍：权重来自主存时，读取速率除以每个词元的字节数就是速度所趋近的那条线（能放进末级缓存的模型可以超过它），所以每个权重的字节越少，每秒的词元越多。
 # - Absmax int8：scale = max|x| / 127，取整到最近的整数，限制到 [-127, 127]，用 float32 计算；全零的切片需要给 amax 设一个下限（1e-4，与 DeepSeek 的 act_quant 相同），否则会变成 0 / 0。一个离群值就能毁掉按张量的 scale；每个输出通道一个 scale 能把它限制住。
 # - FP8 e4m3：每个 2 的幂之间 8 个值，最大 448；它仍然需要 scale，即 amax / 448。
 # - DeepSeek-V3 对 FP8 权重按 128 x 128 的块缩放（`weight_scale_inv`，反量化时相乘），对激活按每个词元每 128 个通道缩放，让离群值留在自己的分块内。
-# - int8 仅权重层只有在内核直接读取 int8 时才只读四分之一的字节（`torch._weight_int8pack_mm`）；在受内存限制的解码步中每次调用都把整个权重反量化，比 float32 还慢。（在矩阵乘法内部一次只反量化一个分块的内核可以避免这一点；而在大批量、算术占主导的地方，先反量化的代价很小：DeepSeek-V3 的 `inference/model.py` 默认 `gemm_impl = "bf16"`，先 `weight_dequant` 再做 bf16 矩阵乘法。）它们仍用浮点做乘法，所以在 CPU 核上决定速度的是这些运算；W8A8（8 位激活乘 int8 权重，累加到 int32：AVX2 的 `vpmaddubsw`、AVX-512 VNNI）才是接近字节上限的路径。
+# - int8 仅权重层只有在内核直接读取 int8 时才只读四分之一的字节（`torch._weight_int8pack_mm`）；每次调用都把整个权重反量化，搬运的字节比 float32 还多，所以在解码步等待内存的地方它更慢（4096 x 4096 的单元格会打印在你的机器上是否如此）。（在矩阵乘法内部一次只反量化一个分块的内核可以避免这一点；而在大批量、算术占主导的地方，先反量化的代价很小：DeepSeek-V3 的 `inference/model.py` 默认 `gemm_impl = "bf16"`，先 `weight_dequant` 再做 bf16 矩阵乘法。）它们仍用浮点做乘法，所以在 CPU 核上这些运算可能与读取字节花一样多的时间；W8A8（8 位激活乘 int8 权重，累加到 int32：AVX2 的 `vpmaddubsw`、AVX-512 VNNI）直接对字节做乘法。两者哪个更快，取决于层的大小和处理器：上面的单元格打印出在你的机器上的顺序，包括一个 4096 x 4096 的层和整个小模型。
 # - 每一步都把自己整体反量化的 int8 KV 缓存省的是内存，而不是带宽。
 # - 在训练过的模型上，按通道的 int8 代价很小；更粗的网格（4 比特、整个张量一个 scale）代价更大，这就是 scale 按块保留的原因。

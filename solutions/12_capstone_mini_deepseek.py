@@ -784,22 +784,6 @@ nb12.check_MTPModule(MTPModule)
 # hand it the answer. Each depth's logits go through the shared norm and head.
 #
 # 训练时，每个位置同时经过所有深度。`h` 一开始是主模型在最终归一化之前的残差流，即 `hidden_states(model, tokens)`（来自 `utils.mini_deepseek`：嵌入，然后经过每个块）。深度 `k` 的位置 `i` 读取词元 `i + k` 的嵌入，即深度 `k - 1` 在该位置被要求预测的词元：`tokens[:, k:]`。深度 `k` 比深度 `k - 1` 少一个位置，因为它的最后一个位置需要序列末尾之后的词元，所以用 `h[:, :-1]`。如果改读 `tokens[:, k - 1:]`，深度 `k` 得到的是它已经有的词元；如果读 `tokens[:, k + 1:]`，就等于把答案交给了它。每个深度的 logits 都经过共享的归一化和输出头。
-#
-# Here the course and the released DeepSeek-V3 differ in two details. The first is the output
-# norm. V3's layer 61 stores one of its own, `model.layers.61.shared_head.norm.weight`, next to
-# `enorm`, `hnorm` and `eh_proj`; only the embedding and the head matrix (`shared_head.head`) are
-# shared with the main model (`README_WEIGHTS.md`), and engines that load the weights (vLLM's
-# `deepseek_mtp.py`) apply `shared_head.norm`, not the main model's `model.norm`, before the head.
-# This course sends every depth through the main model's final `norm`, trained by both losses: one
-# norm fewer, so the checkpoint's MTP module has no output norm. The second is `h^0`. vLLM hands
-# layer 61 the main model's output after its final norm (`DeepseekV2Model.forward` in
-# `deepseek_v2.py` ends with `self.norm(hidden_states, residual)`), while this course's `h^0` is the
-# residual stream before that norm. `hnorm` rescales each vector to an RMS of 1, which undoes the
-# final norm's division but not its learned per-channel weight, so the two inputs differ by that
-# weight. To take V3's layer 61, `MTPModule` would need one more RMSNorm, applied in place of
-# `model.norm`, and `mtp_forward` would start from `model.norm(hidden_states(model, tokens))`.
-#
-# 在这里，本课程与发布的 DeepSeek-V3 有两处不同。第一处是输出归一化。V3 的第 61 层在 `enorm`、`hnorm` 和 `eh_proj` 之外，还保存了自己的输出归一化 `model.layers.61.shared_head.norm.weight`；只有嵌入和输出头矩阵（`shared_head.head`）与主模型共享（`README_WEIGHTS.md`），而加载这些权重的推理引擎（vLLM 的 `deepseek_mtp.py`）在输出头之前用的是 `shared_head.norm`，不是主模型的 `model.norm`。本课程让每个深度都经过主模型的最终 `norm`，它同时被两个损失训练：少了一个归一化，所以检查点中的 MTP 模块没有输出归一化。第二处是 `h^0`。vLLM 交给第 61 层的是主模型经过最终归一化之后的输出（`deepseek_v2.py` 中 `DeepseekV2Model.forward` 以 `self.norm(hidden_states, residual)` 结束），而本课程的 `h^0` 是这个归一化之前的残差流。`hnorm` 把每个向量缩放到均方根为 1，这抵消了最终归一化的除法，却抵消不了它可学习的逐通道权重，所以两种输入相差的正是这个权重。要装入 V3 的第 61 层，`MTPModule` 需要多一个 RMSNorm，并用它代替 `model.norm`，而 `mtp_forward` 要从 `model.norm(hidden_states(model, tokens))` 开始。
 
 # %% [markdown]
 # ### Exercise 6 · `mtp_forward` · 练习 6
@@ -1018,15 +1002,16 @@ shallow_costs = print_cost_model("2 layers", trained, mtp_trained[0], r["accepta
 # trained the same model 8 layers deep with its MTP module, on the same task and seed
 # (`checkpoints/mini_deepseek_8layers.pt`). It loads into your classes too. The last line puts its
 # greedy decode against the limit of notebook 11: the bytes a step reads (the weights one token
-# uses and the latent cache) times tokens per second, over this machine's measured bandwidth. At
-# this size the fraction is small: a step waits on the fixed cost of each of its many small
-# operations, not on memory.
+# uses and the latent cache) times tokens per second, over this machine's read rate (notebook 11's
+# line). What to look for: at this size expect the fraction to be small, a step waiting on the
+# fixed cost of each of its many small operations rather than on memory; the line after it says
+# whether it was.
 #
-# **更深的模型。** 无论主模型多深，草稿始终只有一个块（加上它的投影和输出头），所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块，但输出头很大（129,280 x 7,168 个权重）：上面的规模表数出了一次起草在那里用到的参数，并与主模型一步激活的 37B 参数相比。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中。最后一行把它的贪心解码与笔记本 11 的上限相比：一步读取的字节数（一个词元用到的权重和潜在缓存）乘以每秒词元数，再除以这台机器测得的带宽。在这个规模下这个比例很小：一步等待的是它众多小操作各自的固定开销，而不是内存。
+# **更深的模型。** 无论主模型多深，草稿始终只有一个块（加上它的投影和输出头），所以加深主模型会让草稿变得便宜。在 DeepSeek-V3 中，它是 61 层旁边的一个块，但输出头很大（129,280 x 7,168 个权重）：上面的规模表数出了一次起草在那里用到的参数，并与主模型一步激活的 37B 参数相比。`python -m utils.train_mini --n-layers 8` 用同样的任务和种子训练了 8 层深的同一个模型及其 MTP 模块（`checkpoints/mini_deepseek_8layers.pt`）。它同样可以加载到你的类中。最后一行把它的贪心解码与笔记本 11 的上限相比：一步读取的字节数（一个词元用到的权重和潜在缓存）乘以每秒词元数，再除以这台机器的读取速率（笔记本 11 的那条线）。要看的是：在这个规模下，预计这个比例很小，一步等待的是它众多小操作各自的固定开销，而不是内存；它后面的一行会说明是否如此。
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from utils.bandwidth import bandwidth_line, memory_bandwidth
+from utils.bandwidth import bandwidth_fraction, bandwidth_line, read_bandwidth
 from utils.mini_deepseek import DEEP_CHECKPOINT, bytes_read_per_token
 
 deep_ckpt = torch.load(DEEP_CHECKPOINT, weights_only=True)
@@ -1046,8 +1031,11 @@ print(f"{'self-speculative, tokens/s':32}{rd['speculative_tok_s']:>10.0f}   ({rd
 print(f"{'output identical to greedy':32}{rd['identical']!s:>10}")
 deep_costs = print_cost_model("8 layers", deep, deep_mtp, rd["acceptance"], rd["speedup"])
 context = round(sum(p.shape[1] for p in prompts) / len(prompts)) + 15  # the mean over a 30-token decode
-bandwidth = memory_bandwidth(n_bytes=(64 if GRADING else 256) * 2 ** 20)  # utils.bandwidth: a large copy
-print("greedy, against the bandwidth limit:", bandwidth_line(bytes_read_per_token(deep, context), rd["greedy_tok_s"], bandwidth))
+bandwidth = read_bandwidth(n_bytes=(64 if GRADING else 256) * 2 ** 20)  # utils.bandwidth: a matrix-vector product
+print("greedy, against the read rate:", bandwidth_line(bytes_read_per_token(deep, context), rd["greedy_tok_s"], bandwidth))
+share = bandwidth_fraction(bytes_read_per_token(deep, context), rd["greedy_tok_s"], bandwidth)
+print("a small fraction: a step waits on the fixed costs of its operations, not on memory" if share < 0.25 else
+      f"{share:.0%} of the line: on this machine memory is a large share of a step")
 
 # %% [markdown]
 # To see the whole curve, make the 8-layer model's draft dearer on purpose: `DearerDraft` runs the
@@ -1078,15 +1066,25 @@ plt.show()
 for row in sweep:
     print(f"draft run {row['times']} times: r = {row['draft_cost']:.2f}, predicted {row['predicted']:.2f}x, "
           f"measured {row['speedup']:.2f}x, identical output {row['identical']}")
+gaps = [row["speedup"] / row["predicted"] - 1 for row in sweep]
+widest = min(range(len(sweep)), key=lambda i: gaps[i])
+print(f"measured against the line: {min(gaps):+.0%} to {max(gaps):+.0%}"
+      + ("; below it at every point" if max(gaps) < 0 else "; above it at every point" if min(gaps) > 0 else "")
+      + f"; furthest below at r = {sweep[widest]['draft_cost']:.2f}, "
+      + ("the cheapest draft" if sweep[widest]["draft_cost"] == min(row["draft_cost"] for row in sweep) else "not the cheapest draft"))
+say = lambda x: "a speed-up" if x > 1.05 else "no speed-up (within 5% of greedy)" if x >= 0.95 else "a slow-down"
+print(f"on this machine: 2 layers with its draft {r['speedup']:.2f}x greedy, {say(r['speedup'])}; "
+      f"8 layers {rd['speedup']:.2f}x, {say(rd['speedup'])}")
 
 # %% [markdown]
-# The 2-layer model sits near break-even, so speculation buys nothing there: its draft costs most
-# of a greedy step. The 8-layer model's draft is a small fraction of a step, and the same kind of
-# draft, accepted just as often, turns two tokens per pass into a real speed-up. The printed ratios
-# are what this machine measured. The points stay close to the line, a little below it where the
-# loop's own bookkeeping (joining tokens, comparing the draft) counts, and the line is flat near
-# c2 = 1 because, at this size, a pass on two tokens costs little more than a pass on one. On a GPU serving
-# a large dense model that holds for a different reason: a step reads every weight once whether it
+# What to look for, and the last two lines say what this machine measured. The 2-layer model's
+# draft costs most of a greedy step, so it sits near break-even; the 8-layer model's draft is a
+# small fraction of a step, and the same kind of draft, accepted just as often, can turn two tokens
+# per pass into a real speed-up. Expect the measured points below the line, the most where the
+# draft is cheapest: there the loop's own bookkeeping (joining tokens, comparing the draft) is the
+# largest share of a step (the line before the last gives the range and where the largest gap was). c2, in the legend, is close to
+# 1 because, at this size, a pass on two tokens costs little more than a pass on one. On a GPU
+# serving a large dense model that holds for a different reason: a step reads every weight once whether it
 # checks one token or two (notebook 11). In a mixture of experts the second token may be routed to
 # other experts, so a two-token pass can read up to twice the routed experts' weights (16 experts
 # per layer instead of 8 in V3). DeepSeek-V3 reports 85-90% acceptance and 1.8x the tokens per
@@ -1094,7 +1092,7 @@ for row in sweep:
 # floating-point ties: a pass on two tokens adds in another order than a pass on one, and can flip
 # a near-tie between two candidate tokens.
 #
-# 2 层模型处在盈亏平衡点附近，推测解码在那里得不到任何好处：它的草稿几乎要花掉一次贪心步的代价。8 层模型的草稿只占一步的一小部分，同样的草稿、同样的接受率，就把每次前向计算两个词元变成了真正的加速。打印出的倍数是这台机器测得的。测量点紧挨着曲线，在循环自身的簿记（拼接词元、比较草稿）起作用的地方略低于曲线；而 c2 接近 1，是因为在这个规模下，对两个词元的一次前向计算只比对一个词元的稍贵一点。在 GPU 上服务大型稠密模型时，这一点出于另一个原因同样成立：无论检查一个词元还是两个，一步都只把每个权重读一遍（笔记本 11）。在混合专家模型中，第二个词元可能被路由到别的专家，所以对两个词元的一次前向计算最多可能读取两倍的路由专家权重（V3 中每层 16 个专家而不是 8 个）。DeepSeek-V3 报告的接受率为 85-90%，每秒词元数为 1.8 倍；除了浮点数打平的情形，接受率和输出完全相同这两点与机器无关：对两个词元的前向计算与对一个词元的前向计算求和顺序不同，可能让两个候选词元之间几乎打平的比较翻转。
+# 要看的是下面这些，最后两行说明这台机器测得的结果。2 层模型的草稿几乎要花掉一次贪心步的代价，所以它处在盈亏平衡点附近；8 层模型的草稿只占一步的一小部分，同样的草稿、同样的接受率，就能把每次前向计算两个词元变成真正的加速。预计测量点位于曲线下方，在草稿最便宜的地方低得最多：那里循环自身的簿记（拼接词元、比较草稿）在一步中所占的比例最大（倒数第二行给出了范围以及最大差距出现在哪里）。图例中的 c2 接近 1，是因为在这个规模下，对两个词元的一次前向计算只比对一个词元的稍贵一点。在 GPU 上服务大型稠密模型时，这一点出于另一个原因同样成立：无论检查一个词元还是两个，一步都只把每个权重读一遍（笔记本 11）。在混合专家模型中，第二个词元可能被路由到别的专家，所以对两个词元的一次前向计算最多可能读取两倍的路由专家权重（V3 中每层 16 个专家而不是 8 个）。DeepSeek-V3 报告的接受率为 85-90%，每秒词元数为 1.8 倍；除了浮点数打平的情形，接受率和输出完全相同这两点与机器无关：对两个词元的前向计算与对一个词元的前向计算求和顺序不同，可能让两个候选词元之间几乎打平的比较翻转。
 #
 # ## What you built · 你构建了什么
 #
@@ -1106,10 +1104,30 @@ for row in sweep:
 # (notebook 11), and a few details the course leaves out: queries without V3's compression
 # (`q_lora_rank = 0`, one `wq` where V3 has `wq_a`, `q_norm` and `wq_b`), no YaRN (notebook 09),
 # `route_scale` 1.0 where V3 has 2.5, no sequence-wise balance loss next to the bias, and the two
-# MTP details of "The chain over a sequence".
+# MTP details below.
 #
-# 一个迷你版的 DeepSeek-V3：你的 RMSNorm、前归一化块、模型、下一个词元损失以及多词元预测及其两种用法，围绕着课程的带解耦 RoPE 和压缩缓存的 MLA（`utils.mla`）和带共享专家与偏置均衡的混合专家（`utils.moe`），即笔记本 09 和 10 的版本。这些权重可以按 DeepSeek-V3 的参数名加载。这个模型与真正的模型之间的差别主要在规模（上面的表格）和 FP8（笔记本 11），还有课程省略的几个细节：查询没有 V3 的压缩（`q_lora_rank = 0`，一个 `wq`，而 V3 有 `wq_a`、`q_norm` 和 `wq_b`）、没有 YaRN（笔记本 09）、`route_scale` 为 1.0 而 V3 为 2.5、偏置之外没有按序列的均衡损失，以及"整个序列上的链"中 MTP 的两处细节。
+# 一个迷你版的 DeepSeek-V3：你的 RMSNorm、前归一化块、模型、下一个词元损失以及多词元预测及其两种用法，围绕着课程的带解耦 RoPE 和压缩缓存的 MLA（`utils.mla`）和带共享专家与偏置均衡的混合专家（`utils.moe`），即笔记本 09 和 10 的版本。这些权重可以按 DeepSeek-V3 的参数名加载。这个模型与真正的模型之间的差别主要在规模（上面的表格）和 FP8（笔记本 11），还有课程省略的几个细节：查询没有 V3 的压缩（`q_lora_rank = 0`，一个 `wq`，而 V3 有 `wq_a`、`q_norm` 和 `wq_b`）、没有 YaRN（笔记本 09）、`route_scale` 为 1.0 而 V3 为 2.5、偏置之外没有按序列的均衡损失，以及下面 MTP 的两处细节。
+
+# %% [markdown]
+# ### Two MTP details that differ from V3 · MTP 与 V3 不同的两处细节
 #
+# Here the course and the released DeepSeek-V3 differ in two details of the chain (Exercise 6's
+# `mtp_forward`). The first is the output norm. V3's layer 61 stores one of its own, `model.layers.61.shared_head.norm.weight`, next to
+# `enorm`, `hnorm` and `eh_proj`; only the embedding and the head matrix (`shared_head.head`) are
+# shared with the main model (`README_WEIGHTS.md`), and engines that load the weights (vLLM's
+# `deepseek_mtp.py`) apply `shared_head.norm`, not the main model's `model.norm`, before the head.
+# This course sends every depth through the main model's final `norm`, trained by both losses: one
+# norm fewer, so the checkpoint's MTP module has no output norm. The second is `h^0`. vLLM hands
+# layer 61 the main model's output after its final norm (`DeepseekV2Model.forward` in
+# `deepseek_v2.py` ends with `self.norm(hidden_states, residual)`), while this course's `h^0` is the
+# residual stream before that norm. `hnorm` rescales each vector to an RMS of 1, which undoes the
+# final norm's division but not its learned per-channel weight, so the two inputs differ by that
+# weight. To take V3's layer 61, `MTPModule` would need one more RMSNorm, applied in place of
+# `model.norm`, and `mtp_forward` would start from `model.norm(hidden_states(model, tokens))`.
+#
+# 在这里，本课程与发布的 DeepSeek-V3 在这条链（练习 6 的 `mtp_forward`）上有两处不同。第一处是输出归一化。V3 的第 61 层在 `enorm`、`hnorm` 和 `eh_proj` 之外，还保存了自己的输出归一化 `model.layers.61.shared_head.norm.weight`；只有嵌入和输出头矩阵（`shared_head.head`）与主模型共享（`README_WEIGHTS.md`），而加载这些权重的推理引擎（vLLM 的 `deepseek_mtp.py`）在输出头之前用的是 `shared_head.norm`，不是主模型的 `model.norm`。本课程让每个深度都经过主模型的最终 `norm`，它同时被两个损失训练：少了一个归一化，所以检查点中的 MTP 模块没有输出归一化。第二处是 `h^0`。vLLM 交给第 61 层的是主模型经过最终归一化之后的输出（`deepseek_v2.py` 中 `DeepseekV2Model.forward` 以 `self.norm(hidden_states, residual)` 结束），而本课程的 `h^0` 是这个归一化之前的残差流。`hnorm` 把每个向量缩放到均方根为 1，这抵消了最终归一化的除法，却抵消不了它可学习的逐通道权重，所以两种输入相差的正是这个权重。要装入 V3 的第 61 层，`MTPModule` 需要多一个 RMSNorm，并用它代替 `model.norm`，而 `mtp_forward` 要从 `model.norm(hidden_states(model, tokens))` 开始。
+
+# %% [markdown]
 # Sources: DeepSeek-AI, *DeepSeek-V3 Technical Report* (2024), sections 2.1 (architecture) and 2.2
 # (multi-token prediction, lam 0.3 then 0.1), 5.4.3 (acceptance 85-90%, 1.8x tokens per second), and its
 # inference code `inference/model.py` (parameter names, `Block`, `Gate`); F. Gloeckle et al., *Better

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from utils.benchmark import demo_device, timed
+from utils.benchmark import demo_device, order_warning, timed
 from utils.causal import causal_mask
 from utils.dsa import DSAConfig
 from utils.kv_cache import KVCache
@@ -54,6 +54,20 @@ DEVICE = demo_device()  # the timing cells run on a GPU when one is present (gra
 # Return the `(num_queries, num_keys)` boolean mask, True = blocked.
 #
 # 返回形状为 `(num_queries, num_keys)` 的布尔掩码，True 表示屏蔽。
+#
+# <!-- rules: sliding_window_mask -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`sliding_window_mask`)
+#
+# - Not graded (the caller guarantees it): num_queries <= num_keys and window >= 1.
+# - dtype: the result is `torch.bool`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：num_queries <= num_keys 且 window >= 1。
+# - dtype：结果是 `torch.bool`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "sliding_window_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def sliding_window_mask(num_queries, num_keys, window):
@@ -120,6 +134,22 @@ print("open keys per row, window 4:", (~sliding_window_mask(12, 12, 4)).sum(1).t
 # keys and for the values; `reset()` starts a new text.
 #
 # `__init__(batch_size, window, num_kv_heads, head_dim, dtype, device)` 为 `window` 个位置分配存储；`seq_len` 统计见过的位置数。`update(k_new, v_new)` 接收 `(B, num_kv_heads, T_new, head_dim)`，按位置顺序返回新位置之前最多 `window - 1` 个位置，再加上所有新位置（包括比窗口更长的块），键和值都如此；`reset()` 开始一段新文本。
+#
+# <!-- rules: RollingKVCache -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`RollingKVCache`)
+#
+# - Graded in float32 and float64: the cache keeps the dtype it is built with (`dtype=`).
+# - Device: the result is created on the `device` argument (pass `device=device` to what you build).
+# - It holds storage for `window` positions only, whatever the length of the text.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：缓存保持构造时指定的 dtype（`dtype=`）。
+# - 设备：结果创建在参数 `device` 指定的设备上（把 `device=device` 传给你构造的张量）。
+# - 无论文本多长，它只为 `window` 个位置保存存储。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "RollingKVCache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class RollingKVCache:
@@ -155,13 +185,16 @@ class RollingKVCache:
 import torch
 from autograder.checks import expect
 
-cache = RollingKVCache(1, 3, 1, 1)
-positions = torch.arange(6.0).view(1, 1, 6, 1)
-got = [cache.update(positions[:, :, t:t + 1], positions[:, :, t:t + 1])[0].flatten().tolist() for t in range(4)]
-expect(got == [[0.0], [0.0, 1.0], [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]] and cache.seq_len == 4,
-       "One token at a time with window 3: each step returns the last 2 positions and the new one, in order.",
-       "窗口为 3、每次一个词元：每一步按顺序返回最后 2 个位置和新位置。", f"got {got}, seq_len {cache.seq_len}")
-print("✓ RollingKVCache")
+from autograder.checks import nb13
+
+with nb13.as_graded(RollingKVCache):
+    cache = RollingKVCache(1, 3, 1, 1)
+    positions = torch.arange(6.0).view(1, 1, 6, 1)
+    got = [cache.update(positions[:, :, t:t + 1], positions[:, :, t:t + 1])[0].flatten().tolist() for t in range(4)]
+    expect(got == [[0.0], [0.0, 1.0], [0.0, 1.0, 2.0], [1.0, 2.0, 3.0]] and cache.seq_len == 4,
+           "One token at a time with window 3: each step returns the last 2 positions and the new one, in order.",
+           "窗口为 3、每次一个词元：每一步按顺序返回最后 2 个位置和新位置。", f"got {got}, seq_len {cache.seq_len}")
+    print("✓ RollingKVCache")
 
 # %% nbgrader={"grade": true, "grade_id": "test_RollingKVCache_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -241,6 +274,20 @@ ax.set_xlabel("positions seen"); ax.set_ylabel("MiB"); ax.legend(); plt.tight_la
 # gradient reaches it.
 #
 # `q (B, H, T_q, d)`、`k (B, H, T_k, d)`、`v (B, H, T_k, d_v)`、`sinks (H,)`；`mask` 为 None、`(T_q, T_k)` 或 `(B, 1, T_q, T_k)`，True 表示屏蔽。返回 `(B, H, T_q, d_v)`，dtype 与输入相同。sink 是可学习的参数：直接用 `sinks` 张量本身计算，这样梯度才能传到它。
+#
+# <!-- rules: attention_with_sinks -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`attention_with_sinks`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "attention_with_sinks", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_with_sinks(q, k, v, sinks, mask=None):
@@ -258,11 +305,14 @@ def attention_with_sinks(q, k, v, sinks, mask=None):
 import torch
 from autograder.checks import expect, expect_close
 
-q, k, v = torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 3, 4), torch.ones(1, 1, 3, 2)
-out = attention_with_sinks(q, k, v, torch.zeros(1))
-expect_close(out, torch.full((1, 1, 1, 2), 0.75), "Three equal scores and a sink of 0: each of the four columns gets 1/4, the values get 3/4.",
-             "三个相等的分数和一个为 0 的 sink：四列各得 1/4，值得到 3/4。")
-print("✓ attention_with_sinks")
+from autograder.checks import nb13
+
+with nb13.as_graded(attention_with_sinks):
+    q, k, v = torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 3, 4), torch.ones(1, 1, 3, 2)
+    out = attention_with_sinks(q, k, v, torch.zeros(1))
+    expect_close(out, torch.full((1, 1, 1, 2), 0.75), "Three equal scores and a sink of 0: each of the four columns gets 1/4, the values get 3/4.",
+                 "三个相等的分数和一个为 0 的 sink：四列各得 1/4，值得到 3/4。")
+    print("✓ attention_with_sinks")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_with_sinks_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -316,16 +366,15 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 #
 # MLA rotates adjacent pairs $(2i, 2i+1)$ (interleaved, notebook 08). The indexer's weights expect
 # half-split pairs $(i, i + d/2)$. The first released inference code applied the indexer's RoPE
-# interleaved, like MLA's. On 2025-11-17 DeepSeek added a note to the repository: the indexer's RoPE
-# input "requires a non-interleaved layout, whereas RoPE in the MLA module expects an interleaved
-# layout", and the fix passes `interleaved=False` for the indexer. Serving engines that had copied
-# the released code followed: vLLM fixed it on 2025-11-18 (PR #28968), vllm-ascend in PR #4641 and
-# again in PR #7341 after a regression; for SGLang it was reported as issue #13530; in mlx-lm, whose
-# port of V3.2 was still a work-in-progress pull request (#512), a reviewer corrected the layout
-# before anything was released. Nothing crashes with the wrong layout: the
-# indexer simply selects other keys. This notebook uses the corrected layout.
+# interleaved, like MLA's. On 2025-11-17 DeepSeek added a note to the repository's README (the
+# indexer's RoPE input "requires a non-interleaved layout, whereas RoPE in the MLA module expects an
+# interleaved layout") and, in commit 8631a81 of `deepseek-ai/DeepSeek-V3.2-Exp`, passes
+# `interleaved=False` for the indexer: a clone older than that still shows the interleaved call.
+# Serving engines that had copied the released code fixed it in the following days and weeks (the
+# Sources list where). Nothing crashes with the wrong layout: the indexer simply selects other keys.
+# This notebook uses the corrected layout.
 #
-# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库中加了一条说明：索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"，修复方法是对索引器传入 `interleaved=False`。照抄了发布代码的推理引擎随后跟进：vLLM 在 2025-11-18 修复了它（PR #28968），vllm-ascend 在 PR #4641 中修复，回归后又在 PR #7341 中再次修复；SGLang 中它以 issue #13530 的形式被报告；mlx-lm 对 V3.2 的移植当时还是一个进行中的拉取请求（#512），一位审阅者在任何发布之前就更正了这个布局。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
+# MLA 旋转相邻的一对 $(2i, 2i+1)$（交错布局，笔记本 08）。索引器的权重要求前后两半配对 $(i, i + d/2)$。首次发布的推理代码像 MLA 一样以交错方式对索引器施加 RoPE。2025-11-17，DeepSeek 在仓库的 README 中加了一条说明（索引器的 RoPE 输入"需要非交错布局，而 MLA 模块中的 RoPE 需要交错布局"），并在 `deepseek-ai/DeepSeek-V3.2-Exp` 的提交 8631a81 中对索引器传入 `interleaved=False`：比这更早的克隆仍然是交错的调用。照抄了发布代码的推理引擎在随后几天到几周内修复了它（来源中列出了在哪里）。用错误的布局什么也不会崩溃：索引器只是选出了别的键。本笔记本使用更正后的布局。
 
 # %% [markdown]
 # ### Exercise 4 · `LightningIndexer` · 练习 4
@@ -340,6 +389,20 @@ print("fully blocked row:", attention_with_sinks(q, k, v, torch.zeros(1), torch.
 # for positions after each query. No FP8, no Hadamard rotation.
 #
 # `__init__(self, cfg)` 接收一个 `DSAConfig`（09 的 `MLAConfig` 字段，再加 `index_n_heads`、`index_head_dim`、`index_topk`）：`wq_b`（`q_lora_rank -> index_n_heads * index_head_dim`）、`wk`（`dim -> index_head_dim`）、`k_norm = nn.LayerNorm(index_head_dim, eps=1e-6)`、`weights_proj`（`dim -> index_n_heads`），所有线性层都不带偏置。`forward(x, qr, start_pos=0)` 返回索引分数 `(B, T, start_pos + T)`：在位置 `start_pos ...` 上，对每个查询头和键的前 `qk_rope_head_dim` 个特征施加前后两半配对的 RoPE（`apply_rope(..., interleaved=False)`）；键在多次调用之间缓存（与 09 一样，`start_pos == 0` 开始一段新文本）；每个查询之后的位置为 `-inf`。没有 FP8，也没有 Hadamard 旋转。
+#
+# <!-- rules: LightningIndexer -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`LightningIndexer`)
+#
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "LightningIndexer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class LightningIndexer(nn.Module):
@@ -381,18 +444,21 @@ import torch
 from autograder.checks import expect
 from utils.dsa import DSAConfig
 
-torch.manual_seed(0)
-cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
-                max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=4)
-indexer = LightningIndexer(cfg)
-with torch.no_grad():
-    scores = indexer(torch.randn(2, 5, 16), torch.randn(2, 5, 8))
-expect(scores.shape == (2, 5, 5), "The index scores have shape (B, T, start_pos + T).", "索引分数的形状是 (B, T, start_pos + T)。",
-       f"shape {tuple(scores.shape)}")
-expect(bool(torch.isneginf(scores[:, 0, 1:]).all()) and bool(torch.isfinite(scores[:, -1]).all()),
-       "Positions after a query get -inf; the last query scores every position.",
-       "查询之后的位置为 -inf；最后一个查询为每个位置打分。")
-print("✓ LightningIndexer")
+from autograder.checks import nb13
+
+with nb13.as_graded(LightningIndexer):
+    torch.manual_seed(0)
+    cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
+                    max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=4)
+    indexer = LightningIndexer(cfg)
+    with torch.no_grad():
+        scores = indexer(torch.randn(2, 5, 16), torch.randn(2, 5, 8))
+    expect(scores.shape == (2, 5, 5), "The index scores have shape (B, T, start_pos + T).", "索引分数的形状是 (B, T, start_pos + T)。",
+           f"shape {tuple(scores.shape)}")
+    expect(bool(torch.isneginf(scores[:, 0, 1:]).all()) and bool(torch.isfinite(scores[:, -1]).all()),
+           "Positions after a query get -inf; the last query scores every position.",
+           "查询之后的位置为 -inf；最后一个查询为每个位置打分。")
+    print("✓ LightningIndexer")
 
 # %% nbgrader={"grade": true, "grade_id": "test_LightningIndexer_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -500,6 +566,22 @@ for outlier in (30.0, 3000.0):
 # (a query near the start of the text has fewer than `topk` candidates).
 #
 # 根据索引分数 `(B, T, S)` 返回布尔掩码 `(B, T, S)`，True 表示屏蔽：每个查询正好保留 `min(topk, 有限分数的个数)` 个分数最高的键；永远不选 `-inf` 的位置（文本开头附近的查询，候选少于 `topk` 个）。
+#
+# <!-- rules: topk_key_mask -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`topk_key_mask`)
+#
+# - The course's `topk_indices` may not run inside your code: this exercise is that part of the work.
+# - Graded in float32, float64 and bfloat16: the result is `torch.bool`.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `topk_indices` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 在 float32、float64、bfloat16 下评分：结果是 `torch.bool`。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "topk_key_mask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def topk_key_mask(index_scores, topk):
@@ -514,12 +596,15 @@ def topk_key_mask(index_scores, topk):
 import torch
 from autograder.checks import expect
 
-scores = torch.tensor([[[1.0, float("-inf"), float("-inf")], [0.5, 2.0, 1.0]]])
-got = topk_key_mask(scores, 2)
-expect(got.tolist() == [[[False, True, True], [True, False, False]]],
-       "Top-2: the first query has one candidate, the second keeps its two best.",
-       "Top-2：第一个查询只有一个候选，第二个查询保留它最好的两个。", f"got {got.tolist()}")
-print("✓ topk_key_mask")
+from autograder.checks import nb13
+
+with nb13.as_graded(topk_key_mask):
+    scores = torch.tensor([[[1.0, float("-inf"), float("-inf")], [0.5, 2.0, 1.0]]])
+    got = topk_key_mask(scores, 2)
+    expect(got.tolist() == [[[False, True, True], [True, False, False]]],
+           "Top-2: the first query has one candidate, the second keeps its two best.",
+           "Top-2：第一个查询只有一个候选，第二个查询保留它最好的两个。", f"got {got.tolist()}")
+    print("✓ topk_key_mask")
 
 # %% nbgrader={"grade": true, "grade_id": "test_topk_key_mask_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -540,6 +625,22 @@ nb13.check_topk_key_mask(topk_key_mask)
 # `-inf` for the others to MLA's scores. When `index_topk >= start_pos + T` it is 09's MLA.
 #
 # 继承 09 的 `MultiHeadLatentAttention`（从 `utils.mla` 导入：参数和缓存相同；它的辅助方法 `_latent_and_rope_key`、`_expand` 和 `_write` 你可以直接复用），并加上 `self.indexer = LightningIndexer(cfg)`，输入为 `qr = q_norm(wq_a(x))`。在 `forward(x, start_pos=0, absorb=False)` 中，两条路径上的每个查询都只关注 `topk_key_mask` 为它保留的键（`index_topk` 个）：掩码按查询给出，由所有 MLA 头共享，并叠加在因果掩码之上。V3.2 的官方代码正是这样做的：对选中的键在 MLA 分数上加 0，对其他键加 `-inf`。当 `index_topk >= start_pos + T` 时，它就是 09 的 MLA。
+#
+# <!-- rules: SparseMLA -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`SparseMLA`)
+#
+# - The course's `gather_positions` may not run inside your code: this exercise is that part of the work.
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `gather_positions` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "SparseMLA", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class SparseMLA(MultiHeadLatentAttention):
@@ -586,17 +687,20 @@ from autograder.checks import expect_close
 from utils.dsa import DSAConfig
 from utils.mla import MultiHeadLatentAttention
 
-torch.manual_seed(0)
-cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
-                max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=10)
-sparse = SparseMLA(cfg)
-dense = MultiHeadLatentAttention(cfg)
-dense.load_state_dict({k: v for k, v in sparse.state_dict().items() if not k.startswith("indexer.")})
-x = torch.randn(2, 6, 16)
-with torch.no_grad():
-    expect_close(sparse(x), dense(x), "With index_topk >= the number of positions, SparseMLA is 09's MLA.",
-                 "当 index_topk >= 位置数时，SparseMLA 就是 09 的 MLA。")
-print("✓ SparseMLA")
+from autograder.checks import nb13
+
+with nb13.as_graded(SparseMLA):
+    torch.manual_seed(0)
+    cfg = DSAConfig(dim=16, n_heads=2, q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=3,
+                    max_seq_len=10, index_n_heads=3, index_head_dim=8, index_topk=10)
+    sparse = SparseMLA(cfg)
+    dense = MultiHeadLatentAttention(cfg)
+    dense.load_state_dict({k: v for k, v in sparse.state_dict().items() if not k.startswith("indexer.")})
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        expect_close(sparse(x), dense(x), "With index_topk >= the number of positions, SparseMLA is 09's MLA.",
+                     "当 index_topk >= 位置数时，SparseMLA 就是 09 的 MLA。")
+    print("✓ SparseMLA")
 
 # %% nbgrader={"grade": true, "grade_id": "test_SparseMLA_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -673,7 +777,10 @@ ax.set_xscale("log", base=2); ax.set_xlabel("cached positions"); ax.set_ylabel("
 ax.legend(); plt.tight_layout(); plt.show()
 last = rows[-1]
 print(f"On this machine, at {last['context']} cached positions the sparse step took {last['sparse_ms']:.1f} ms and the "
-      f"dense step {last['dense_ms']:.1f} ms: {last['speedup']:.1f}x; sparse was faster from {crossover(rows)} cached positions on.")
+      f"dense step {last['dense_ms']:.1f} ms: {last['speedup']:.1f}x; "
+      + (f"sparse was faster from {crossover(rows)} cached positions on." if crossover(rows)
+         else "sparse was not faster at the longest contexts measured."))
+print(order_warning(rows, "context", ["dense_ms"]) or "the dense step's time grows with the context: no sign of a disturbed run")
 
 # %% [markdown]
 # While the text holds at most 2048 positions (the cached ones and the new token), the sparse step
@@ -731,12 +838,12 @@ for name, t in times.items():
     print(f"{name:52} {1e3 * sorted(t)[2]:8.2f} ms")
 
 # %% [markdown]
-# Masking computes every score before it throws most of them away, so it costs at least the dense
-# time; gathering computes 2048 of them. That is why the timed sparse step above gathers, and why
+# Masking computes every score before it throws most of them away, so expect it at no less than the
+# dense time; gathering computes 2048 of them. That is why the timed sparse step above gathers, and why
 # DeepSeek released kernels that read only the selected latents (FlashMLA's sparse kernels) next to
 # the masking reference in `model.py`.
 #
-# 掩码先算出每一个分数，再把其中大部分丢掉，所以它的代价至少是稠密的时间；收集只计算其中 2048 个。这就是上面计时的稀疏步骤要先收集的原因，也是 DeepSeek 在做掩码的参考实现 `model.py` 之外，还发布了只读取被选中潜在向量的内核（FlashMLA 的稀疏内核）的原因。
+# 掩码先算出每一个分数，再把其中大部分丢掉，所以预计它的代价不低于稠密的时间；收集只计算其中 2048 个。这就是上面计时的稀疏步骤要先收集的原因，也是 DeepSeek 在做掩码的参考实现 `model.py` 之外，还发布了只读取被选中潜在向量的内核（FlashMLA 的稀疏内核）的原因。
 #
 # ### On a GPU, at batch 1 · 在 GPU 上，批大小为 1
 #
@@ -769,15 +876,15 @@ for context, (dense_ms, sparse_ms) in H200_MS.items():
 # %% [markdown]
 # On that GPU the sparse step was slower than the dense one at every context measured (the speedup
 # column stays below 1), although it reads 2 to 4 times fewer bytes: at 4.8 TB/s even the dense
-# step's reads take a few hundredths of a millisecond of a step of about 2 ms. At batch 1 a step of
+# step's reads take at most three hundredths of a millisecond of a step of about 2 ms. At batch 1 a step of
 # one layer waits on its dozens of small kernels, launched one after another (the projections, the
 # indexer's products, the top-k, the gather, the softmax), and on the indexer's own work, not on
-# reading the cache, and the sparse step has more kernels to launch. On one CPU thread it was the
-# other way round: there the arithmetic over every cached latent and 128 heads is slow enough to
-# dominate, and selecting 2048 paid from the crossover printed under the CPU plot. Sparse attention
+# reading the cache, and the sparse step has more kernels to launch. On one CPU thread the
+# arithmetic over every cached latent and 128 heads can be slow enough to dominate: the line under
+# the CPU plot says from which context, if any, selecting 2048 paid on your machine. Sparse attention
 # pays where the work over the cache dominates a step:
 #
-# 在那块 GPU 上，稀疏步骤在测量的每个上下文长度下都比稠密步骤慢（加速比一列始终低于 1），尽管它读取的字节少 2 到 4 倍：以 4.8 TB/s 计，即使是稠密步骤的读取，也只占约 2 毫秒的一步中的几百分之一毫秒。批大小为 1 时，一层的一步等待的是它依次启动的几十个小内核（各个投影、索引器的乘积、top-k、收集、softmax）以及索引器本身的工作，而不是读取缓存；稀疏步骤要启动的内核还更多。在单个 CPU 线程上情况正好相反：那里对每个缓存的潜在向量、128 个头做的运算慢到足以占主导，所以从 CPU 图下方打印的交叉点开始，只选 2048 个就划算了。稀疏注意力在对缓存的工作主导一步的地方划算：
+# 在那块 GPU 上，稀疏步骤在测量的每个上下文长度下都比稠密步骤慢（加速比一列始终低于 1），尽管它读取的字节少 2 到 4 倍：以 4.8 TB/s 计，即使是稠密步骤的读取，也最多只占约 2 毫秒的一步中的百分之三毫秒。批大小为 1 时，一层的一步等待的是它依次启动的几十个小内核（各个投影、索引器的乘积、top-k、收集、softmax）以及索引器本身的工作，而不是读取缓存；稀疏步骤要启动的内核还更多。在单个 CPU 线程上，对每个缓存的潜在向量、128 个头做的运算可能慢到足以占主导：CPU 图下方的那一行说明在你的机器上从哪个上下文长度开始（如果有的话）只选 2048 个是划算的。稀疏注意力在对缓存的工作主导一步的地方划算：
 #
 # - long contexts: the dense work grows with every cached token, while the sparse MLA part stays at
 #   2048 positions and only the indexer's small keys keep growing;
@@ -851,8 +958,8 @@ for name, bytes_at in designs.items():
 # memory but lets each query attend to only 2048 latents, chosen by a cheap indexer whose RoPE
 # layout must match the one it was trained with. It saves time only where the selected latents are
 # gathered (or read by a sparse kernel) rather than masked, and where the work over the cache
-# dominates a step: on one CPU thread beyond the crossover measured in section 4, on a GPU at
-# batch 1 not in the course's PyTorch (the H200 figures). As shipped, DeepSeek-V3.2-Exp's code runs YaRN at every
+# dominates a step: on one CPU thread beyond the crossover measured in section 4; on a GPU at
+# batch 1, the course's PyTorch saves nothing (the H200 figures). As shipped, DeepSeek-V3.2-Exp's code runs YaRN at every
 # length: its `max_seq_len` (16384 by default) exceeds `original_seq_len` (4096), so YaRN's
 # frequencies and MLA's larger softmax scale apply even to a 10-token text. This course leaves YaRN
 # out, so parity with that code holds when it is built with `max_seq_len <= 4096`.
@@ -860,13 +967,15 @@ for name, bytes_at in designs.items():
 # 滑动窗口以遗忘为代价，同时限制了缓存和每一步的计算量；sink 让一个头可以什么都不关注，这正是窗口所需要的；DeepSeek 稀疏注意力把每个键都保留在内存中，但每个查询只关注 2048 个潜在向量，由一个廉价的索引器挑选，而索引器的 RoPE 布局必须与它训练时的一致。只有把选中的潜在向量收集出来（或由稀疏内核读取）而不是加掩码，并且对缓存的工作在一步中占主导时，它才省时间：在单个 CPU 线程上超过第 4 节测得的交叉点之后；在 GPU 上批大小为 1 时，课程的 PyTorch 实现并不省（见 H200 的数字）。按发布时的设置，DeepSeek-V3.2-Exp 的代码在任何长度上都运行 YaRN：它的 `max_seq_len`（默认 16384）大于 `original_seq_len`（4096），所以即使是 10 个词元的文本，YaRN 的频率和 MLA 更大的 softmax 缩放也都会生效。本课程省略了 YaRN，所以只有当那份代码以 `max_seq_len <= 4096` 构建时，两者才一致。
 #
 # Sources: DeepSeek-AI, DeepSeek-V3.2-Exp inference code (`inference/model.py`: `Indexer`, `MLA`,
-# `rotate_activation`, `ModelArgs`; `config_671B_v3.2.json`) and its README note of 2025-11-17 on the indexer's
-# RoPE layout; vLLM PR #28968, SGLang issue #13530, vllm-ascend PRs #4641 and #7341, mlx-lm PR #512 (a
-# review comment of 2025-12-01); DeepSeek's FlashMLA README (its sparse kernels for V3.2);
+# `rotate_activation`, `ModelArgs`; `config_671B_v3.2.json`), its README note of 2025-11-17 on the indexer's
+# RoPE layout and commit 8631a813356d39b09a5c1ee1cde8ed6015559eb3 (the fix; vLLM fixed it on 2025-11-18,
+# vllm-ascend twice, after a regression; in mlx-lm a reviewer corrected a port still in review);
+# vLLM PR #28968, SGLang issue #13530, vllm-ascend PRs #4641 and #7341, mlx-lm PR #512 (a review
+# comment of 2025-12-01); DeepSeek's FlashMLA README (its sparse kernels for V3.2);
 # OpenAI, gpt-oss (`gpt_oss/torch/model.py`: sinks, sliding window); DeepSeek-V4's Hugging Face
 # `configuration_deepseek_v4.py`; G. Xiao et al., *Efficient Streaming Language Models with Attention
 # Sinks* (2023); A. Q. Jiang et al., *Mistral 7B* (2023); S. Raschka, LLMs-from-scratch `ch04/06_swa`,
 # issue #1008 and PR #1013; the GPU figures: measured for this course on one NVIDIA H200 (torch 2.11,
 # CUDA 13, the course's `utils` of 2026-11-25), and NVIDIA's H200 datasheet (4.8 TB/s).
 #
-# 来源：`DeepSeek-AI` 的 `DeepSeek-V3.2-Exp` 推理代码（`inference/model.py` 中的 `Indexer`、`MLA`、`rotate_activation`；`config_671B_v3.2.json`）及其 2025 年 11 月 17 日关于索引器旋转位置编码布局的说明；推理引擎的修复与报告：`vLLM PR #28968`、`SGLang issue #13530`、`vllm-ascend PR #4641` 与 `#7341`、`mlx-lm PR #512`（2025-12-01 的一条审阅意见）；DeepSeek 的 FlashMLA 说明文件（它为 V3.2 提供的稀疏内核）；`OpenAI` 的 `gpt-oss`（`gpt_oss/torch/model.py`：sink 与滑动窗口）；`DeepSeek-V4` 在 `Hugging Face` 上的 `configuration_deepseek_v4.py`；`G. Xiao` 等人关于注意力 sink 与流式语言模型的论文（`Efficient Streaming Language Models with Attention Sinks`，2023）；`A. Q. Jiang` 等人的 `Mistral 7B`（2023）；`S. Raschka` 的 `LLMs-from-scratch` 中的 `ch04/06_swa`、`issue #1008` 与 `PR #1013`；GPU 上的数字：为本课程在一块 NVIDIA H200 上测得（torch 2.11、CUDA 13，课程 2026-11-25 的 `utils`），以及 NVIDIA 的 H200 数据手册（4.8 TB/s）。
+# 来源：DeepSeek-AI 的 DeepSeek-V3.2-Exp 推理代码（`inference/model.py` 中的 `Indexer`、`MLA`、`rotate_activation`、`ModelArgs`；`config_671B_v3.2.json`）、它 2025 年 11 月 17 日关于索引器 RoPE 布局的 README 说明，以及提交 8631a813356d39b09a5c1ee1cde8ed6015559eb3（这次修复；vLLM 在 2025-11-18 修复，vllm-ascend 在一次回归后修复了两次；mlx-lm 中一位审阅者在移植仍在审阅时就更正了它）；推理引擎的修复与报告：vLLM PR #28968、SGLang issue #13530、vllm-ascend PR #4641 与 #7341、mlx-lm PR #512（2025-12-01 的一条审阅意见）；DeepSeek 的 FlashMLA 说明文件（它为 V3.2 提供的稀疏内核）；OpenAI 的 gpt-oss（`gpt_oss/torch/model.py`：sink 与滑动窗口）；DeepSeek-V4 在 Hugging Face 上的 `configuration_deepseek_v4.py`；G. Xiao 等，《Efficient Streaming Language Models with Attention Sinks》（2023）；A. Q. Jiang 等，《Mistral 7B》（2023）；S. Raschka 的 LLMs-from-scratch 中的 `ch04/06_swa`、issue #1008 与 PR #1013；GPU 上的数字：为本课程在一块 NVIDIA H200 上测得（torch 2.11、CUDA 13，课程 2026-11-25 的 `utils`），以及 NVIDIA 的 H200 数据手册（4.8 TB/s）。

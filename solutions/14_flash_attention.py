@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from utils.bench_flash import format_rows, measure, peak_extra_memory
+from utils.bench_flash import format_rows, measure, order_warning, peak_extra_memory
 from utils.benchmark import demo_device
 from utils.causal import causal_mask
 from utils.scaled_attention import scaled_dot_product_attention
@@ -130,6 +130,24 @@ print(f"largest float32: {big:.3g} = e^{math.log(big):.1f}; exp(1000.0) in float
 # (`torch.where`). Create `m` and `l` with `x.new_full` and `x.new_zeros` so they keep the dtype of `x`.
 #
 # 返回 `x` 沿最后一维的 softmax：按每块 `block_size` 个元素（最后一块可以更短）扫一遍，保存形状为 `x.shape[:-1]` 的运行最大值 `m` 和运行和 `l`，然后做一次逐元素运算 `exp(x - m) / l`。任何归约都不能跨越一个以上的块：不能对整行做 `x.max(dim=-1)`，也不能用 `torch.softmax(x)`。等于 $-\infty$ 的元素权重为 0。注意开头几块全是 $-\infty$ 的行：那时 $m$ 仍是 $-\infty$，而 $-\infty - (-\infty)$ 是 NaN；在 $m$ 为无穷时改为减去 0（用 `torch.where`）。用 `x.new_full` 和 `x.new_zeros` 创建 `m` 和 `l`，使它们保持 `x` 的 dtype。
+#
+# <!-- rules: online_softmax -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`online_softmax`)
+#
+# - Not graded (the caller guarantees it): block_size >= 1.
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - No reduction over more than `block_size` entries of a row at once (no full-row maximum or sum, also not through a matrix product); one elementwise pass at the end.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：block_size >= 1。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 一次归约不超过一行中的 `block_size` 个元素（不求整行的最大值或和，也不通过矩阵乘法）；最后做一次逐元素的计算。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "online_softmax", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -264,6 +282,26 @@ print("tiles computed:", int((kinds < 2).sum()), "of", kinds.numel())
 # a later tile that masks a whole row leaves that row's $m$, $\ell$ and accumulator as they were.
 #
 # 对形状为 `(B, H, T_q, d)` 的 `q`、`(B, H, T_k, d)` 的 `k` 和 `(B, H, T_k, d_v)` 的 `v`，返回 `(out, lse)`：`out` 的形状为 `(B, H, T_q, d_v)`，等于 `softmax(q kᵀ / sqrt(d)) v`；`lse` 的形状为 `(B, H, T_q)`，是每个查询在它能看到的键上缩放后分数的 log-sum-exp：$\mathrm{lse}_i = \log \sum_j e^{q_i \cdot k_j / \sqrt d} = m_i + \log \ell_i$，其中 $d$ 是查询和键的宽度（`q.shape[-1]`，不是 `d_v`）。两者都以输入的 dtype 返回。外层循环遍历每块 `block_q` 行的查询，内层循环遍历每块 `block_k` 行的键（每一维的最后一块可以更短：`min(i0 + block_q, T_q)`）；用 `...` 索引同时处理所有样本和头，或者对它们循环。评分程序会观察你的函数创建了什么：任何张量所含的数都不能多于每个样本和每个头的一个 `(block_q, block_k)` 分块，除非它不比某个输入或输出大（所以要逐个分块计算分数、概率和掩码，并直接对输入切片，不要填充），也不能调用 `F.scaled_dot_product_attention`。当 `causal=True`（右下对齐，$T_q \le T_k$）时，跳过完全位于对角线之上的分块（评分程序会看到比不加掩码的同一调用更少的运算），其他分块用 `masked_fill(..., float("-inf"))` 加掩码。第一个键块（从键 0 开始）含有每个查询都能看到的键，所以它之后 $m$ 就是有限的；之后某个分块若把一整行都屏蔽掉，这一行的 $m$、$\ell$ 和累加器都保持不变。
+#
+# <!-- rules: flash_attention_forward -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`flash_attention_forward`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the attention this exercise builds tile by tile).
+# - Not graded (the caller guarantees it): with causal=True, T_q <= T_k (the queries are the last positions).
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - No score or probability intermediate larger than one (block_q, block_k) tile, nothing larger than an input or output; with causal=True the tiles entirely above the diagonal are skipped.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会直接完成本练习要逐块构造的注意力）。
+# - 不评分（由调用者保证）：causal=True 时 T_q <= T_k（查询是最后几个位置）。
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 不构造大于一个 (block_q, block_k) 分块的分数或概率中间张量，也不构造大于任何输入或输出的张量；causal=True 时跳过完全位于对角线之上的分块。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_forward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_forward(q, k, v, causal: bool = False, block_q: int = 64, block_k: int = 64):
@@ -305,17 +343,20 @@ import torch.nn.functional as F
 from autograder.checks import expect_close, randn
 from utils.causal import causal_mask
 
-q, k, v = randn(2, 2, 5, 8, seed=0), randn(2, 2, 9, 8, seed=1), randn(2, 2, 9, 3, seed=2)  # T_q=5, T_k=9, d_v=3
-for causal in (False, True):
-    blocked = causal_mask(5, 9) if causal else torch.zeros(5, 9, dtype=torch.bool)
-    out, lse = flash_attention_forward(q, k, v, causal=causal, block_q=2, block_k=4)
-    expect_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked),
-                 f"out should equal F.scaled_dot_product_attention (causal={causal}, bottom-right aligned, blocks of 2 and 4).",
-                 f"out 应等于 F.scaled_dot_product_attention（causal={causal}，右下对齐，块大小 2 和 4）。")
-    expect_close(lse, torch.logsumexp((q @ k.mT / math.sqrt(8)).masked_fill(blocked, float("-inf")), dim=-1),
-                 f"lse should be the logsumexp of each query's scaled scores over the keys it sees (causal={causal}).",
-                 f"lse 应是每个查询在它能看到的键上缩放后分数的 logsumexp（causal={causal}）。")
-print("✓ flash_attention_forward")
+from autograder.checks import nb14
+
+with nb14.as_graded(flash_attention_forward):
+    q, k, v = randn(2, 2, 5, 8, seed=0), randn(2, 2, 9, 8, seed=1), randn(2, 2, 9, 3, seed=2)  # T_q=5, T_k=9, d_v=3
+    for causal in (False, True):
+        blocked = causal_mask(5, 9) if causal else torch.zeros(5, 9, dtype=torch.bool)
+        out, lse = flash_attention_forward(q, k, v, causal=causal, block_q=2, block_k=4)
+        expect_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked),
+                     f"out should equal F.scaled_dot_product_attention (causal={causal}, bottom-right aligned, blocks of 2 and 4).",
+                     f"out 应等于 F.scaled_dot_product_attention（causal={causal}，右下对齐，块大小 2 和 4）。")
+        expect_close(lse, torch.logsumexp((q @ k.mT / math.sqrt(8)).masked_fill(blocked, float("-inf")), dim=-1),
+                     f"lse should be the logsumexp of each query's scaled scores over the keys it sees (causal={causal}).",
+                     f"lse 应是每个查询在它能看到的键上缩放后分数的 logsumexp（causal={causal}）。")
+    print("✓ flash_attention_forward")
 
 # %% nbgrader={"grade": true, "grade_id": "test_flash_attention_forward_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -389,6 +430,26 @@ print("rowsum(dO * O):", (dO * O).sum(-1))
 # arithmetic than without the mask. Do not call autograd: this is the backward pass.
 #
 # 给定 `q, k, v` 以及前向计算的 `out` 和 `lse`，对传入的梯度 `grad_out` 返回前向 `out` 的梯度 `(dq, dk, dv)`。先算一次 `D = (grad_out * out).sum(-1)`，把 `dq, dk, dv` 初始化为零（用 `torch.zeros_like`，使它们保持输入的 dtype），然后遍历各个分块（FlashAttention 两个版本的反向计算都把键块放在外层循环、查询块放在内层；两种顺序都对），用与前向相同的掩码和相同的跳过规则重新计算 `P = exp(s - lse[..., i0:i1, None])`。评分程序像观察前向计算一样观察这个函数：除非不比某个输入或输出大，任何张量都不能大于每个头的一个分块；并且 `causal=True` 时的运算要比不加掩码时少。不要调用自动求导：这本身就是反向传播。
+#
+# <!-- rules: flash_attention_backward -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`flash_attention_backward`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the attention this exercise builds tile by tile); `torch.autograd.grad` (the gradients are this exercise's to compute from lse); `torch.autograd.backward` (the gradients are this exercise's to compute from lse); `Tensor.backward` (the gradients are this exercise's to compute from lse).
+# - Not graded (the caller guarantees it): with causal=True, T_q <= T_k (the queries are the last positions).
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - No score or probability intermediate larger than one (block_q, block_k) tile, nothing larger than an input or output; with causal=True the tiles entirely above the diagonal are skipped.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会直接完成本练习要逐块构造的注意力）；`torch.autograd.grad`（梯度要由本练习根据 lse 计算）；`torch.autograd.backward`（梯度要由本练习根据 lse 计算）；`Tensor.backward`（梯度要由本练习根据 lse 计算）。
+# - 不评分（由调用者保证）：causal=True 时 T_q <= T_k（查询是最后几个位置）。
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 不构造大于一个 (block_q, block_k) 分块的分数或概率中间张量，也不构造大于任何输入或输出的张量；causal=True 时跳过完全位于对角线之上的分块。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_backward", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def flash_attention_backward(q, k, v, out, lse, grad_out, causal: bool = False, block_q: int = 64, block_k: int = 64):
@@ -426,15 +487,18 @@ from autograder.checks import expect_close, randn
 from utils.causal import causal_mask
 from utils.flash_attention import flash_attention_forward as reference_forward
 
-q, k, v, g = randn(2, 2, 5, 8, seed=0), randn(2, 2, 9, 8, seed=1), randn(2, 2, 9, 3, seed=2), randn(2, 2, 5, 3, seed=3)
-leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-(F.scaled_dot_product_attention(*leaves, attn_mask=~causal_mask(5, 9)) * g).sum().backward()
-out, lse = reference_forward(q, k, v, causal=True, block_q=2, block_k=4)
-grads = flash_attention_backward(q, k, v, out, lse, g, causal=True, block_q=2, block_k=4)
-for name, ours, leaf in zip(("dq", "dk", "dv"), grads, leaves):
-    expect_close(ours, leaf.grad, f"{name} should equal autograd's gradient of F.scaled_dot_product_attention (causal, blocks of 2 and 4).",
-                 f"{name} 应等于 autograd 对 F.scaled_dot_product_attention 求出的梯度（因果，块大小 2 和 4）。")
-print("✓ flash_attention_backward")
+from autograder.checks import nb14
+
+with nb14.as_graded(flash_attention_backward):
+    q, k, v, g = randn(2, 2, 5, 8, seed=0), randn(2, 2, 9, 8, seed=1), randn(2, 2, 9, 3, seed=2), randn(2, 2, 5, 3, seed=3)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    (F.scaled_dot_product_attention(*leaves, attn_mask=~causal_mask(5, 9)) * g).sum().backward()
+    out, lse = reference_forward(q, k, v, causal=True, block_q=2, block_k=4)
+    grads = flash_attention_backward(q, k, v, out, lse, g, causal=True, block_q=2, block_k=4)
+    for name, ours, leaf in zip(("dq", "dk", "dv"), grads, leaves):
+        expect_close(ours, leaf.grad, f"{name} should equal autograd's gradient of F.scaled_dot_product_attention (causal, blocks of 2 and 4).",
+                     f"{name} 应等于 autograd 对 F.scaled_dot_product_attention 求出的梯度（因果，块大小 2 和 4）。")
+    print("✓ flash_attention_backward")
 
 # %% nbgrader={"grade": true, "grade_id": "test_flash_attention_backward_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -455,6 +519,28 @@ nb14.check_flash_attention_backward(flash_attention_backward)
 # either backward, and the grader does.
 #
 # 把两者接入自动求导。`torch.autograd.Function` 有两个静态方法：`forward(ctx, ...)` 计算输出，并用 `ctx.save_for_backward(...)`（张量）或 `ctx` 的属性（其他东西）保存反向传播需要的内容；`backward(ctx, grad_out)` 为 `forward` 的每个输入返回一个梯度，非张量的输入返回 `None`。调用方式是 `FlashAttention.apply(q, k, v, causal)`。保存 `q, k, v, out, lse`，绝不保存概率；使用默认的分块大小。`causal` 也要放在 `ctx` 上，不要放在类上或全局变量里：模型可能先运行两次调用的 forward，再运行其中任何一次的 backward，评分程序就会这样做。
+#
+# <!-- rules: FlashAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`FlashAttention`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the attention this exercise builds tile by tile); `utils.flash_attention.flash_attention_forward` (the course's version: call your own, from exercises 2 and 3); `utils.flash_attention.flash_attention_backward` (the course's version: call your own, from exercises 2 and 3).
+# - Not graded (the caller guarantees it): with causal=True, T_q <= T_k (the queries are the last positions).
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Calls your own earlier exercises of this notebook (the text asks for them): a mistake there shows here too.
+# - forward saves q, k, v, out and lse (not the probabilities); backward calls your `flash_attention_backward`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会直接完成本练习要逐块构造的注意力）；`utils.flash_attention.flash_attention_forward`（这是课程的版本：请调用你自己在练习 2 和 3 中写的）；`utils.flash_attention.flash_attention_backward`（这是课程的版本：请调用你自己在练习 2 和 3 中写的）。
+# - 不评分（由调用者保证）：causal=True 时 T_q <= T_k（查询是最后几个位置）。
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 调用你自己在本笔记本中更早完成的练习（正文要求如此）：那里的错误在这里也会体现。
+# - forward 保存 q、k、v、out 和 lse（不保存概率）；backward 调用你自己的 `flash_attention_backward`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "FlashAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class FlashAttention(torch.autograd.Function):
@@ -556,6 +642,11 @@ print(f"one 256 x 256 float32 tile: {256 * 256 * 4 / 2**10:.0f} KiB; the output 
 ratio = last["naive MiB"] / last["tiled MiB"]
 print(f"at T = {last['T']}: naive attention needed {ratio:.0f}x the peak extra memory of your tiled forward "
       f"(goal at T = 16384: at least 50x)")
+print(order_warning(rows) or "every time column grows with T: no sign of a disturbed run")
+print("tiled / naive time: " + ", ".join(f"{r['T']}: {r['tiled s'] / r['naive s']:.2f}x" for r in rows)
+      + f"; at T = {last['T']} the {'tiled forward' if last['tiled s'] < last['naive s'] else 'naive attention'} was faster")
+sdpa_first = all(r["SDPA s"] < min(r["naive s"], r["tiled s"]) for r in rows)
+print(f"SDPA the fastest of the three at every T: {sdpa_first}")
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -614,21 +705,32 @@ for name, forward_backward in passes.items():
 # per tile is its price.
 #
 # 读一读这两行：重新计算的反向传播所需的内存只是保存 $P$ 的那种的一小部分，这正是 FlashAttention 能在长序列上训练的原因；每个分块多出的一次乘法是它的代价。
+
+# %% [markdown]
+# ### Where the time goes · 时间花在哪里
 #
 # Time depends on more than arithmetic. Your tiled forward does the same arithmetic as the naive one,
 # organised differently. Naive attention runs a few large operations, but writes two $(T, T)$ matrices
 # to main memory and reads them back (at 16384 tokens, two of the 1024 MiB matrices the first cell
 # printed). Your tiled forward keeps every intermediate as small as a tile, but it is a Python loop
 # that launches a few PyTorch operations per tile, $(T / 256)^2$ tiles in all, and each launch costs
-# microseconds. Which of the two costs more depends on $T$ and on the machine: read the naive and
-# tiled time columns above. SDPA is a **fused kernel**: one C++ function that keeps a tile in cache
-# while it computes the scores, the exponentials, the running sums and the product with $V$, with no
-# intermediate larger than a tile, and that spreads the tiles over the cores. Compare its column with
-# the other two: that is what fusing is worth on this machine. Yours is a teaching kernel: it has the
-# memory of FlashAttention; the speed is what a fused kernel adds, and on a GPU that is far more
-# than on this CPU (below).
+# microseconds. Which of the two costs more depends on $T$ and on the machine: the timing cell
+# printed the tiled time over the naive one at each $T$. Read it only if that cell found every
+# column growing with $T$; if it printed a warning, the machine was busy during the run, and the
+# cell should be run again before drawing conclusions.
 #
-# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：请阅读上面朴素与分块两列的时间。SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的，而在 GPU 上这部分远比在这台 CPU 上大（见下文）。
+# 时间取决于的不只是算术。你的分块前向计算与朴素实现做的算术相同，只是组织方式不同。朴素注意力只运行几个大的运算，但要把两个 $(T, T)$ 矩阵写入主内存再读回来（在 16384 个词元时，就是第一个单元格打印的两个 1024 MiB 的矩阵）。你的分块前向计算让每个中间结果都只有一个分块那么小，但它是 Python 循环，每个分块启动几个 PyTorch 运算，总共 $(T / 256)^2$ 个分块，每次启动都要花几微秒。两者哪个代价更高取决于 $T$ 和机器：计时单元格打印了每个 $T$ 下分块时间与朴素时间之比。只有当那个单元格发现每一列都随 $T$ 增长时才去读它；如果它打印了警告，说明运行时机器很忙，应先重新运行这个单元格，再下结论。
+#
+# SDPA is a **fused kernel**: one C++ function that keeps a tile in cache while it computes the
+# scores, the exponentials, the running sums and the product with $V$, with no intermediate larger
+# than a tile, and that spreads the tiles over the cores. Compare its column with the other two
+# (the cell also said whether it was the fastest at every $T$): that is what fusing is worth on
+# this machine. Yours is a teaching kernel: it has the memory of FlashAttention; the speed is what a
+# fused kernel adds, and on a GPU that is far more than on this CPU (below).
+#
+# SDPA 是一个**融合内核**：一个 C++ 函数把一个分块留在缓存里，同时计算分数、指数、运行和以及与 $V$ 的乘积，没有任何比一个分块更大的中间结果，并把各个分块分配到多个核心上。把它的一列与另外两列比较（单元格也说明了它是否在每个 $T$ 下都最快）：这就是融合在这台机器上的价值。你的是教学用的内核：它有 FlashAttention 的内存；速度则是融合内核额外带来的，而在 GPU 上这部分远比在这台 CPU 上大（见下文）。
+#
+# ### On a GPU · 在 GPU 上
 #
 # On a GPU the point is speed as much as memory. An A100 has 40-80 GB of high-bandwidth memory (HBM)
 # at 1.5-2.0 TB/s, and 192 KB of on-chip SRAM in each of its 108 streaming multiprocessors at about
@@ -639,7 +741,8 @@ for name, forward_backward in passes.items():
 # first better-than-chance results on Path-X (16K tokens).
 #
 # 在 GPU 上，重点既是内存也是速度。一块 A100 有 40-80 GB 的高带宽显存（HBM），带宽为 1.5-2.0 TB/s；它的 108 个流式多处理器每个都有 192 KB 的片上 SRAM，带宽约 19 TB/s（FlashAttention 论文中的数字）。使用完整矩阵的注意力要把 $S$ 和 $P$ 写入 HBM 再读回来：它的时间花在搬运数据上，而不是算术上。FlashAttention 把 $Q$、$K$、$V$ 的一个分块载入 SRAM，在那里完成这个分块的全部工作，只写出输出：HBM 访问更少，论文由此在 1K 词元的 GPT-2 上得到 3 倍加速，并在 Path-X（16K 词元）上第一次得到优于随机猜测的结果。
-#
+
+# %% [markdown]
 # ### Your loop on a GPU · 你的循环在 GPU 上
 #
 # The course's reference of your forward, `utils.flash_attention.flash_attention_forward` (the same
@@ -671,18 +774,26 @@ print(f"peak memory in bfloat16: naive attention {H200_PEAK_MIB['naive']} MiB, t
       f"({H200_PEAK_MIB['naive'] / H200_PEAK_MIB['tiled']:.0f}x less)")
 for run, errors in H200_ERROR.items():
     print(f"{run}, largest |error| in bfloat16 at T = 1024: " + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()))
+for run, by_dtype in H200_MS.items():
+    (tiled_bf, sdpa_bf), (tiled_32, sdpa_32) = by_dtype["bfloat16"], by_dtype["float32"]
+    print(f"{run}, bfloat16 time / float32 time: tiled forward {tiled_bf / tiled_32:.2f}x, SDPA {sdpa_bf / sdpa_32:.2f}x")
 
 # %% [markdown]
 # On that GPU the tiled forward has the memory of FlashAttention, hundreds of times less than naive
-# attention, and takes hundreds of times SDPA's time. Its time is its loop: 4096 tiles, each a
+# attention, and takes tens of times SDPA's time in float32 and hundreds of times in bfloat16 (the
+# printed ratios). Its time is its loop: 4096 tiles, each a
 # handful of PyTorch operations, each a separate GPU kernel launched from Python (the printed time
 # per tile). That is why the two runs differ far more for the tiled forward than for SDPA: a loop
 # of launches is timed as much by the machine that issues them as by the GPU. And unlike SDPA, much
-# faster in bfloat16 than in float32, the tiled forward gains little or nothing from bfloat16: the
-# arithmetic is not what it waits on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
+# faster in bfloat16 than in float32, the tiled forward gains nothing reliable from bfloat16 (the
+# last two lines: it was slower in bfloat16 in run 1 and a little faster in run 2): the arithmetic
+# is not what it waits on. SDPA runs one fused kernel that keeps each tile on the chip through the whole update. The
 # tiles alone give FlashAttention's memory; its speed comes from the fusion.
 #
-# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时是 SDPA 的几百倍。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。这就是为什么两次运行中分块前向计算的时间相差远比 SDPA 大：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。而且 SDPA 在 bfloat16 下比 float32 快得多，分块前向计算却从 bfloat16 中得不到什么好处：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
+# 在那块 GPU 上，分块前向计算有 FlashAttention 的内存，比朴素注意力少几百倍，而耗时在 float32 下是 SDPA 的几十倍，在 bfloat16 下是几百倍（见打印出的比值）。它的时间就是它的循环：4096 个分块，每个分块几个 PyTorch 运算，每个运算都是从 Python 启动的一个单独的 GPU 内核（见打印出的每个分块的时间）。这就是为什么两次运行中分块前向计算的时间相差远比 SDPA 大：一串内核启动的耗时既取决于 GPU，也同样取决于发出这些启动的机器。而且 SDPA 在 bfloat16 下比 float32 快得多，分块前向计算却不能从 bfloat16 中得到可靠的好处（最后两行：第 1 次运行中它在 bfloat16 下更慢，第 2 次运行中稍快）：它等待的不是算术。SDPA 运行一个融合内核，在整个更新过程中把每个分块留在芯片上。分块本身带来 FlashAttention 的内存；它的速度来自融合。
+
+# %% [markdown]
+# ### bfloat16 inside the loop · 循环内部的 bfloat16
 #
 # The tiled forward also rounds more than SDPA in bfloat16 (the printed errors: the tiled forward's
 # is about naive attention's, SDPA's smaller; in run 2 the tiled forward computed in float32 and
@@ -754,10 +865,11 @@ for name, out in outs.items():
 #
 # The reference of this notebook lives in `utils/flash_attention.py`, with `utils/bench_flash.py` for
 # the measurements. The course's models keep calling `F.scaled_dot_product_attention` or their own
-# attention: on the CPU the fused kernel is faster than any Python loop, and now you know what it
-# does inside.
+# attention: a fused kernel does without the launches of a Python loop (the timing cell above said
+# whether SDPA was the fastest at every length on your machine), and now you know what it does
+# inside.
 #
-# 本笔记本的参考实现位于 `utils/flash_attention.py`，测量代码位于 `utils/bench_flash.py`。课程中的模型仍然调用 `F.scaled_dot_product_attention` 或它们自己的注意力：在 CPU 上，融合内核比任何 Python 循环都快，而现在你知道它内部在做什么了。
+# 本笔记本的参考实现位于 `utils/flash_attention.py`，测量代码位于 `utils/bench_flash.py`。课程中的模型仍然调用 `F.scaled_dot_product_attention` 或它们自己的注意力：融合内核省去了 Python 循环的一次次启动（上面的计时单元格说明了在你的机器上 SDPA 是否在每个长度下都最快），而现在你知道它内部在做什么了。
 #
 # Sources: T. Dao, D. Y. Fu, S. Ermon, A. Rudra, C. Ré, *FlashAttention: Fast and Memory-Efficient
 # Exact Attention with IO-Awareness* (2022, arXiv 2205.14135; the running maximum and sum saved per

@@ -16,7 +16,7 @@ learner's code with these kernels.
     utils.kv_cache    KVCache, cached MHA, grouped-query attention, greedy generate, cache bytes (07)
     utils.gpt         the small GPT of notebooks 07-12: pluggable attention, one cache per layer (07)
     utils.bench_generate  `python -m utils.bench_generate`: full-size cache / GQA / MQA timing, bytes per token, cache regimes (07)
-    utils.bandwidth   the bandwidth line: copy bandwidth measured once, the fraction of it a decode reaches (07, 11)
+    utils.bandwidth   the bandwidth line: read rate (the line) and copy (a reference) measured once, the last-level cache, the fraction of the line a decode reaches (07, 11, 12)
     utils.rope        sinusoidal positions, RoPE in both layouts, RoPEMultiHeadAttention (08)
     utils.rmsnorm     RMSNorm, computed in float32 (09, 12)
     utils.mla         multi-head latent attention, naive and absorbed paths, cache sizes; `python -m utils.mla` (09)
@@ -36,9 +36,12 @@ learner's code with these kernels.
     utils.bench_flash  `python -m utils.bench_flash`: peak memory and time of naive, tiled and SDPA attention (14)
     utils.flash_triton  Triton kernels: row softmax, FlashAttention-2 forward with lse, TritonFlashAttention (15; needs `make triton`)
     utils.bench_triton  `python -m utils.bench_triton`: on a GPU, the kernel against the tiled forward and SDPA, time and TFLOP/s (15)
+    utils.linear_attention  linear attention, the gated delta rule (step, recurrent, chunked), KDA, hybrid cache bytes; transformers' layout (16)
+    utils.gated_deltanet  Qwen3-Next's Gated DeltaNet layer under transformers' parameter names (16)
+    utils.bench_linear  `python -m utils.bench_linear`: state vs cache bytes of two hybrids, decode and prefill time, recall (16)
     utils.plots       attention heatmaps and other course figures
     utils.device_checks  each kernel on a device against the CPU; stray CPU tensors made visible on meta
-    utils.device_report  `python -m utils.device_report --device cuda`: every kernel and the benchmarks of 06-14 on a device
+    utils.device_report  `python -m utils.device_report --device cuda`: every kernel and the benchmarks of 06-14 and 16 on a device
 
 Kernels follow the device of their inputs; helpers that make tensors from nothing take `device=`
 (default: torch's default device); benchmarks read the clock through utils.benchmark.now, which

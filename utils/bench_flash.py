@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from utils.benchmark import device_of, timed
+from utils.benchmark import device_of, steady, timed
+from utils.benchmark import order_warning as benchmark_order_warning
 from utils.flash_attention import flash_attention_forward
 from utils.scaled_attention import scaled_dot_product_attention
 
@@ -123,13 +124,18 @@ def attention_variants(tiled=flash_attention_forward, block=256):
             "SDPA": F.scaled_dot_product_attention}
 
 
-def measure(tokens, d=64, tiled=flash_attention_forward, block=256, seed=0, device=None):
+TIME_COLUMNS = ("naive s", "tiled s", "SDPA s")
+
+
+def measure(tokens, d=64, tiled=flash_attention_forward, block=256, seed=0, device=None, retries=2):
     """One row per T: peak extra MiB and seconds of each variant, one head, equal outputs checked;
-    on `device` (default: the default device), the inputs drawn on the CPU and moved there."""
-    rows = []
+    on `device` (default: the default device), the inputs drawn on the CPU and moved there. Every
+    variant's time grows with T, so a size whose time is out of order is measured again, at most
+    `retries` more times (utils.benchmark.steady); `order_warning(rows)` says if some still are."""
     variants = attention_variants(tiled, block)
     device = device_of(device)
-    for T in tokens:
+
+    def one_row(T):
         g = torch.Generator().manual_seed(seed)
         q, k, v = (torch.randn(1, 1, T, d, generator=g, device=g.device).to(device) for _ in range(3))
         row, outs = {"T": T}, {}
@@ -143,8 +149,14 @@ def measure(tokens, d=64, tiled=flash_attention_forward, block=256, seed=0, devi
                 raise AssertionError(f"T={T}: {name} differs from naive attention by {gap:.2g}")
         for name in variants:
             row[f"{name} MiB"] /= 2 ** 20
-        rows.append(row)
-    return rows
+        return row
+
+    return steady(one_row, list(tokens), "T", TIME_COLUMNS, retries=retries)
+
+
+def order_warning(rows):
+    """A printable warning when a time column is still out of order in T after the repeats, else None."""
+    return benchmark_order_warning(rows, "T", TIME_COLUMNS)
 
 
 def format_rows(rows) -> str:
@@ -171,6 +183,8 @@ if __name__ == "__main__":
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     rows = measure(tokens, d=args.head_dim, block=args.block, device=device)
     print(format_rows(rows))
+    if order_warning(rows):
+        print(order_warning(rows))
     last = rows[-1]
     print(f"at T={last['T']}: naive attention's peak extra memory is {last['naive MiB'] / last['tiled MiB']:.0f}x "
           f"the tiled forward's")

@@ -12,7 +12,7 @@ once (it is the slow one). Absolute speeds depend on the machine; the ratios are
 
 The bandwidth line (utils.bandwidth): a decode step at batch 1 reads every weight once and the
 cache, so each cached row also prints the bytes read per generated token and the fraction of the
-machine's measured copy bandwidth that this reaches. The same run then times the cache update
+machine's measured read rate (`utils.bandwidth.read_bandwidth`) that this reaches. The same run then times the cache update
 where it matters: a small model at a long context (`LONG`), preallocated against torch.cat, decode
 steps only.
 
@@ -26,8 +26,8 @@ import statistics
 import torch
 from tqdm.auto import tqdm
 
-from utils.bandwidth import bandwidth_fraction, memory_bandwidth
-from utils.benchmark import device_of, timed
+from utils.bandwidth import bandwidth_fraction, read_bandwidth
+from utils.benchmark import device_of, steady, timed
 from utils.gpt import GPTConfig, GPTModel
 from utils.kv_cache import ConcatKVCache, KVCache, generate
 
@@ -92,23 +92,26 @@ def decode_tokens_per_s(model, context_len: int, new_tokens: int, cache_cls=KVCa
 
 
 @torch.inference_mode()
-def step_times(model, contexts, steps: int = 9, prefill_max: int = 1024) -> list[dict]:
+def step_times(model, contexts, steps: int = 9, prefill_max: int = 1024, retries: int = 2) -> list[dict]:
     """Prefill and decode as two cost regimes: for each context length T, the time of one prefill
     pass over T tokens (what an uncached step costs at that length; None past prefill_max) and the
-    median time of a cached decode step with T tokens in the cache."""
-    rows = []
+    median time of a cached decode step with T tokens in the cache. A prefill time out of order in T
+    is measured again, at most `retries` more times (utils.benchmark.steady)."""
     device = device_of(model)
     warm = filled_caches(model, contexts[0], 8)  # the first calls of a process run slower: not measured
     for _ in range(8):
         model(torch.zeros(1, 1, dtype=torch.long, device=device), warm)
-    for T in contexts:
+    model(torch.zeros(1, contexts[0], dtype=torch.long, device=device), model.new_caches(1, contexts[0]))  # a first prefill
+
+    def one_row(T):
         ids = torch.randint(0, model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(T), device="cpu")
         ids = ids.to(device)
         prefill_s = timed(lambda: model(ids, model.new_caches(1, T)), device)[0] if T <= prefill_max else None
         caches, token = filled_caches(model, T, steps, seed=T), ids[:, :1]
         decode = [timed(lambda: model(token, caches), device)[0] for _ in range(steps)]
-        rows.append({"context": T, "prefill_s": prefill_s, "decode_s": statistics.median(decode)})
-    return rows
+        return {"context": T, "prefill_s": prefill_s, "decode_s": statistics.median(decode)}
+
+    return steady(one_row, list(contexts), "context", ["prefill_s"], retries=retries)
 
 
 def cache_regimes(regimes: dict, repeats: int = 3, seed: int = 0, device=None) -> list[dict]:
@@ -116,7 +119,7 @@ def cache_regimes(regimes: dict, repeats: int = 3, seed: int = 0, device=None) -
     regimes = {name: (cfg, context_len, new_tokens)}. Rows of {regime, context, preallocated,
     torch.cat (tokens/s, medians of interleaved repeats), ratio, bytes_per_token, fraction}."""
     rows = []
-    bandwidth = memory_bandwidth(device=device)
+    bandwidth = read_bandwidth(device=device)
     for name, (cfg, context_len, new_tokens) in regimes.items():
         model = build(cfg, seed=seed, device=device)
         speeds = {KVCache: [], ConcatKVCache: []}
@@ -173,7 +176,7 @@ def generation_benchmark(cfg=FULL, prompt_len=8, new_tokens=256, repeats=3, seed
         raise AssertionError("cached and uncached greedy generation gave different tokens")
     seconds = {"no cache": no_cache_s} | {n: statistics.median(t) for n, t in times.items()}
     total = prompt_len + new_tokens
-    bandwidth = memory_bandwidth(device=device)
+    bandwidth = read_bandwidth(device=device)
     rows = []
     for name, s in seconds.items():
         m, c, cls = ("mha", False, None) if name == "no cache" else variants[name]
@@ -233,7 +236,7 @@ if __name__ == "__main__":
     by = {r["variant"]: r for r in rows}
     pre, cat = by["KV cache, preallocated"], by["KV cache, torch.cat"]
     print(f"preallocated / torch.cat: {pre['tokens_per_s'] / cat['tokens_per_s']:.2f}x tokens/s")
-    print(f"bandwidth: {memory_bandwidth(device=device) / 1e9:.1f} GB/s measured (copy, read + written, utils.bandwidth); "
+    print(f"bandwidth: {read_bandwidth(device=device) / 1e9:.1f} GB/s measured (read rate of a matrix-vector product, utils.bandwidth); "
           f"MB/token = weights + cache read per generated token, % bw = MB/token x tokens/s / bandwidth")
     updates = update_benchmark(cfg, 8 + args.new_tokens, args.repeats, device)
     print(f"cache updates alone ({cfg.n_layers} layers x {8 + args.new_tokens} tokens): preallocated "

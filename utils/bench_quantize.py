@@ -8,7 +8,7 @@ run (notebook 11).
 Speed: greedy decoding of notebook 07's GPT (random weights; speed does not depend on them),
 batch 1, each variant `repeats` times interleaved, medians, as ratios to float32. Decoding one
 token reads every weight once, so the command also prints the bytes read per token and the share
-of this machine's copy bandwidth (`utils.bandwidth`) that the measured speed reaches. Accuracy: the trained mini
+of this machine's read rate (`utils.bandwidth.read_bandwidth`) that the measured speed reaches. Accuracy: the trained mini
 DeepSeek of notebook 12, teacher-forced on the copying task: top-1 agreement with float32 on the
 positions whose next token is determined (copied), on all positions, and the change in loss.
 
@@ -22,7 +22,7 @@ import statistics
 import torch
 from tqdm.auto import tqdm
 
-from utils.bandwidth import bandwidth_fraction, memory_bandwidth
+from utils.bandwidth import bandwidth_fraction, memory_bandwidth, read_bandwidth
 from utils.benchmark import device_of, now
 from utils.gpt import GPTConfig, GPTModel
 from utils.quantize import quantize_model_, weight_bytes
@@ -30,10 +30,53 @@ from utils.w8a8 import W8A8Linear
 
 FULL = GPTConfig()  # notebook 07's model: 12 layers, width 768, 12 heads, vocabulary 50257
 SMALL = GPTConfig(vocab_size=8192, context_length=128, emb_dim=512, n_heads=8, n_layers=4)
-WEIGHT_ONLY_REASON = ("weight-only int8 reads a quarter of float32's bytes but widens every weight to float and "
-                      "multiplies in float, so on a CPU core it is bound by that arithmetic, not by memory; W8A8 "
-                      "multiplies 8-bit activations by int8 weights into int32, many products per instruction "
-                      "(AVX2 vpmaddubsw, AVX-512 VNNI).")
+
+
+def layer_times(width: int, repeats: int = 100) -> dict:
+    """Best microseconds of one call at batch 1 of a width x width layer, float32, weight-only int8
+    (`utils.quantize`) and W8A8 (fbgemm), interleaved, on the CPU: the layers of a model of that
+    width, without the rest of the model."""
+    import time
+
+    from utils.quantize import Int8WeightOnlyLinear
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        base = torch.nn.Linear(width, width)
+    layers = {"float32": base, "int8 weight-only": Int8WeightOnlyLinear.from_linear(base),
+              "W8A8 (fbgemm)": W8A8Linear.from_linear(base)}
+    x, best = torch.randn(1, width), {name: float("inf") for name in layers}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for name, layer in layers.items():  # interleaved: a busy moment slows every layer alike
+                start = time.perf_counter()
+                layer(x)
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {"width": width} | {name: 1e6 * t for name, t in best.items()}
+
+
+def int8_order(rows, layers: dict | None = None) -> str:
+    """Which int8 model decoded faster in `rows` (decode_benchmark's float32, weight-only, W8A8),
+    and what fits that order; `layers` (layer_times at the model's width) is quoted when given, and
+    said when one layer alone gives the other order."""
+    wo, w8 = rows[1], rows[2]
+    ratios = f"weight-only int8 {wo['speed / float32']:.2f}x, W8A8 {w8['speed / float32']:.2f}x float32"
+    w8a8_first = w8["tokens/s"] > wo["tokens/s"]
+    alone = same = ""
+    if layers:
+        w = layers["width"]
+        same = (layers["W8A8 (fbgemm)"] < layers["int8 weight-only"]) == w8a8_first
+        alone = (f" One {w} x {w} layer alone, per call: W8A8 {layers['W8A8 (fbgemm)']:.0f} us, weight-only "
+                 f"{layers['int8 weight-only']:.0f} us, float32 {layers['float32']:.0f} us: "
+                 + ("the same order." if same else "the other order, so the difference lies outside the matrix "
+                    "products or in a disturbed run (rerun on a quiet machine)."))
+    if w8a8_first:
+        return (f"{ratios}: W8A8 was the faster int8 model here. Both read the same bytes; weight-only int8 widens every "
+                "weight to float and multiplies in float, while W8A8 multiplies 8-bit activations by int8 weights into "
+                "int32, many products per instruction (AVX2 vpmaddubsw, AVX-512 VNNI)." + alone)
+    why = (" At batch 1 with layers this small, what a call does besides reading its weight (converting or quantizing "
+           "the activation vector, the kernel's own setup) can be a large share of its time, and here it cost W8A8 more."
+           if same else "")
+    return f"{ratios}: on this machine the weight-only model was the faster int8 one." + alone + why
 
 
 def bytes_read_per_token(model) -> int:
@@ -143,9 +186,10 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     cfg = SMALL if args.small else FULL
     device = device_of(args.device)
-    bandwidth = memory_bandwidth(device=device)
+    bandwidth = read_bandwidth(device=device)
     print(f"{device}; threads: {torch.get_num_threads()}; CPU: {torch.backends.cpu.get_cpu_capability()}, "
-          f"VNNI {'yes' if torch.cpu._is_vnni_supported() else 'no'}; copy bandwidth (read + write): {bandwidth / 1e9:.1f} GB/s")
+          f"VNNI {'yes' if torch.cpu._is_vnni_supported() else 'no'}; read rate (a matrix-vector product): "
+          f"{bandwidth / 1e9:.1f} GB/s; copy (read + write, a reference): {memory_bandwidth(device=device) / 1e9:.1f} GB/s")
     torch.manual_seed(0)
     with torch.device("cpu"):  # the same weights on every device
         model = GPTModel(cfg)
@@ -155,10 +199,9 @@ def main(argv=None):
     print(f"\nspeed: {cfg.n_layers} layers, width {cfg.emb_dim}, vocabulary {cfg.vocab_size}; batch 1, prompt 16 tokens, "
           f"{args.new_tokens} decode steps, median of {args.repeats} interleaved runs")
     print(format_rows(rows))
-    print("of bandwidth = tokens/s * bytes read per token / copy bandwidth (every weight once; of the embedding table one row)")
+    print("of bandwidth = tokens/s * bytes read per token / read rate (every weight once; of the embedding table one row)")
     if len(rows) > 2:
-        print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x, W8A8 {rows[2]['speed / float32']:.2f}x float32: "
-              f"{WEIGHT_ONLY_REASON}")
+        print(int8_order(rows, layer_times(cfg.emb_dim)))
     else:
         print(f"weight-only int8 {rows[1]['speed / float32']:.2f}x float32 on {device}; W8A8 (fbgemm) runs on x86 CPUs only")
 

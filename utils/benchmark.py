@@ -86,6 +86,46 @@ def compare(functions: dict, x, repeats: int = 5, warmup: int = 1, baseline: str
     return [{"variant": name, "ms": 1e3 * m, "relative": m / base} for name, m in medians.items()]
 
 
+def out_of_order(rows, size: str, columns, slack: float = 0.8) -> list[tuple]:
+    """(column, smaller size, larger size, ratio) for each pair of neighbouring rows where the larger
+    size took less than `slack` times the smaller size's time. A cost that grows with the size cannot
+    do that: the smaller size's run was disturbed (other work on the machine, a clock change)."""
+    found = []
+    for a, b in zip(rows, rows[1:]):
+        for c in columns:
+            if a.get(c) and b.get(c) and b[size] > a[size] and b[c] < slack * a[c]:
+                found.append((c, a[size], b[size], b[c] / a[c]))
+    return found
+
+
+def steady(measure_row, sizes, size: str, columns, retries: int = 2, slack: float = 0.8) -> list[dict]:
+    """[measure_row(s) for s in sizes], measured again (at most `retries` more times) at the sizes
+    whose times are out of order (`out_of_order`); each time kept is the smallest seen for its size,
+    the other entries of a row are its first measurement's. On a quiet machine nothing is repeated."""
+    rows = [measure_row(s) for s in sizes]
+    for _ in range(retries):
+        again = {x for _, a, b, _ in out_of_order(rows, size, columns, slack) for x in (a, b)}
+        if not again:
+            break
+        for row in rows:
+            if row[size] in again:
+                new = measure_row(row[size])
+                for c in columns:
+                    if new.get(c) is not None and (row.get(c) is None or new[c] < row[c]):
+                        row[c] = new[c]
+    return rows
+
+
+def order_warning(rows, size: str, columns, slack: float = 0.8) -> str | None:
+    """One printable warning when some times are still out of order in the size, else None."""
+    found = out_of_order(rows, size, columns, slack)
+    if not found:
+        return None
+    pairs = "; ".join(f"{c}: {size} = {b} took {r:.2f}x the time of {size} = {a}" for c, a, b, r in found)
+    return (f"warning: times that should grow with {size} do not ({pairs}). The machine was busy during part of "
+            f"this run: rerun the cell on a quiet machine before drawing conclusions from these columns.")
+
+
 def format_rows(rows) -> str:
     width = max(len(r["variant"]) for r in rows)
     lines = [f"{'variant':<{width}}  {'median ms':>10}  {'time / baseline':>15}"]

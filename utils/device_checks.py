@@ -23,7 +23,8 @@ from torch.utils._device import _device_constructors
 
 from utils import (causal, copy_task, dropout, dsa, embeddings, fixtures, kv_cache, mha_variants, mini_deepseek, mla,
                    moe, mtp, multihead, quantize, rmsnorm, rope, scaled_attention as sa, self_attention, sliding_window,
-                   train_mini, w8a8, attention as att, flash_attention as fa)
+                   train_mini, w8a8, attention as att, flash_attention as fa, linear_attention as la)
+from utils.gated_deltanet import GatedDeltaNet, GatedDeltaNetConfig
 from utils.gpt import GPTConfig, GPTModel
 
 TOL = {torch.float64: (1e-10, 1e-8), torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-2), torch.float16: (3e-3, 3e-3)}
@@ -133,6 +134,20 @@ def flash(device, q, k, v, q16):
     out.sum().backward()
     return (out, q.grad, k.grad, v.grad, fa.flash_attention_forward(q, k, v, False, 32, 32), fa.naive_attention(q, k, v, True),
             fa.online_softmax(q.detach(), 16), fa.flash_attention_forward(q16, q16, q16, True, 16, 16))
+
+
+@kernel(lambda: (GatedDeltaNet(GatedDeltaNetConfig(hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
+                                                linear_key_head_dim=8, linear_value_head_dim=6), chunk_size=4),
+                  randn(2, 11, 32), randn(2, 11, 2, 8), randn(2, 11, 2, 8), randn(2, 11, 4, 6), randn(2, 11, 4, 8), randn(2, 11, 4)))
+def linear_attention(device, layer, x, q, k, v, g_channels, b):
+    g, beta = -g_channels.abs(), b.sigmoid()
+    y, state = layer(x[:, :7])
+    rule = [f(q, k, v, g[..., 0], beta, initial_state=state[1], output_final_state=True, use_qk_l2norm=True, **kw)
+            for f, kw in ((la.recurrent_gated_delta_rule, {}), (la.chunk_gated_delta_rule, {"chunk_size": 4}))]
+    kda = [f(k, k, k, g[:, :, :2], beta[:, :, :2], output_final_state=True, **kw)
+           for f, kw in ((la.recurrent_kda, {}), (la.chunk_kda, {"chunk_size": 4}))]
+    return (y, state, layer(x[:, 7:8], state), rule, kda, la.linear_attention_recurrent(q, k, k),
+            la.linear_attention_parallel(q, k, k))
 
 
 @kernel(lambda: (nn.Embedding(10, 4).weight.detach(), rmsnorm.RMSNorm(8), ids(10, 2, 3), randn(2, 8, dtype=torch.bfloat16)))

@@ -1,4 +1,4 @@
-"""Every reference kernel on a device against the CPU, and the benchmarks of notebooks 06-14 there.
+"""Every reference kernel on a device against the CPU, and the benchmarks of notebooks 06-14 and 16 there.
 
     python -m utils.device_report --device cuda --out device_report.log   # on a GPU (a few minutes)
     python -m utils.device_report --small                                  # the CPU, small sizes (seconds)
@@ -7,8 +7,8 @@ Kernels (utils.device_checks): the same modules and inputs, built on the CPU, ru
 the device; every output must be on the device and within its dtype's tolerance, and a tensor
 that utils/ makes without device= fails (it is made on meta), on a GPU and on a CPU alike.
 Benchmarks: the functions the notebooks call, at the notebooks' sizes (--small: tiny ones) and,
-on a GPU, also at the larger sizes of the reference facts, with their ratios and, for decodes,
-the share of the device's measured copy bandwidth. One table row per item, printed as it ends;
+on a GPU, also at the larger sizes of the H200 figures that notebooks 07, 09 and 10 print, with their ratios and, for decodes,
+the share of the device's measured read rate (utils.bandwidth). One table row per item, printed as it ends;
 an item that raises is reported and the rest still runs; --out also keeps what each benchmark
 measured and each traceback. The exit status is 1 when an item failed.
 """
@@ -22,7 +22,7 @@ import traceback
 import torch
 
 from utils import copy_task, dsa, mini_deepseek, mla, moe, mtp, quantize
-from utils.bandwidth import bandwidth_fraction, memory_bandwidth
+from utils.bandwidth import bandwidth_fraction, memory_bandwidth, read_bandwidth
 from utils.device_checks import KERNELS, MLA_CFG, check_kernel, check_w8a8, watched
 from utils.gpt import GPTConfig, GPTModel
 
@@ -40,8 +40,8 @@ def pct(fraction) -> str:
 
 @benchmark
 def bandwidth(device, small, big):
-    bw = memory_bandwidth(device=device)
-    return f"copy {bw / 1e9:.1f} GB/s (read + written, 2 x 256 MiB)", bw
+    read, copy = read_bandwidth(device=device), memory_bandwidth(device=device)
+    return f"read {read / 1e9:.1f} GB/s (matrix-vector product, 256 MiB), copy {copy / 1e9:.1f} GB/s (read + written, 2 x 256 MiB)", (read, copy)
 
 
 @benchmark
@@ -120,7 +120,7 @@ def nb11_quantized_decode(device, small, big):
             model = GPTModel(cfg)
         prompt = torch.randint(0, cfg.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1), device="cpu")
         rows = out[name] = bq.decode_benchmark(bq.build_variants(model.to(device).eval()), prompt.to(device), 4 if small else 16,
-                                               1 if small else 3, memory_bandwidth(device=device), progress=False)
+                                               1 if small else 3, read_bandwidth(device=device), progress=False)
         parts.append(f"{name}: " + ", ".join(f"{r['variant']} {r['speed / float32']:.2f}x ({pct(r['of bandwidth'])})" for r in rows))
     kernel = "_weight_int8pack_mm" if quantize.has_int8pack_mm(device) else "no int8 kernel here: dequantizing matmul"
     return f"{kernel}; " + "; ".join(parts), out
@@ -136,7 +136,7 @@ def nb12_mtp_decode(device, small, big):
         r.update(mtp.cost_model(mtp.step_costs(model, draft, prompts[0], 2 if small else 20, 1 if small else 3), r["acceptance"]))
         context = round(sum(p.shape[1] for p in prompts) / len(prompts) + new / 2)
         r["fraction"] = bandwidth_fraction(mini_deepseek.bytes_read_per_token(model, context), r["greedy_tok_s"],
-                                           memory_bandwidth(device=device))
+                                           read_bandwidth(device=device))
         parts.append(f"{model.cfg.n_layers} layers: greedy {r['greedy_tok_s']:.0f} tok/s ({pct(r['fraction'])}), speculative "
                      f"{r['speedup']:.2f}x, c2 {r['verify_cost']:.2f}, r {r['draft_cost']:.2f}, same tokens {r['identical']}")
     return "; ".join(parts), out
@@ -162,6 +162,21 @@ def nb14_flash(device, small, big):
     r = rows[-1]
     return (f"T={r['T']}: peak MiB naive {r['naive MiB']:.1f}, tiled {r['tiled MiB']:.1f}, SDPA {r['SDPA MiB']:.1f}; "
             f"time / SDPA: tiled {r['tiled s'] / r['SDPA s']:.0f}x, naive {r['naive s'] / r['SDPA s']:.1f}x"), rows
+
+
+@benchmark
+def nb16_linear(device, small, big):
+    from utils import bench_linear as bl
+    decode = bl.decode_rows([256, 1024] if small else [4096, 65536] + ([262144] if big else []), heads=2 if small else 16,
+                            d=8 if small else 128, repeats=2 if small else 5, device=device)
+    prefill = bl.prefill_rows([64] if small else [1024, 8192], heads=2 if small else 16, d=8 if small else 128, device=device)
+    recall = bl.associative_recall([16, 256] if small else [64, 512, 4096], device=device)
+    first, last = decode[0], decode[-1]
+    return (f"decode ms at {first['context']} / {last['context']}: fixed state {first['linear ms']:.3f} / {last['linear ms']:.3f}, "
+            f"KV cache {first['attention ms']:.3f} / {last['attention ms']:.3f}; prefill of {prefill[-1]['tokens']}: chunked "
+            f"{prefill[-1]['recurrent s'] / prefill[-1]['chunked s']:.1f}x faster; recall at {recall[-1]['pairs']} pairs: linear "
+            f"{recall[-1]['linear attention']:.2f}, delta {recall[-1]['delta rule']:.2f}, softmax {recall[-1]['softmax attention']:.2f}"), \
+        {"decode": decode, "prefill": prefill, "recall": recall}
 
 
 def main(argv=None) -> int:

@@ -17,6 +17,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import torch
 
 if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
@@ -55,27 +56,77 @@ def tolerance(gradients: bool = False) -> dict:
     return dict(atol=1e-2, rtol=1e-2) if gradients else dict(atol=3e-3, rtol=3e-3)
 
 
-def _fix_interpreter_bf16_dot():
-    """Triton's interpreter keeps bfloat16 as its 16-bit patterns (uint16) and its tl.dot converts
-    only 8-bit floats before np.matmul, so a bf16 tl.dot multiplies bit patterns (values near 1e10;
-    triton-lang/triton issue 11584, unsupported as of 3.9). Convert bf16 operands to float32
-    first: that is what a GPU's tensor cores compute, bf16 products being exact in float32."""
+# Triton's interpreter, repaired in this process -------------------------------------------------
+# It keeps bfloat16 blocks as their 16-bit patterns (numpy has no bfloat16) and computes on those
+# patterns as if they were integers: `tl.dot` multiplies them (values near 1e10), `x + x` gives NaN,
+# `-x` and `x * 0.5` are wrong, and Triton 3.7 has no bfloat16 constant at all (`x * 0.5` raises);
+# Triton's debugging guide says the interpreter does not support bfloat16 arithmetic
+# (triton-lang/triton issue 11584). A GPU computes a bfloat16 operation in float32 and rounds the
+# result to bfloat16; so do the repairs below: every elementwise operation and tl.dot on bfloat16
+# operands runs in float32, and an elementwise result is rounded back to bfloat16 (to nearest
+# even), which is what the GPU stores in a bfloat16 register.
+def _to_f32(bits):
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def _to_bf16(values):
+    """float32 -> bfloat16 bit patterns, rounded to nearest even, NaN kept NaN."""
+    u = np.asarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
+
+
+def _repair_interpreter():
     from triton.runtime import interpreter
-    builder = interpreter.InterpreterBuilder
-    if getattr(builder.create_dot, "bf16_fixed", False):
+    builder, Handle = interpreter.InterpreterBuilder, interpreter.TensorHandle
+    if getattr(builder, "course_repaired", False):
         return
-    original = builder.create_dot
+    is_bf16 = lambda h: h.dtype.scalar == tl.bfloat16
+    f32 = lambda h: Handle(_to_f32(h.data), tl.float32) if is_bf16(h) else h
 
-    def create_dot(self, a, b, *rest, **kwargs):
-        a, b = (self.cast_impl(t, tl.float32) if t.dtype.scalar == tl.bfloat16 else t for t in (a, b))
-        return original(self, a, b, *rest, **kwargs)
+    def in_float32(original, *operands_at):
+        """original(self, *args) with its bfloat16 operands in float32 and a float result rounded back."""
+        def method(self, *args):
+            if not any(is_bf16(args[i]) for i in operands_at):
+                return original(self, *args)
+            out = original(self, *[f32(a) if i in operands_at else a for i, a in enumerate(args)])
+            if out.data.dtype != np.float32:  # a comparison: booleans
+                return out
+            return Handle(_to_bf16(out.data), tl.bfloat16)
+        return method
 
-    create_dot.bf16_fixed = True
+    def create_dot(self, a, b, *rest, **kwargs):  # bf16 products are exact in float32: the tensor cores' answer
+        return dot(self, f32(a), f32(b), *rest, **kwargs)
+
+    binary, unary, ternary, fma, dot = builder.binary_op, builder.unary_op, builder.ternary_op, builder.create_fma, builder.create_dot
+    builder.binary_op = in_float32(binary, 0, 1)  # + - * / max min and comparisons
+    builder.unary_op = in_float32(unary, 0)  # negation, exp, log, sqrt...
+    builder.ternary_op = lambda self, a, b, c, op: ternary(self, a, b, c, op) if op is np.where else in_float32(ternary, 0, 1, 2)(self, a, b, c, op)
+    builder.create_fma = in_float32(fma, 0, 1, 2)
     builder.create_dot = create_dot
+    if not hasattr(builder, "get_bf16"):  # a Python float in a bfloat16 expression (x * 0.5)
+        builder.get_bf16 = lambda self, value: Handle(_to_bf16(np.array([value], dtype=np.float32)), tl.bfloat16)
+
+    # Speed: a launch makes triton.language run in the interpreter, then every call of one of
+    # Triton's own @jit helpers (tl.max, tl.sum, tl.cdiv...) inside it does so again, listing each
+    # module's members each time (a third of a small kernel's time). Skip that when done already.
+    call = interpreter.InterpretedFunction.__call__
+
+    def helper_call(self, *args, **kwargs):
+        langs = [v for v in self.fn.__globals__.values() if v is tl or v is tl.core]
+        if not langs or any(tl.core.is_builtin(lang.load) for lang in langs):
+            return call(self, *args, **kwargs)
+        try:
+            return self.rewrite()(*args, **kwargs)
+        except Exception as e:
+            raise interpreter.InterpreterError(repr(e)) from e
+
+    interpreter.InterpretedFunction.__call__ = helper_call
+    builder.course_repaired = True
 
 
 if interpreted():
-    _fix_interpreter_bf16_dot()
+    _repair_interpreter()
 
 
 # Row softmax: the warm-up ---------------------------------------------------------------------

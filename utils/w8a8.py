@@ -4,7 +4,7 @@
 
 A weight-only int8 layer (utils.quantize.Int8WeightOnlyLinear, `torch._weight_int8pack_mm`)
 reads 1 byte per weight but widens every weight to float and multiplies in float: on a CPU
-core that arithmetic, not the bytes, sets its speed. W8A8 quantizes the activations too, then
+core that arithmetic can take as long as reading the bytes. W8A8 quantizes the activations too, then
 multiplies int8 by int8 and adds the products in int32, which x86 does many at a time: AVX2's
 `vpmaddubsw` multiplies 32 pairs of bytes per instruction, AVX-512 VNNI's `vpdpbusd` 64 pairs,
 accumulated straight into int32. The float result is int32 sum * activation scale * weight scale.

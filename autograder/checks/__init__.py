@@ -78,9 +78,9 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
         elsewhere.PENDING[0] = moved  # said when the check ends: what the output is comes first
     if (found := inputs.changed(copies)) is not None:
         arg, what, evidence = found
-        fail(f"{name} changed its input {arg} in place (x /= s, x.add_(...), x[...] = ... on the caller's tensor): "
-             f"work on a new tensor (x = x / s), the caller still needs its {arg}.",
-             f"{name} 原地修改了它的输入 {arg}（对调用者的张量做 x /= s、x.add_(...)、x[...] = ...）："
+        fail(f"Inputs-unchanged rule (notebook 00): {name} changed its input {arg} in place (x /= s, x.add_(...), x[...] = ... on "
+             f"the caller's tensor): work on a new tensor (x = x / s), the caller still needs its {arg}.",
+             f"输入不变规则（笔记本 00）：{name} 原地修改了它的输入 {arg}（对调用者的张量做 x /= s、x.add_(...)、x[...] = ...）："
              f"请在新张量上计算（x = x / s），调用者还需要原来的 {arg}。", evidence)
     if (found := inputs.switched(copies)) is not None:
         arg, evidence = found

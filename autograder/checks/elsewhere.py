@@ -194,27 +194,32 @@ def run(fn, name: str, args, kwargs):
     return out, _finding(name, mode, out, tags, asked and not tags.refs)
 
 
+# The rule each finding applies, quoted from notebook 00's "How grading works" (rules.GENERAL_RULES).
+RULE = ("Device rule (notebook 00): outputs stay on the inputs' device, and a tensor you create is made there.",
+        "设备规则（笔记本 00）：输出留在输入所在的设备上，你新建的张量也要建在那里。")
+
+
 def _finding(name, mode, out, tags, only_asked=False):
     if mode.mixed:
         op, shape, line = mode.mixed
-        return (f"{name} combines a tensor on the CPU (shape {shape}) with its inputs on another device: on a GPU this "
+        return (f"{RULE[0]} {name} combines a tensor on the CPU (shape {shape}) with its inputs on another device: on a GPU this "
                 "crashes. Create every tensor on the input's device (torch.arange(T, device=x.device), x.new_zeros, "
                 "torch.zeros_like) and keep a module's tensors in parameters or registered buffers, which .to() moves.",
-                f"{name} 把一个位于 CPU 的张量（形状 {shape}）与位于另一设备上的输入一起运算：在 GPU 上这会报错。"
+                f"{RULE[1]}{name} 把一个位于 CPU 的张量（形状 {shape}）与位于另一设备上的输入一起运算：在 GPU 上这会报错。"
                 "请在输入所在的设备上创建每个张量（torch.arange(T, device=x.device)、x.new_zeros、torch.zeros_like），"
                 "并把模块的张量放在参数或注册的缓冲区中，.to() 会移动它们。",
                 f"{op} at {line}; inputs reported device {ELSEWHERE}, emulated on the CPU")
     stray = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.dim() > 0 and t not in tags]
     if stray and only_asked:
-        return (f"{name} returns a tensor on the CPU although it was asked for another device: pass its device= on to "
+        return (f"{RULE[0]} {name} returns a tensor on the CPU although it was asked for another device: pass its device= on to "
                 "every tensor it creates (torch.ones(..., device=device)).",
-                f"{name} 被要求在另一设备上创建结果，却返回了位于 CPU 的张量：请把 device= 传给它创建的每个张量"
+                f"{RULE[1]}{name} 被要求在另一设备上创建结果，却返回了位于 CPU 的张量：请把 device= 传给它创建的每个张量"
                 "（torch.ones(..., device=device)）。",
                 f"output of shape {tuple(stray[0].shape)}; asked for device {ELSEWHERE}, emulated on the CPU")
     if stray:
-        return (f"{name} returns a tensor on the CPU although its inputs are on another device: build the result from "
+        return (f"{RULE[0]} {name} returns a tensor on the CPU although its inputs are on another device: build the result from "
                 "the inputs (or pass device=x.device), so it stays where they are.",
-                f"{name} 的输入在另一设备上，它却返回了位于 CPU 的张量：请由输入构造结果（或传入 device=x.device），让它留在输入所在的设备上。",
+                f"{RULE[1]}{name} 的输入在另一设备上，它却返回了位于 CPU 的张量：请由输入构造结果（或传入 device=x.device），让它留在输入所在的设备上。",
                 f"output of shape {tuple(stray[0].shape)}; inputs reported device {ELSEWHERE}, emulated on the CPU")
     return None
 

@@ -1,4 +1,4 @@
-"""The shortcut rule enforced by what EXECUTES: while the learner's code runs inside a check, the
+"""The shortcut rule enforced by what EXECUTES (shortcuts.py builds on this module, never the other way): while the learner's code runs inside a check, the
 code objects of the exercise's reference must not run, whatever route reaches them (a class body
 that takes a method from the reference class, a reference function kept under another name, a
 helper of the reference module declared as the learner's to write). `forbid` (shortcuts.py)
@@ -98,11 +98,28 @@ def watching(table: dict):
         raise _tripped.pop()
 
 
+# (owner, attribute, original, blocked) of every target blocked now: the check's own runs of the
+# reference (executes.course_runs) lift them for their duration.
+BLOCKED: list = []
+
+
+@contextlib.contextmanager
+def unblocked():
+    """Inside a forbid block: the check runs the course's code, which may use what is blocked."""
+    entries = list(BLOCKED)
+    for owner, attr, original, _ in reversed(entries):
+        setattr(owner, attr, original)
+    try:
+        yield
+    finally:
+        for owner, attr, _, blocked in entries:
+            setattr(owner, attr, blocked)
+
+
 @contextlib.contextmanager
 def course_runs():
     """Inside a `watching` block: the check itself runs the course's reference (to compute what
     the learner's output should be); nothing is watched, and nothing blocked, until the block ends."""
-    from autograder.checks.shortcuts import unblocked
     saved, previous = _watched[:], sys.gettrace()
     _watched.clear()
     _merge()
@@ -114,3 +131,30 @@ def course_runs():
         _watched[:] = saved
         _merge()
         sys.settrace(previous)
+
+
+class _Ran:
+    count = 0
+
+
+@contextlib.contextmanager
+def ran(code):
+    """Counts the calls of `code` (a code object, or None: nothing to count) while the block runs:
+    where the contract says how the work is done ("backward calls your flash_attention_backward"),
+    the check sees it happen, by whatever route. A profile hook, beside the trace of `watching`."""
+    seen = _Ran()
+    if code is None:
+        yield seen
+        return
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            seen.count += 1
+        if previous is not None:
+            previous(frame, event, arg)
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)

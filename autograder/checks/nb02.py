@@ -42,43 +42,13 @@ def _copied(out, args, kwargs):
             t = t.detach().clone()
             t.what = what
         described.append(t)
-    shared = shared_memory({f"v1.{k}": p for k, p in _tensors_of(v1)}, {f"v2.{k}": p for k, p in _tensors_of(v2)})
-    described.append(SHARES + (", ".join(f"{a} with {b}" for a, b in shared) or "nothing"))
     return tuple(described)
-
-
-SHARES = "memory v1 shares with v2: "
-
-
-def _tensors_of(module) -> list:
-    return [*module.named_parameters(), *module.named_buffers()] if isinstance(module, torch.nn.Module) else []
-
-
-def shared_memory(mine: dict, theirs: dict) -> list:
-    """(name, name) of the tensors of `mine` that share memory with one of `theirs`: a "copy" that is a
-    view of its source (nn.Parameter(weight.T), .data = weight.data.t()) lets a change of one reach
-    the other. The course-wide rule (an output or a parameter shares no memory with an input or
-    another module unless the course's does) compares this list with the course's."""
-    where = {}
-    for name, t in theirs.items():
-        if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta":
-            where.setdefault(t.untyped_storage().data_ptr(), name)
-    return [(name, where[ptr]) for name, t in mine.items()
-            if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta"
-            and (ptr := t.untyped_storage().data_ptr()) in where]
 
 
 def _copy_explained(probe, out, expected):
     """The sentence for what a copy left wrong, by what the compared item is (`_copied`)."""
     what = getattr(expected, "what", None) or ("weights" if isinstance(expected, str) else None)
     on, zh_on = _where(probe)
-    if isinstance(expected, str) and expected.startswith(SHARES):
-        pairs = str(out)[len(SHARES):]
-        return (f"After the copy, v1 shares memory with v2 ({pairs}){on}: nn.Parameter(weight.T) and .data = weight.data.t() are views "
-                "of v2's weight, so training v1 would change v2 too. A copy is a copy: copy_ into v1's parameters under torch.no_grad(), "
-                "or assign nn.Parameter(weight.detach().T.clone()).",
-                f"复制之后，v1 与 v2 共享内存（{pairs}）{zh_on}：nn.Parameter(weight.T) 和 .data = weight.data.t() 都是 v2 权重的视图，"
-                "训练 v1 也会改变 v2。复制就是复制：在 torch.no_grad() 下 copy_ 进 v1 的参数，或赋值为 nn.Parameter(weight.detach().T.clone())。")
     if what == "weights":
         return (f"After the copy, v1's W_query, W_key and W_value must still be nn.Parameters that train (leaves that require grad), "
                 f"of v2's dtype and of shape (d_in, d_out), not made under torch.inference_mode(){on}: copy_ into them under torch.no_grad(), "

@@ -21,7 +21,8 @@ import math
 import torch
 
 import utils.flash_attention as ref
-from autograder.checks import graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, forbid, matches, own_work, randn
+from autograder.checks import graded_checks, call, expect, expect_close, expect_known, expect_tensor, fail, matches, own_work, randn
+from autograder.checks.executes import ran
 from autograder.checks.families.nb14 import FAMILIES
 from autograder.checks.flash_variants import (autograd_grads, backward_mistakes, forward_mistakes, lse_mistakes, online_variant,
                                               scaled_scores, sdpa)
@@ -40,9 +41,7 @@ def _flash_apply(cls):
     return apply
 
 
-_SDPA = [(torch.nn.functional, "scaled_dot_product_attention")]
 _SQUARE = "T_q = T_k = 64, blocks of 8: skipping the 28 tiles above the diagonal leaves 36 of 64"
-_AUTOGRAD = [(torch.autograd, "grad"), (torch.autograd, "backward"), (torch.Tensor, "backward")]
 
 
 # online_softmax --------------------------------------------------------------------------------
@@ -147,7 +146,7 @@ def check_flash_attention_forward(flash_attention_forward):
     en = f"This exercise asks you to write {who} yourself, tile by tile, not to call F.scaled_dot_product_attention or the course's reference in utils."
     zh = f"本练习要求你逐个分块自己实现 {who}，而不是调用 F.scaled_dot_product_attention 或 utils 中课程的参考实现。"
     shapes = (B, H, T_q, d_v), (B, H, T_q)
-    with own_work(fn, who, extra=_SDPA, en=en, zh=zh):
+    with own_work(fn, who, en=en, zh=zh):
         for causal in (False, True):
             runs[causal] = expect_pair(call(fn, q, k, v, causal=causal, block_q=4, block_k=7, name=who), who, *shapes)
         later = expect_pair(call(fn, q, later_k, later_v, causal=True, block_q=4, block_k=7, name=who), who, *shapes)
@@ -191,7 +190,7 @@ def check_flash_attention_forward(flash_attention_forward):
         expect_tiles(watch, max(elements(sq, sk, sv), 2 * bq * bk), who, bq, bk)
     expect_skips(work[True], work[False], who, _SQUARE)
     reference = ref.flash_attention_forward  # looked up before own_work blocks it
-    with own_work(fn, who, extra=_SDPA, en=en, zh=zh):
+    with own_work(fn, who, en=en, zh=zh):
         same_as_reference(fn, reference, FAMILIES[who], who)
 
 
@@ -211,7 +210,7 @@ def check_flash_attention_backward(flash_attention_backward):
     en = f"This exercise asks you to write {who} yourself from lse (recomputing each tile), not to call autograd, F.scaled_dot_product_attention or the course's reference in utils."
     zh = f"本练习要求你根据 lse 自己实现 {who}（重新计算每个分块），而不是调用 autograd、F.scaled_dot_product_attention 或 utils 中课程的参考实现。"
     copies = [t.clone() for t in (q, k, v, g, *saved[True])]
-    with own_work(fn, who, extra=[*_SDPA, *_AUTOGRAD], en=en, zh=zh):
+    with own_work(fn, who, en=en, zh=zh):
         for causal in (False, True):
             runs[causal] = call(fn, q, k, v, *saved[causal], g, causal=causal, block_q=4, block_k=7, name=who)
         default = call(fn, q, k, v, *saved[True], g, True, name=who)
@@ -246,7 +245,7 @@ def check_flash_attention_backward(flash_attention_backward):
         expect_tiles(watch, max(elements(sq, sk, sv), 2 * bq * bk), who, bq, bk)
     expect_skips(work[True], work[False], who, _SQUARE)
     reference = ref.flash_attention_backward  # looked up before own_work blocks it
-    with own_work(fn, who, extra=[*_SDPA, *_AUTOGRAD], en=en, zh=zh):
+    with own_work(fn, who, en=en, zh=zh):
         same_as_reference(fn, reference, FAMILIES[who], who)
 
 
@@ -255,16 +254,14 @@ def check_FlashAttention(FlashAttention):
     who = "FlashAttention"
     en = f"This exercise asks you to write {who} yourself, not to subclass or call the course's reference in utils or F.scaled_dot_product_attention."
     zh = f"本练习要求你自己实现 {who}，而不是继承或调用 utils 中课程的参考实现或 F.scaled_dot_product_attention。"
-    extra = [*_SDPA, (ref, "flash_attention_forward"), (ref, "flash_attention_backward")]
-    expect_autograd_function(FlashAttention, who, extra, en, zh)
+    expect_autograd_function(FlashAttention, who, (), en, zh)  # the contract's forbids
     B, H, T_q, T_k, d, d_v = 1, 2, 70, 90, 4, 3  # more than one tile of 64
     q, k, v = randn(B, H, T_q, d, seed=160), randn(B, H, T_k, d, seed=161), randn(B, H, T_k, d_v, seed=162)
     g = randn(B, H, T_q, d_v, seed=163)
     big = [randn(1, 1, 200, 4, seed=164 + i).requires_grad_() for i in range(3)]
     small = [randn(1, 2, 3, 4, seed=167).double(), randn(1, 2, 5, 4, seed=168).double(), randn(1, 2, 5, 3, seed=169).double()]
     runs, forward_watch, watch, errors = {}, TileWatch(), TileWatch(), {}
-    methods = [getattr(m, "__func__", m) for m in vars(FlashAttention).values() if isinstance(m, (staticmethod, classmethod))]
-    with forbid(_SDPA, methods, en, zh), own_work(FlashAttention, who, extra=extra, en=en, zh=zh):
+    with own_work(FlashAttention, who, en=en, zh=zh), ran(_learner_backward(FlashAttention)) as backward_ran:
         for causal in (False, True):
             runs[causal] = apply_and_backward(FlashAttention, (q, k, v), g, causal, who)
         in_flight = calls_in_flight(FlashAttention, q, k, v, g, who)
@@ -272,6 +269,10 @@ def check_FlashAttention(FlashAttention):
         plain = apply_without_causal(FlashAttention, q, k, v, who)
         for causal in (False, True):
             errors[causal] = directional_error(lambda *x: FlashAttention.apply(*x, causal), small, seed=170)
+    expect(backward_ran.count > 0 or _learner_backward(FlashAttention) is None,
+           f"{who}.backward must call your flash_attention_backward (exercise 3), as the text asks: that is where the gradients come from.",
+           f"{who}.backward 必须调用你自己的 flash_attention_backward（练习 3），正如正文所要求：梯度就是从那里来的。",
+           "your flash_attention_backward did not run during backward")
     for causal, (out, grads, saved) in runs.items():
         expect_close(out, sdpa(q, k, v, causal),
                      f"{who}.apply(q, k, v, causal={causal}) differs from F.scaled_dot_product_attention: forward must return the out of flash_attention_forward.",
@@ -309,5 +310,14 @@ def check_FlashAttention(FlashAttention):
         same_as_reference(_flash_apply(FlashAttention), reference, FAMILIES[who], who, grads=True)
 
 
-OWN_EARLIER = ("FlashAttention",)  # graded with the learner's earlier exercises: its backward must be the learner's flash_attention_backward
+def _learner_backward(FlashAttention):
+    """The code of the learner's own flash_attention_backward, as the notebook defines it."""
+    from autograder.checks import learner_functions
+    for f in learner_functions(FlashAttention):
+        found = f.__globals__.get("flash_attention_backward")
+        if found is not None and hasattr(found, "__code__") and not (getattr(found, "__module__", "") or "").startswith("utils"):
+            return found.__code__
+    return None
+
+
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

@@ -30,53 +30,46 @@ from autograder.checks.harness import same_as_reference
 from autograder.checks.grad_probes import (apply_and_backward, apply_without_causal, calls_in_flight, expect_no_probabilities_saved,
                                             watched_apply_and_backward, expect_autograd_function)
 from autograder.checks.tile_watch import TileWatch, elements, expect_tiles
-from autograder.checks.triton_variants import forward_mistakes, lse_mistakes, softmax_mistakes
-from autograder.checks.triton_runs import device, expect_kernel, expect_out_and_lse, f32_tol, launched, on_device, run
+from autograder.checks.triton_forward import BF16_TOL, expect_forward_runs, forward_inputs
+from autograder.checks.triton_variants import softmax_mistakes
+from autograder.checks.triton_runs import expect_kernel, expect_out_and_lse, expect_stored, f32_tol, launched, not_stored, on_device, run
 from autograder.checks.triton_watch import KernelWatch
+import autograder.checks.triton_probes as probes
 
 _SDPA = [(F, "scaled_dot_product_attention")]
 _SOFTMAX = [(torch, "softmax"), (torch.Tensor, "softmax"), (F, "softmax"), (torch, "log_softmax"), (F, "log_softmax")]
 _REFERENCE = [(ref, "triton_softmax"), (ref, "softmax_rows_kernel"), (ref, "triton_flash_attention_forward"),
               (ref, "flash_forward"), (ref, "flash_forward_kernel"), (fa, "flash_attention_forward"), (fa, "naive_attention"),
               (fa, "online_softmax")]
-BF16_TOL = 3e-2  # |out - exact| of bf16 outputs of order 1-3: the model answer stays near 1.5e-2
-ACC_TOL = 8e-2  # on the long row below: float32 running statistics stay near 2.5e-2, a bf16 accumulator reaches 0.2
 
 
 # triton_softmax ------------------------------------------------------------------------------
-def _softmax_input():
-    wide = randn(6, 50, seed=150) * 3  # rows are 50 apart in memory: x below is a view
-    x = wide[:, :37]  # 37 columns: not a power of two
-    x[1] += 500.0  # exp overflows without the row's maximum
-    x[2] -= 1000.0  # and underflows to 0 / 0
-    x[3, ::4] = float("-inf")  # -inf entries get weight 0
-    x[4] = torch.linspace(-2.0, 9.0, 37)  # the maximum in the last column, next to the mask
-    return wide, x
-
-
 def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
     who = "softmax_rows_kernel"
     expect_kernel(softmax_rows_kernel, who)
     expect(callable(triton_softmax), "triton_softmax must be a function: the launcher of softmax_rows_kernel.",
            "triton_softmax 必须是函数：softmax_rows_kernel 的启动函数。")
-    wide, x = _softmax_input()
+    wide, x = probes.softmax_view()
     wide, = on_device(wide)
     x = wide[:, :37]
-    copy, contiguous, square = wide.clone(), x.contiguous(), randn(3, 64, seed=151).to(device())
+    copy, contiguous = wide.clone(), x.contiguous()
+    square, columns, long = on_device(randn(3, 64, seed=151), probes.softmax_transposed(), randn(2, 300, seed=153) * 4)
     en = "This exercise asks you to write the softmax yourself, in softmax_rows_kernel, not to call torch's softmax or the course's kernels in utils."
     zh = "本练习要求你在 softmax_rows_kernel 中自己实现 softmax，而不是调用 torch 的 softmax 或 utils 中课程的内核。"
-    runs, one_per_row = {}, ("one program per row, grid (M,)", "每行一个程序，grid 为 (M,)")
+    runs, unstored, one_per_row = {}, [], ("one program per row, grid (M,)", "每行一个程序，grid 为 (M,)")
     with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
             own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch:
-        for name, arg in (("view", x), ("contiguous", contiguous), ("square", square), ("bf16", contiguous.bfloat16())):
+        for name, arg in (("view", x), ("contiguous", contiguous), ("square", square), ("bf16", contiguous.bfloat16()),
+                          ("columns", columns), ("long", long)):
             before = len(watch.launches)
             runs[name] = run(triton_softmax, arg, name="triton_softmax")
             launched(watch, softmax_rows_kernel, before, "triton_softmax", (arg.shape[0], *one_per_row))
+            expect_tensor(runs[name], "triton_softmax's result", "triton_softmax 的结果")
+            unstored += not_stored(watch, before, [("its result", runs[name])])
     expect(torch.equal(wide, copy), "triton_softmax changed its input in place: write into a new output tensor.",
            "triton_softmax 原地修改了输入：请写入一个新的输出张量。")
     for name, out in runs.items():
-        expect_tensor(out, "triton_softmax's result", "triton_softmax 的结果")
-        shape = {"square": (3, 64)}.get(name, (6, 37))
+        shape = {"square": (3, 64), "columns": (5, 37), "long": (2, 300)}.get(name, (6, 37))
         expect(tuple(out.shape) == shape, "triton_softmax must return a tensor of the shape of x.",
                "triton_softmax 必须返回与 x 形状相同的张量。", f"shape {tuple(out.shape)}, expected {shape}")
     expected = torch.softmax(x.cpu().double(), -1)
@@ -95,133 +88,58 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
     expect_close(runs["square"].cpu(), torch.softmax(square.cpu().double(), -1),
                  "triton_softmax is wrong on rows of 64 columns, a power of two (BLOCK_N = N, nothing masked).",
                  "triton_softmax 在 64 列（2 的幂，BLOCK_N = N，无需掩码）的行上不对。", atol=1e-6, rtol=1e-5)
+    expect_close(runs["columns"].cpu(), torch.softmax(columns.cpu().double(), -1),
+                 "triton_softmax is wrong on x = y.T, whose columns are not adjacent in memory (x.stride(1) != 1): make x contiguous "
+                 "in the launcher (x.contiguous()), or pass the column stride too and step through a row with it.",
+                 "triton_softmax 在 x = y.T 上不对，它的列在内存中不相邻（x.stride(1) != 1）：在启动函数中把 x 变成连续的"
+                 "（x.contiguous()），或者把列步长也传给内核，并用它在一行中前进。", atol=1e-6, rtol=1e-5)
+    expect_close(runs["long"].cpu(), torch.softmax(long.cpu().double(), -1),
+                 "triton_softmax is wrong on rows of 300 columns, wider than the other inputs: BLOCK_N = triton.next_power_of_2(N), "
+                 "from the row's length, not a constant.",
+                 "triton_softmax 在 300 列（比其他输入更宽）的行上不对：BLOCK_N = triton.next_power_of_2(N)，由行的长度决定，"
+                 "而不是一个常数。", atol=1e-6, rtol=1e-5)
     bf16 = runs["bf16"]
     expect(bf16.dtype == torch.bfloat16, "triton_softmax must return the input's dtype: allocate the output like x, compute in float32 (.to(tl.float32)).",
            "triton_softmax 必须返回输入的 dtype：按 x 的 dtype 分配输出，用 float32 计算（.to(tl.float32)）。", f"bf16 input gave {bf16.dtype}")
     expect_close(bf16.cpu(), torch.softmax(contiguous.bfloat16().cpu().double(), -1),
                  "triton_softmax is wrong on bf16 input: load, convert to float32 (.to(tl.float32)), compute, store in the output's dtype.",
                  "triton_softmax 在 bf16 输入上不对：载入后转换为 float32（.to(tl.float32)），计算，再以输出的 dtype 存储。", atol=4e-3, rtol=0)
+    expect_stored(unstored, "triton_softmax")
     with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
-            own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh):
+            own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch():
         same_as_reference(triton_softmax, softmax, FAMILIES[who], "triton_softmax")
 
 
 # triton_flash_attention_forward --------------------------------------------------------------
-def _expect_out(out, q, k, v, causal, bq, bk, who):
-    right = sdpa(q.double(), k.double(), v.double(), causal)
-    if torch.allclose(out.double(), right, **f32_tol()):
-        return
-    if torch.allclose(out[0, 0].double(), right[0, 0], **f32_tol()):
-        fail("out is right for batch item 0, head 0 and wrong for the others: each program must offset q, k, v, out and lse by its "
-             "own (batch item, head), program_id(1), times that head's T x d.",
-             "out 对样本 0、头 0 是对的，对其他的不对：每个程序都必须按它自己的（样本，头），即 program_id(1)，乘以该头的 T x d，"
-             "去偏移 q、k、v、out 和 lse。")
-    expect_known(out, right, lambda: forward_mistakes(q, k, v, causal, bq, bk),
-                 f"out differs from F.scaled_dot_product_attention (causal={causal}, blocks ({bq}, {bk}), T_q={q.shape[-2]}, T_k={k.shape[-2]}): "
-                 "check the running maximum, the rescaling of l and acc, the masks and the final division.",
-                 f"out 与 F.scaled_dot_product_attention 不同（causal={causal}，分块 ({bq}, {bk})，T_q={q.shape[-2]}，T_k={k.shape[-2]}）："
-                 "请检查运行最大值、l 和 acc 的重新缩放、掩码以及最后的除法。", **f32_tol())
-
-
-def _poisoned(T, d, seed):
-    """(q, k, v) of one head whose last 16 keys and values are NaN: no query before them needs them."""
-    q, k, v = (randn(1, 1, T, d, seed=seed + i) for i in range(3))
-    k[..., T - 16:, :], v[..., T - 16:, :] = float("nan"), float("nan")
-    return q, k, v
-
-
 def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forward):
     who, kernel, fn = "flash_forward_kernel", flash_forward_kernel, triton_flash_attention_forward
     expect_kernel(kernel, who)
     expect(callable(fn), "triton_flash_attention_forward must be a function: the launcher of flash_forward_kernel.",
            "triton_flash_attention_forward 必须是函数：flash_forward_kernel 的启动函数。")
-    B, H, T_q, T_k, d = 2, 2, 21, 45, 16
-    q, k, v = heads_layout(B, H, T_q, d, 160), heads_layout(B, H, T_k, d, 161), heads_layout(B, H, T_k, d, 162)
-    q = q * torch.linspace(0.5, 4.0, T_q)[:, None]  # growing scores: the maximum changes from tile to tile
-    q, k, v = on_device(q, k, v)
-    copies = [t.clone() for t in (q, k, v)]
-    long_q, long_k, long_v = on_device(randn(1, 1, 16, d, seed=163), randn(1, 1, 512, d, seed=164),
-                                       randn(1, 1, 512, d, seed=165) + 3.0)  # 32 key tiles, values near 3
-    pq, pk, pv = on_device(*_poisoned(64, d, 166))
+    inputs = forward_inputs()
+    copies = [t.clone() for t in inputs["f32"][0]]
     en = f"This exercise asks you to write the FlashAttention forward yourself, in {who}, not to call F.scaled_dot_product_attention or the course's code in utils."
     zh = f"本练习要求你在 {who} 中自己实现 FlashAttention 的前向计算，而不是调用 F.scaled_dot_product_attention 或 utils 中课程的代码。"
-    grid = lambda T, bq, b=B * H: (math.ceil(T / bq) * b, f"one program per tile of block_q queries and per (batch item, head): grid (cdiv(T_q, block_q), B * H)",
-                                   "每 block_q 个查询组成的分块、每个（样本，头）各一个程序：grid 为 (cdiv(T_q, block_q), B * H)")
-    runs = {}
+    runs, unstored = {}, []
     with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), \
-            own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch:
-        def launch(label, args, causal, bq, bk, dtype, programs):
+            own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the poisoned probe's last query tile is NaN, legitimately
+        for label, (args, causal, blocks, dtype) in inputs.items():
             before = len(watch.launches)
-            result = run(fn, *[t.to(dtype) for t in args], causal=causal, block_q=bq, block_k=bk, name="triton_flash_attention_forward")
-            launched(watch, kernel, before, "triton_flash_attention_forward", programs)
-            runs[label] = expect_out_and_lse(result, "triton_flash_attention_forward", (*args[0].shape[:-1], args[2].shape[-1]), dtype)
-
-        for causal in (False, True):
-            launch(causal, (q, k, v), causal, 16, 16, torch.float32, grid(T_q, 16))
-        launch("big", (q * 30, k, v), True, 16, 32, torch.float32, grid(T_q, 16))
-        launch("decode", (q[..., -1:, :], k, v), True, 16, 16, torch.float32, grid(1, 16))
-        before = len(watch.launches)
-        default = run(fn, q, k, v, True, name="triton_flash_attention_forward")
-        launched(watch, kernel, before, "triton_flash_attention_forward", grid(T_q, 64))
-        runs["default"] = expect_out_and_lse(default, "triton_flash_attention_forward", (B, H, T_q, d), torch.float32)
-        with warnings.catch_warnings():  # the last query tile's rows are all NaN, legitimately
-            warnings.simplefilter("ignore", RuntimeWarning)
-            launch("probe", (pq, pk, pv), True, 16, 16, torch.float32, grid(64, 16, 1))
-        for causal in (False, True):
-            launch(f"bf16 {causal}", (q, k, v), causal, 16, 16, torch.bfloat16, grid(T_q, 16))
-        launch("long", (long_q, long_k, long_v), False, 16, 16, torch.bfloat16, grid(16, 16, 1))
-    expect(all(torch.equal(a, b) for a, b in zip((q, k, v), copies)), f"triton_flash_attention_forward changed q, k or v in place: leave the inputs as they are.",
-           f"triton_flash_attention_forward 原地修改了 q、k 或 v：请保持输入不变。")
-    q, k, v = q.cpu(), k.cpu(), v.cpu()
-    for causal in (False, True):
-        out, lse = runs[causal]
-        _expect_out(out, q, k, v, causal, 16, 16, who)
-        expect_known(lse, torch.logsumexp(scaled_scores(q.double(), k.double(), causal), -1), lambda: lse_mistakes(q, k, causal),
-                     f"lse differs from torch.logsumexp of the scaled scores (causal={causal}): lse = m + log(l) for each query, over the keys it sees.",
-                     f"lse 与缩放后分数的 torch.logsumexp 不同（causal={causal}）：对每个查询，在它能看到的键上 lse = m + log(l)。", **f32_tol())
-    big = runs["big"][0]
-    expect(bool(torch.isfinite(big).all()), "Scores in the hundreds give NaN or inf: subtract the running maximum inside exp.",
-           "分数达到几百时出现了 NaN 或 inf：请在 exp 里减去运行最大值。")
-    expect_close(big, sdpa(q.double() * 30, k.double(), v.double(), True),  # on a GPU TF32 moves such scores by ~0.1
-                 "With scores in the hundreds (blocks of 16 queries and 32 keys) out is wrong: keep the running maximum and rescale.",
-                 "分数达到几百时（16 个查询、32 个键的分块）out 不对：请保持运行最大值并重新缩放。",
-                 **(dict(atol=1e-4, rtol=1e-4) if ref.interpreted() else dict(atol=0.1, rtol=0)))
-    expect_close(runs["decode"][0], sdpa(q[..., -1:, :].double(), k.double(), v.double(), True),
-                 "With one query (a decoding step, T_q = 1) and causal=True, the query is the last position and sees every key.",
-                 "只有一个查询（解码的一步，T_q = 1）且 causal=True 时，这个查询是最后一个位置，能看到所有的键。", **f32_tol())
-    expect_close(runs["default"][0], sdpa(q.double(), k.double(), v.double(), True),
-                 "triton_flash_attention_forward is wrong with its default blocks (64, 64), larger than T_q = 21: mask the rows past T_q.",
-                 "triton_flash_attention_forward 在默认分块 (64, 64)（大于 T_q = 21）下不对：请遮住 T_q 之后的行。", **f32_tol())
-    probe = runs["probe"][0][..., :48, :]
-    expect(not torch.isnan(probe).any(),
-           "Queries 0-47 got NaN from keys 48-63, which they never see (NaN was planted there): with causal=True the key loop must stop at "
-           "the tile's last query, end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q), skipping every tile above the diagonal (not one tile more).",
-           "查询 0-47 从它们永远看不到的键 48-63（那里放了 NaN）得到了 NaN：causal=True 时键循环必须在该分块最后一个查询处停止，"
-           "end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q)，跳过对角线之上的每一个分块（不要多算一个）。",
-           "T_q = T_k = 64, blocks of 16, NaN in keys and values 48-63")
-    expect_close(probe, sdpa(pq.cpu().nan_to_num().double(), pk.cpu().nan_to_num().double(), pv.cpu().nan_to_num().double(), True)[..., :48, :],
-                 "With T_q = T_k = 64, blocks of 16 and causal=True, out is wrong for queries 0-47.",
-                 "T_q = T_k = 64、块大小为 16 且 causal=True 时，查询 0-47 的 out 不对。", **f32_tol())
-    for causal in (False, True):
-        out, lse = runs[f"bf16 {causal}"]
-        qb, kb, vb = (t.bfloat16().double() for t in (q, k, v))
-        expect_close(out, sdpa(qb, kb, vb, causal),
-                     f"With bf16 inputs (causal={causal}) out is further from the exact answer than bf16 rounding allows: keep m, l and acc in "
-                     "float32 and cast only p for the second tl.dot (p.to(v.dtype)).",
-                     f"bf16 输入（causal={causal}）时 out 与精确答案的差距超出了 bf16 的舍入误差：m、l 和 acc 保持 float32，"
-                     "只在第二个 tl.dot 前转换 p（p.to(v.dtype)）。", atol=BF16_TOL, rtol=0)
-        expect_close(lse, torch.logsumexp(scaled_scores(qb, kb, causal), -1),
-                     f"With bf16 inputs (causal={causal}) lse is wrong: the scores of tl.dot are float32, keep m and l in float32.",
-                     f"bf16 输入（causal={causal}）时 lse 不对：tl.dot 得到的分数是 float32，m 和 l 要保持 float32。", atol=1e-3, rtol=1e-4)
-    long = runs["long"][0]
-    error = (long.double() - sdpa(*(t.cpu().bfloat16().double() for t in (long_q, long_k, long_v)), False)).abs().max().item()
-    expect(error <= ACC_TOL,
-           "Over 32 key tiles in bf16 the output drifts from the exact answer: the accumulator acc (and m, l) must stay float32 across "
-           "the loop (tl.zeros(..., dtype=tl.float32)); only p is cast to v's dtype for tl.dot.",
-           "在 bf16 下经过 32 个键分块后输出偏离了精确答案：累加器 acc（以及 m、l）在整个循环中必须保持 float32"
-           "（tl.zeros(..., dtype=tl.float32)）；只有 p 为 tl.dot 转换成 v 的 dtype。",
-           f"T_k = 512, blocks of 16, values near 3: largest error {error:.3g}, at most {ACC_TOL} allowed")
-    with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh):
+            result = run(fn, *[t.to(dtype) for t in args], causal=causal, **blocks, name="triton_flash_attention_forward")
+            (B, H, T_q, d), bq = args[0].shape, blocks.get("block_q", 64)
+            launched(watch, kernel, before, "triton_flash_attention_forward",
+                     (math.ceil(T_q / bq) * B * H, "one program per tile of block_q queries and per (batch item, head): "
+                      "grid (cdiv(T_q, block_q), B * H)", "每 block_q 个查询组成的分块、每个（样本，头）各一个程序：grid 为 (cdiv(T_q, block_q), B * H)"))
+            runs[label] = expect_out_and_lse(result, "triton_flash_attention_forward", (B, H, T_q, args[2].shape[-1]), dtype)
+            unstored += not_stored(watch, before, [("out", result[0]), ("lse", result[1])])
+    expect(all(torch.equal(a, b) for a, b in zip(inputs["f32"][0], copies)), "triton_flash_attention_forward changed q, k or v in place: leave the inputs as they are.",
+           "triton_flash_attention_forward 原地修改了 q、k 或 v：请保持输入不变。")
+    expect_forward_runs(runs, inputs, fn)
+    expect_stored(unstored, "triton_flash_attention_forward")
+    with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), \
+            KernelWatch():
         same_as_reference(fn, attention, FAMILIES[who], "triton_flash_attention_forward")
 
 
@@ -239,11 +157,13 @@ def check_TritonFlashAttention(TritonFlashAttention):
     g = randn(B, H, T_q, d, seed=173)
     q, k, v, g = on_device(q, k, v, g)
     big = [t.requires_grad_() for t in on_device(*(randn(1, 1, 130, 16, seed=174 + i) for i in range(3)))]
-    runs, forward_watch, watch = {}, TileWatch(), TileWatch()
+    runs, forward_watch, watch, unstored = {}, TileWatch(), TileWatch(), []
     methods = [unwrap(m) for m in vars(cls).values() if isinstance(m, (staticmethod, classmethod))]
     with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch() as kernels:
         for causal in (False, True):
+            before = len(kernels.launches)
             runs[causal] = apply_and_backward(cls, (q, k, v), g, causal, who)
+            unstored += not_stored(kernels, before, [("out", runs[causal][0])])
         before = len(kernels.launches)
         try:
             runs["bf16"] = apply_and_backward(cls, [t.bfloat16() for t in (q, k, v)], g.bfloat16(), True, who)
@@ -281,6 +201,7 @@ def check_TritonFlashAttention(TritonFlashAttention):
                          "with the saved q, k, v, out, lse, grad_out and ctx's causal.",
                          f"{name} 的梯度与 autograd 的结果不同（causal={causal}）：backward 必须用保存的 q、k、v、out、lse、grad_out 和 ctx 中的 causal "
                          "调用笔记本 14 的 flash_attention_backward。", **ref.tolerance(gradients=True))
+    expect_stored(unstored, f"{who}.forward")
     out, grads, _ = runs["bf16"]
     qb, kb, vb = (t.bfloat16().double() for t in (q, k, v))
     expect_close(out.cpu(), sdpa(qb, kb, vb, True), f"{who}.apply on bf16 inputs differs from attention in float64 by more than bf16 rounding.",
@@ -306,7 +227,7 @@ def check_TritonFlashAttention(TritonFlashAttention):
                  f"{who}.apply(q, k, v) 的默认值必须是 causal=False。", **f32_tol())
     expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
     expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
-    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh):
+    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch():
         same_as_reference(cls.apply, attention_out, FAMILIES[who], who, grads=True)
 
 

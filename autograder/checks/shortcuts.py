@@ -9,7 +9,7 @@ import sys
 import types
 
 from autograder.checks import Shortcut, message, rules
-from autograder.checks.executes import code_objects, watching
+from autograder.checks.executes import BLOCKED, code_objects, watching
 
 # The rule, course-wide: a shortcut is handing in the exercise's OWN reference, the course's
 # code for exactly what the exercise asks you to write: the utils object itself, an alias or a
@@ -163,24 +163,6 @@ def forbid(targets, learner_fns, en: str, zh: str):
             put_back()
 
 
-# (owner, attribute, original, blocked) of every target blocked now: the check's own runs of the
-# reference (executes.course_runs) lift them for their duration.
-BLOCKED: list = []
-
-
-@contextlib.contextmanager
-def unblocked():
-    """Inside a forbid block: the check runs the course's code, which may use what is blocked."""
-    entries = list(BLOCKED)
-    for owner, attr, original, _ in reversed(entries):
-        setattr(owner, attr, original)
-    try:
-        yield
-    finally:
-        for owner, attr, _, blocked in entries:
-            setattr(owner, attr, blocked)
-
-
 def _class_attributes(fn, originals, en, zh):
     """A learner class that keeps the reference as a class attribute hands it in."""
     for klass in _learner_classes(fn) if isinstance(fn, type) else ():
@@ -261,8 +243,6 @@ OWN_HELPERS: dict = {
     "CachedMultiHeadAttention": ("cached_attention",),  # 07: attention over the cache
     "GroupedQueryAttention": ("cached_attention",),
     "MoE": ("dispatch", "moe_forward_per_token"),  # 10: "your dispatch", measured against the per-token loop
-    "topk_key_mask": ("topk_indices",),  # 13: top-k with its blocked keys
-    "SparseMLA": ("gather_positions",),  # 13: the selected positions' latents
 }
 
 

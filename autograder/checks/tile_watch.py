@@ -29,6 +29,8 @@ from autograder.checks.cost import MatmulCost
 # Reductions that combine the entries of a row: online_softmax may apply them to one block only.
 REDUCTIONS = {"amax", "max", "sum", "logsumexp", "softmax", "log_softmax", "mean", "cumsum", "cummax",
               "sort", "topk", "nansum", "aminmax", "argmax", "norm", "prod", "kthvalue", "amin", "min"}
+# Products that sum over the last dimension of their first operand: a row's sum as exp(x) @ ones.
+CONTRACTIONS = {"matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "mv", "dot", "inner", "einsum", "tensordot", "vdot"}
 
 
 class TileWatch(TorchFunctionMode):
@@ -54,6 +56,11 @@ class TileWatch(TorchFunctionMode):
 
     def _look_for_full_row(self, func, args, kwargs):
         name = getattr(func, "__name__", "")
+        if name in CONTRACTIONS:
+            wide = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] > self.block_size]
+            if wide:
+                self.full_row = f"{name} over a tensor of shape {tuple(wide[0].shape)} (a sum through a product)"
+            return
         if name not in REDUCTIONS or not args or not isinstance(args[0], torch.Tensor) or args[0].dim() == 0:
             return
         x = args[0]

@@ -1,6 +1,11 @@
 """Running a learner's Triton code inside notebook 15's checks: where the kernels run, the float32
 tolerance there, a kernel that must be a kernel, a call whose interpreter-wrapped exceptions are
-unwrapped and named, and the launches a launcher must have made (`triton_watch.KernelWatch`)."""
+unwrapped and named (what Triton's interpreter cannot run is said to be that, not the learner's
+mistake), the launches a launcher must have made and the results it may return: what its kernel
+stored (`triton_watch.KernelWatch`)."""
+import os
+
+import numpy as np
 import torch
 
 import utils.flash_triton as ref
@@ -40,6 +45,7 @@ def run(fn, *args, name, **kwargs):
             return fn(*args, **kwargs)
         except Exception as e:
             inner = cause(e, (AssertionError, NotImplementedError))
+            _expect_supported(name, inner if isinstance(inner, NotImplementedError) else cause(e, (ValueError,)))
             if inner is not None:
                 raise inner
             root = cause(e, (ValueError, TypeError, RuntimeError, IndexError, AttributeError, NameError)) or e
@@ -50,6 +56,65 @@ def run(fn, *args, name, **kwargs):
                      "并用掩码遮住末尾之后的部分。", f"{type(root).__name__}: {root}")
             raise
     return call(unwrapped, name=name)
+
+
+def _raised_in_triton(error) -> bool:
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}triton{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
+def _expect_supported(name, error):
+    """A NotImplementedError raised by Triton itself (the interpreter's `extern_elementwise`,
+    `inline_asm`; block pointers in 3.9), or a function of triton.language.extra that the
+    interpreter does not reach (libdevice), is a limit of the interpreter that grades on a CPU:
+    said as such, never as "not implemented yet"."""
+    if error is None or not _raised_in_triton(error):
+        return
+    if not isinstance(error, NotImplementedError) and "_semantic" not in str(error):
+        return
+    import triton
+    fail(f"{name} stopped inside Triton {triton.__version__}'s interpreter, which grades on a CPU and cannot run what your kernel "
+         "uses there (CUDA's libdevice, inline assembly, or an API this version lacks). This is a limit of the interpreter, not a "
+         "mistake in your algorithm: write it with triton.language's own operations (tl.exp, tl.exp2, tl.load with offsets and "
+         "masks, block pointers or tensor descriptors), which the course's Triton 3.7 runs everywhere.",
+         f"{name} 停在了 Triton {triton.__version__} 的解释器内部：评分在 CPU 上用解释器运行，而它无法运行你的内核所用的东西"
+         "（CUDA 的 libdevice、内联汇编，或这个版本没有的 API）。这是解释器的限制，不是你算法的错误：请用 triton.language 自己的运算"
+         "（tl.exp、tl.exp2、带偏移量和掩码的 tl.load、块指针或张量描述符）来写，课程使用的 Triton 3.7 在各处都能运行它们。",
+         f"{type(error).__name__}: {error}")
+
+
+def not_stored(watch, before, results):
+    """[(name, how many values)] of the (name, tensor) `results` that hold values no kernel launch
+    since `before` stored (rounded to the tensor's dtype, in any arrangement). The launcher
+    allocates, launches and returns what the kernel wrote; a cast or a view of it is fine,
+    arithmetic after the launch (a division by the sum, lse = m + log(l), torch.logsumexp) is
+    work left out of the kernel. Said by `expect_stored` once the values themselves are right."""
+    stored = torch.from_numpy(watch.stored(before))
+    found = []
+    for label, tensor in results:
+        values = tensor.detach().cpu().flatten()
+        kept = stored.to(values.dtype).double()
+        values = values.double()
+        nan = torch.isnan(values)
+        missing = int((~torch.isin(values[~nan], kept[~torch.isnan(kept)])).sum())
+        missing += int(nan.sum()) if not torch.isnan(kept).any() else 0
+        if missing:
+            found.append((label, missing, values.numel()))
+    return found
+
+
+def expect_stored(found, who):
+    """`found`: what `not_stored` returned for the launches of `who`."""
+    for label, missing, total in found:
+        fail(f"{who} returned {label} with values that no tl.store of your kernel wrote: the launcher allocates the outputs, launches "
+             "the kernel and returns what it stored (casting it to the inputs' dtype at most). Finishing in PyTorch after the launch "
+             "(dividing by the sum, lse = m + log(l), torch.logsumexp) leaves part of the work out of the kernel.",
+             f"{who} 返回的 {label} 中有你的内核的任何 tl.store 都没有写过的值：启动函数分配输出、启动内核，并返回内核存储的内容"
+             "（至多把它转换为输入的 dtype）。在启动之后用 PyTorch 完成剩下的计算（除以和、lse = m + log(l)、torch.logsumexp），"
+             "就把一部分工作留在了内核之外。",
+             f"{missing} of {total} values never stored by the kernel")
 
 
 def launched(watch, kernel, before, who, programs=None):

@@ -55,7 +55,8 @@ def kernel_variant(q, k, v, causal, bq, bk, rescale_acc=True, rescale_l=True, en
         acc = q.new_zeros(*q_t.shape[:-1], v.shape[-1])
         stop = T_k
         if causal:
-            stop = min(T_k, {"right": t0 + bq + shift, "short": t0 + shift, "long": t0 + 2 * bq + shift, "all": T_k}[end])
+            stop = min(T_k, {"right": t0 + bq + shift, "short": t0 + shift, "long": t0 + 2 * bq + shift, "all": T_k,
+                                 "by_k": (t0 // bq + 1) * bk + shift}[end])
         for s0 in range(0, stop, bk):
             keys = torch.arange(s0, s0 + bk)
             pad = max(0, s0 + bk - T_k)
@@ -108,6 +109,11 @@ _CAUSAL_MISTAKES = [
      "The causal key loop stopped one tile early, before the tile on the diagonal: a query tile's keys go up to its last query, "
      "end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q).",
      "因果的键循环提前了一个分块结束，漏掉了对角线上的分块：一个查询分块的键一直到它最后一个查询为止，end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q)。"),
+    (dict(end="by_k"),
+     "The causal key loop's end counts queries: end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q), with BLOCK_Q, which equals "
+     "BLOCK_K only when the two blocks are equal (here block_q > block_k, and the loop stopped before the tile's last query's keys).",
+     "因果键循环的终点按查询计数：end = min(T_k, (tile + 1) * BLOCK_Q + T_k - T_q)，用的是 BLOCK_Q，只有两种分块相等时它才等于 "
+     "BLOCK_K（这里 block_q > block_k，循环在该分块最后一个查询的键之前就停止了）。"),
     (dict(offset=False), *_TOP_LEFT),
     (dict(see_self=False),
      "Each query must see its own position: key j is blocked only when j > i + (T_k - T_q), so keep keys <= rows + T_k - T_q.",

@@ -15,9 +15,25 @@ reads and writes raw addresses).
         triton_softmax(x)
     watch.launches   # [Launch(fn=<the kernel's Python function>, programs=6)]
     watch.launched(softmax_rows_kernel)   # 1
+    watch.stored(0)   # float64 numpy array: every value the launches from the first on stored
+
+A masked load without `other=` reads values that Triton's documentation calls undefined (the
+interpreter alone gives 0; a GPU gives whatever the registers held): inside the watch they are
+NaN, so a kernel that relies on them shows it (`KernelWatch(undefined=0.0)` gives the interpreter's
+zeros, to tell that cause from another).
+
+What a launch stores is kept (`Launch.stored`), so that a check can tell whether a launcher's
+result is what its kernel computed or was finished in PyTorch after the launch (`triton_runs`).
+
+While a kernel runs, the shortcut rule's frame watch (`executes.watching`, a trace call per
+Python frame) is paused: the interpreter runs a rewritten copy of each @jit function, never a
+reference's code object, and the watch made each launch 2.7x slower (its ~10^5 frames); the
+course's functions and kernels stay blocked by name meanwhile (`shortcuts.forbid`).
 
 The wrapping is put back when the block ends, also when it ends with an exception.
 """
+import sys
+
 import numpy as np
 import torch
 
@@ -31,6 +47,7 @@ class OutOfBounds(AssertionError):
 class Launch:
     def __init__(self, fn, programs=None):
         self.fn, self.programs = fn, programs
+        self.stored = []  # float64 arrays: the values each tl.store wrote
 
     def __repr__(self):
         return f"Launch({getattr(self.fn, '__name__', self.fn)}, programs={self.programs})"
@@ -41,8 +58,8 @@ def _programs(grid):
 
 
 class KernelWatch:
-    def __init__(self):
-        self.launches = []
+    def __init__(self, undefined=float("nan")):
+        self.launches, self.undefined = [], undefined
         self._ranges, self._current, self._restore = None, None, []
 
     def __enter__(self):
@@ -58,17 +75,48 @@ class KernelWatch:
             self._patch(cls, "run", run)
         load, store = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
 
-        def create_masked_load(builder, ptrs, mask, *rest, **kwargs):
+        def create_masked_load(builder, ptrs, mask, other=None, *rest, **kwargs):
             watch._check(builder, ptrs, mask, "read")
-            return load(builder, ptrs, mask, *rest, **kwargs)
+            if other is None and watch._ranges is not None:
+                other = watch._undefined(ptrs)
+            return load(builder, ptrs, mask, other, *rest, **kwargs)
 
         def create_masked_store(builder, ptrs, value, mask, *rest, **kwargs):
             watch._check(builder, ptrs, mask, "wrote")
+            watch._record(value, mask)
             return store(builder, ptrs, value, mask, *rest, **kwargs)
 
         self._patch(InterpreterBuilder, "create_masked_load", create_masked_load)
         self._patch(InterpreterBuilder, "create_masked_store", create_masked_store)
         return self
+
+    def stored(self, first: int = 0):
+        """Every value stored by the launches from `first` on, as float64 (bfloat16 decoded)."""
+        parts = [part for launch in self.launches[first:] for part in launch.stored]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def _undefined(self, ptrs):
+        """What a masked-off lane of a load without other= reads here: NaN of the loaded type."""
+        from triton.runtime.interpreter import TensorHandle
+        kind = ptrs.get_element_ty()
+        if not kind.is_floating():
+            return None
+        values = np.full(np.shape(ptrs.data), self.undefined, dtype=np.float32)
+        if kind.name == "bf16":
+            values = (values.view(np.uint32) >> 16).astype(np.uint16)
+        elif kind.name in ("fp16", "fp64"):
+            values = values.astype(np.float16 if kind.name == "fp16" else np.float64)
+        elif kind.name != "fp32":
+            return None
+        return TensorHandle(values, kind)
+
+    def _record(self, value, mask):
+        if self._current is None:
+            return
+        data = np.broadcast_to(value.data, np.shape(mask.data))[np.asarray(mask.data, dtype=bool)]
+        if value.dtype.scalar.name == "bf16":  # kept as its 16-bit patterns
+            data = (data.astype(np.uint32) << 16).view(np.float32)
+        self._current.stored.append(np.asarray(data, dtype=np.float64))
 
     def launched(self, kernel) -> int:
         """How many times `kernel` (a @triton.jit function) was launched inside the block."""
@@ -92,9 +140,12 @@ class KernelWatch:
         outer = self._ranges, self._current
         self._ranges = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors]
         self._current = launch
+        trace = sys.gettrace()
+        sys.settrace(None)
         try:
             return original(kernel, *args, **kwargs)
         finally:
+            sys.settrace(trace)
             self._ranges, self._current = outer
 
     def _check(self, builder, ptrs, mask, verb):

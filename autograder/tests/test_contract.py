@@ -17,17 +17,25 @@ CONTRACT = ROOT / "CURRICULUM.md"
 SHARED = ROOT.parent / "shared" / "curriculum.md"
 
 
-def contract_lines(text: str) -> dict[str, list[str]]:
-    """Notebook number -> the contract's exercise lines ("- `name(...)` ..." under "### NN ...")."""
-    sections, current = {}, None
+def contract_lines(text: str, references: bool = False) -> dict[str, list[str]]:
+    """Notebook number -> the contract's exercise lines ("- `name(...)` ..." under "### NN ..."); with
+    `references`, the lines of the reference files it fixes instead ("- `utils/linear_attention.py`:"
+    and the indented lines under it, 16's external parity check calls those names)."""
+    sections, current, in_reference = {}, None, False
     for line in text.splitlines():
         heading = re.match(r"### (\d\d) ", line)
         if heading:
-            current = sections.setdefault(heading.group(1), [])
+            current, in_reference = sections.setdefault(heading.group(1), []), False
         elif line.startswith("## "):
             current = None
         elif current is not None and line.startswith("- `"):
+            in_reference = line.startswith("- `utils/")
+            if in_reference == references:
+                current.append(line)
+        elif current is not None and references and in_reference and line.startswith("  "):
             current.append(line)
+        elif not line.startswith("  "):
+            in_reference = False
     return sections
 
 
@@ -60,8 +68,15 @@ def test_exercises_match_the_contract_and_the_readme(stem):
 
 @pytest.mark.skipif(not SHARED.exists(), reason="no ../shared/curriculum.md beside this clone")
 def test_the_copy_of_the_contract_matches_the_shared_one():
-    assert contract_lines(CONTRACT.read_text(encoding="utf-8")) == contract_lines(SHARED.read_text(encoding="utf-8")), \
+    """Every exercise line and every reference line of the shared contract, in the copy. Where the
+    shared contract leaves the exercise names to the notebook (16), the copy records them."""
+    ours, shared = (contract_lines(f.read_text(encoding="utf-8")) for f in (CONTRACT, SHARED))
+    named = {nn: lines for nn, lines in shared.items() if lines}
+    assert {nn: ours.get(nn) for nn in named} == named and set(ours) >= set(shared), \
         "CURRICULUM.md's exercise lines differ from ../shared/curriculum.md: copy the new contract in"
+    assert contract_lines(CONTRACT.read_text(encoding="utf-8"), references=True) == \
+        contract_lines(SHARED.read_text(encoding="utf-8"), references=True), \
+        "CURRICULUM.md's reference names (utils/...) differ from ../shared/curriculum.md: copy them in"
 
 
 @pytest.mark.parametrize("stem", NOTEBOOKS)
@@ -86,5 +101,8 @@ def test_every_check_is_called_by_exactly_one_hidden_cell(stem):
 
 def test_the_contract_parser_reads_every_notebook():
     sections = contract_exercises(CONTRACT.read_text(encoding="utf-8"))
-    assert sorted(sections) == [f"{n:02d}" for n in range(16)]
+    assert sorted(sections) == [f"{n:02d}" for n in range(17)]
+    assert "utils" not in sections["16"] and sections["16"][0] == "linear_attention_recurrent"
+    references = contract_lines(CONTRACT.read_text(encoding="utf-8"), references=True)["16"]
+    assert references[0].startswith("- `utils/linear_attention.py`") and any("chunk_kda" in line for line in references)
     assert sections["01"][1] == "softmax" and sections["11"][-2] == "Int8WeightOnlyLinear"

@@ -55,12 +55,29 @@ def test_wrong_solution_is_caught(stem, exercise, entry):
         assert has_chinese(str(e)), f"the visible test's message has no Chinese translation: {e}"
     except Exception:
         pass  # the learner's code crashed inside the visible test: the traceback shows where
-    with pytest.raises(AssertionError) as failure:  # the hidden tests catch it, whatever the visible one did
+    try:  # the hidden tests catch it, whatever the visible one did
         run_cell(hidden, exercise, candidate)
-    text = str(failure.value)
+    except AssertionError as caught:
+        text = str(caught)
+    else:
+        pytest.fail(f"grading misses this wrong solution of {exercise}; {oracle_says(hidden, exercise, candidate)}")
     if words:
         assert words in text, f"the failure message does not name the mistake: {text}"
     assert has_chinese(text), f"the message has no Chinese translation: {text}"
+
+
+def oracle_says(hidden, exercise, candidate) -> str:
+    """What the oracle family (the exercise's whole declared input space) says of a candidate: the
+    probe that catches it, which the grading family lacks, or that the space itself is too narrow."""
+    from autograder.checks import harness
+    harness.ORACLE[0] = True
+    try:
+        run_cell(hidden, exercise, candidate)
+    except AssertionError as caught:
+        return f"the oracle family catches it, so the grading family lacks this probe: {str(caught)[:600]}"
+    finally:
+        harness.ORACLE[0] = False
+    return "the oracle family misses it too: its input space lacks the axis or level that shows this mistake"
 
 
 def _defined(source, name, namespace):

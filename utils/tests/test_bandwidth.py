@@ -37,3 +37,21 @@ def test_fraction_is_bytes_per_second_over_bandwidth():
 def test_line_says_bytes_speed_and_fraction():
     line = bw.bandwidth_line(12.5e6, 40.0, bandwidth=2e9)
     assert line == "12.50 MB read per token x 40.0 tokens/s = 0.50 GB/s, 25.0% of the measured 2.0 GB/s"
+
+
+def test_read_bandwidth_is_measured_once_and_plausible(monkeypatch):
+    first = bw.read_bandwidth(2**24, repeats=2)  # 16 MiB: quick, still a real read
+    assert 1e8 < first < 1e13
+    calls = []
+    monkeypatch.setattr(bw, "timed", lambda *a, **k: calls.append(a) or (1.0, None))
+    assert bw.read_bandwidth(2**24, repeats=2) == first
+    assert calls == []
+    with pytest.raises(ValueError):
+        bw.read_bandwidth(1024, repeats=1)
+    with pytest.raises(ValueError):
+        bw.read_bandwidth(2**24, device="meta")
+
+
+def test_last_level_cache_is_a_size_or_none():
+    llc = bw.last_level_cache_bytes()
+    assert llc is None or 2**10 <= llc <= 2**36

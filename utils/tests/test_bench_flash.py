@@ -45,3 +45,17 @@ def test_the_time_is_the_call_alone(method):
     peak, seconds, result = bench_flash.peak_memory_and_time(lambda: time.sleep(0.05) or torch.ones(3).sum())
     assert float(result) == 3.0 and peak < 8 * MiB
     assert 0.05 <= seconds < 0.5, seconds
+
+
+
+def test_measure_repeats_a_size_whose_time_is_out_of_order(monkeypatch):
+    calls = []
+
+    def fake(fn, q, k, v):  # times proportional to T, except the very first call: a busy moment
+        calls.append(q.shape[2])
+        return 0, (10.0 if len(calls) == 1 else q.shape[2] / 128), fn(q, k, v)
+
+    monkeypatch.setattr(bench_flash, "peak_memory_and_time", fake)
+    rows = bench_flash.measure([128, 256], d=16, block=64)
+    assert calls == [128] * 3 + [256] * 3 + [128] * 3 + [256] * 3  # both sizes once more, then in order
+    assert rows[0]["naive s"] == 1.0 and bench_flash.order_warning(rows) is None

@@ -120,3 +120,26 @@ def test_the_flop_count_of_a_forward():
     assert attention_flops(1, 1, 4, 8, False) == 4 * 4 * 4 * 8
     assert attention_flops(1, 1, 4, 8, True) == 4 * 4 * 4 * 8 / 2
     assert math.isclose(attention_flops(4, 16, 4096, 128, False) / 1e12, 4 * 16 * 4096 ** 2 * 128 * 4 / 1e12)
+
+
+def test_bfloat16_arithmetic_is_what_a_gpu_computes():
+    """Each bf16 elementwise operation in float32, rounded to bf16 (torch's bf16 arithmetic does the
+    same): the interpreter alone computes on the bit patterns (x + x gives NaN, -x is off by 30)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def ops(X, OUT, N: tl.constexpr):
+        i = tl.arange(0, N)
+        x = tl.load(X + i)
+        tl.store(OUT + i, x * 0.5)
+        tl.store(OUT + N + i, x + x)
+        tl.store(OUT + 2 * N + i, -x)
+        tl.store(OUT + 3 * N + i, tl.maximum(x, 0.0))
+        tl.store(OUT + 4 * N + i, x * x - x)
+
+    x = torch.linspace(-3, 3, 32, device=DEVICE).bfloat16()
+    out = torch.empty(5 * 32, dtype=torch.bfloat16, device=DEVICE)
+    ops[(1,)](x, out, N=32)
+    expected = torch.cat([x * 0.5, x + x, -x, x.clamp(min=0), x * x - x])
+    assert torch.equal(out, expected), (out - expected).abs().max()

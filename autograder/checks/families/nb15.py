@@ -7,6 +7,7 @@ import utils.flash_triton as ref
 from autograder.checks import randn
 from autograder.checks.flash_variants import heads_layout, scaled_scores, sdpa
 from autograder.checks.harness import Family, Probe
+from autograder.checks.triton_probes import far_below_zero, mixed_layouts, softmax_transposed
 from autograder.checks.triton_runs import on_device
 
 
@@ -34,8 +35,18 @@ def _big_scores():
     return {torch.float32: (1e-4, 1e-4)} if ref.interpreted() else {torch.float32: (0.1, 0.0)}
 
 
+def _bf16_lse():
+    """lse (float32) of bf16 inputs: within two bf16 roundings of the scores (a kernel may scale q in
+    bf16 first, as Triton's 2023 tutorial did); out, in bf16, at bf16's own tolerance."""
+    return {torch.float32: (2.0 ** -6, 2.0 ** -7)}
+
+
 def _rows(shape, seed, scale=1.0, dtype=torch.float32):
     return lambda: (tuple(on_device((randn(*shape, seed=seed) * scale).to(dtype))), {})
+
+
+def _transposed_rows():
+    return (on_device(softmax_transposed(4, 29, 185))[0],), {}
 
 
 def _heads(B, H, T_q, T_k, d, seed, scale=1.0, dtype=torch.float32, **kwargs):
@@ -46,10 +57,15 @@ def _heads(B, H, T_q, T_k, d, seed, scale=1.0, dtype=torch.float32, **kwargs):
     return build
 
 
-def _apply(B, H, T_q, T_k, d, seed, causal=False):
+def _built(make, dtype=torch.float32, **kwargs):
+    """q, k, v from `make` (triton_probes: three layouts, scores far below 0), on the kernels' device."""
+    return lambda: (tuple(t.to(dtype) for t in on_device(*make())), dict(kwargs))
+
+
+def _apply(B, H, T_q, T_k, d, seed, causal=False, make=None):
     """Function.apply takes its arguments by position only: (q, k, v, causal)."""
     def build():
-        (q, k, v), _ = _heads(B, H, T_q, T_k, d, seed)()
+        (q, k, v), _ = _built(make)() if make else _heads(B, H, T_q, T_k, d, seed)()
         return (q, k, v, causal), {}
     return build
 
@@ -60,6 +76,8 @@ FAMILIES = {
         Probe("extreme", "rows of logits in the hundreds", _rows((3, 19), 181, scale=300.0), "数百量级 logits 的行"),
         Probe("edges", "one row of one column", _rows((1, 1), 182), "一行一列"),
         Probe("dtype", "bfloat16 rows", _rows((4, 19), 183, dtype=torch.bfloat16), "bfloat16 的行"),
+        Probe("arguments", "x = y.T: columns 4 apart in memory", _transposed_rows, "x = y.T：列在内存中相隔 4"),
+        Probe("edges", "rows of 200 columns", _rows((2, 200), 184, scale=3.0), "200 列的行"),
     ], compares=("values", "shape", "dtype", "device", "inputs"), tolerance=_tolerance),
     "flash_forward_kernel": Family([
         Probe("batch", "2 batch items x 2 heads, T_q=11, T_k=27", _heads(2, 2, 11, 27, 16, 184, block_q=16, block_k=16),
@@ -71,7 +89,13 @@ FAMILIES = {
         Probe("edges", "T_q = T_k = 5 under the default blocks (64, 64)", _heads(1, 1, 5, 5, 16, 187, causal=True),
               "默认分块 (64, 64) 下 T_q = T_k = 5"),
         Probe("dtype", "bfloat16, causal", _heads(1, 2, 12, 21, 16, 188, dtype=torch.bfloat16, causal=True, block_q=16, block_k=16),
-              "bfloat16，因果"),
+              "bfloat16，因果", tolerance=_bf16_lse),
+        Probe("arguments", "q a transposed view, k and v in other layouts, blocks (32, 16), T_q = 32, T_k = 45, d = 32, bfloat16, causal",
+              _built(lambda: mixed_layouts(1, 1, 32, 45, 32, 194), torch.bfloat16, causal=True, block_q=32, block_k=16),
+              "q 是转置的视图，k 和 v 是另外的布局，分块 (32, 16)，T_q = 32，T_k = 45，d = 32，bfloat16，因果", tolerance=_bf16_lse),
+        Probe("extreme", "every score near -200, d = 64, blocks (16, 32)",
+              _built(lambda: far_below_zero(1, 1, 13, 40, 64, 195), block_q=16, block_k=32),
+              "所有分数都接近 -200，d = 64，分块 (16, 32)", tolerance=_big_scores),
         Probe("arguments", "blocks (16, 32), causal, T_q = T_k = 40", _heads(1, 1, 40, 40, 16, 189, causal=True, block_q=16, block_k=32),
               "分块 (16, 32)，因果，T_q = T_k = 40"),
     ], compares=("values", "shape", "dtype", "device", "inputs"), tolerance=_tolerance),
@@ -79,6 +103,8 @@ FAMILIES = {
         Probe("batch", "2 batch items x 2 heads, T_q=9, T_k=20", _apply(2, 2, 9, 20, 16, 190), "2 个样本 x 2 个头，T_q=9，T_k=20"),
         Probe("arguments", "causal=True, T_q = T_k = 24", _apply(1, 2, 24, 24, 16, 191, causal=True), "causal=True，T_q = T_k = 24"),
         Probe("edges", "one query (decoding), causal", _apply(1, 1, 1, 17, 16, 192, causal=True), "一个查询（解码），因果"),
+        Probe("arguments", "q a transposed view, k and v in other layouts, causal",
+              _apply(0, 0, 0, 0, 0, 0, causal=True, make=lambda: mixed_layouts(1, 2, 11, 19, 16, 196)), "q 是转置的视图，k 和 v 是另外的布局，因果"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads"), tolerance=_tolerance,
        grad_tolerance=lambda: _tolerance(gradients=True)),
 }

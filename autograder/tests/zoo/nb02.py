@@ -371,8 +371,8 @@ WRONG = {
         "new Parameters under torch.inference_mode()": (copy_inference_mode, "not made under torch.inference_mode()"),
         "zeroed by multiplying, then added (NaN stays)": (copy_zero_then_add, "whatever v1 held before (on v1 starting from NaN)"),
         "swaps v1's and v2's weights": (copy_swaps, "changed v2"),
-        "the book's nn.Parameter(weight.T): a view of v2's weight": (copy_book, "v1 shares memory with v2"),
-        ".contiguous() of weight.T: no copy when it is contiguous already": (copy_new_contiguous, "v1 shares memory with v2"),
+        "the book's nn.Parameter(weight.T): a view of v2's weight": (copy_book, "shares memory with argument 2"),
+        ".contiguous() of weight.T: no copy when it is contiguous already": (copy_new_contiguous, "shares memory with argument 2"),
     },
 }
 
@@ -381,7 +381,7 @@ WRONG["SelfAttentionV1"].update({"softmax with dtype=torch.float32 (crashes in f
                                  "scale sqrt(3) hard-coded": (v1_scale_three(), "differs from the course's")})
 WRONG["SelfAttentionV2"].update({".view on inputs laid out with gaps": (v2_view_tokens(), "crashed"),
                                  "weights cast to float32 (crashes in float64 and bfloat16)": (v2_weights_float32(), "tensors of two dtypes met")})
-WRONG["copy_weights_v2_to_v1"].update({".data = weight.data.t(), a view of v2": (copy_data_view, "v1 shares memory with v2"),
+WRONG["copy_weights_v2_to_v1"].update({".data = weight.data.t(), a view of v2": (copy_data_view, "shares memory with argument 2"),
                                        "a float32 staging tensor": (copy_float32_buffer, "of v2's dtype")})
 
 RIGHT = {

@@ -222,7 +222,7 @@ WRONG = {
     "SelfAttentionV2": {"W_value is W_key": (V2SharedKV, "must have the names of the contract"), "query and key biased always": (V2BiasAlways, "must not have a bias"),
                         "nn.LazyLinear": (V2Lazy, "must map d_in features to d_out"), "values of the first call kept": (V2ValuesOfFirstCall, "compute every call from its own inputs"), "scale from d_in at __init__": (V2ScaleAtInit, "sqrt(d_in)")},
     "copy_weights_v2_to_v1": {"reshape instead of transpose": (copy_reshape, "without the transpose"), "W_value not copied": (copy_forgets_value, "v1.W_value must receive"),
-                              ".data = weight.data.T, memory shared with v2": (copy_shares_storage, "v1 shares memory with v2")},
+                              ".data = weight.data.T, memory shared with v2": (copy_shares_storage, "shares memory with argument 2")},
 }
 
 RIGHT = {

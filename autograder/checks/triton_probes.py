@@ -1,0 +1,52 @@
+"""Inputs of notebook 15's checks and families, each built to show one thing: rows that are views
+(the softmax's x a slice of a wider tensor, or a transposed tensor whose columns are not adjacent),
+rows wider than a block one might hard-code, heads in every layout a caller may pass (split heads,
+a transposed view whose last dimension is not contiguous, k and v laid out differently), scores
+far below 0 (a running maximum started at 0 underflows to 0 / 0), and keys that a causal query
+tile never needs, planted with NaN. All seeded, on the CPU; `on_device` moves them."""
+import torch
+
+from autograder.checks import randn
+from autograder.checks.flash_variants import heads_layout
+
+
+def softmax_view():
+    """(wide, x): x = wide[:, :37], rows 50 apart, with rows near +500 and -1000, -inf entries and
+    the maximum in the last column, next to the mask."""
+    wide = randn(6, 50, seed=150) * 3
+    x = wide[:, :37]
+    x[1] += 500.0  # exp overflows without the row's maximum
+    x[2] -= 1000.0  # and underflows to 0 / 0
+    x[3, ::4] = float("-inf")  # -inf entries get weight 0
+    x[4] = torch.linspace(-2.0, 9.0, 37)
+    return wide, x
+
+
+def softmax_transposed(M=5, N=37, seed=152):
+    """x (M, N) = y.T: its columns are M apart in memory, x.stride() == (1, M)."""
+    return (randn(N, M, seed=seed) * 2).T
+
+
+def transposed(B, H, T, d, seed):
+    """(B, H, T, d) whose last dimension is not contiguous: a view of (B, H, d, T)."""
+    return randn(B, H, d, T, seed=seed).transpose(-2, -1)
+
+
+def mixed_layouts(B, H, T_q, T_k, d, seed):
+    """q a transposed view (q.stride(-1) != 1), k contiguous, v as split heads give it: three layouts."""
+    return transposed(B, H, T_q, d, seed), randn(B, H, T_k, d, seed=seed + 1), heads_layout(B, H, T_k, d, seed + 2)
+
+
+def far_below_zero(B, H, T_q, T_k, d, seed, level=200.0):
+    """q, k, v whose scaled scores are all near -level: channel 0 of q is -40, of k level * sqrt(d) / 40,
+    the other channels random. exp(s - 0) underflows to 0 in float32 below about -104."""
+    q, k, v = (randn(B, H, T, d, seed=seed + i) for i, T in enumerate((T_q, T_k, T_k)))
+    q[..., 0], k[..., 0] = -40.0, level * d ** 0.5 / 40.0
+    return q, k, v
+
+
+def poisoned(T, d, seed):
+    """(q, k, v) of one head whose last 16 keys and values are NaN: no query before them needs them."""
+    q, k, v = (randn(1, 1, T, d, seed=seed + i) for i in range(3))
+    k[..., T - 16:, :], v[..., T - 16:, :] = float("nan"), float("nan")
+    return q, k, v
