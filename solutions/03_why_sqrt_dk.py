@@ -94,12 +94,12 @@ plt.show()
 #
 # #### Rules that grading checks · 评分检查的规则 (`dot_product_variance`)
 #
-# - dtype: the result is a Python float.
+# - dtype: one number, a Python float (`.item()`); a 0-d tensor is accepted too.
 # - A statistic: graded within six standard deviations of d (1 when `scaled`), from exactly `n_trials` pairs.
 # - q and k are drawn from `generator` when one is given; PyTorch's global generator is left as it was.
 # - And the course-wide rules hold too (notebook 00, "How grading works").
 #
-# - dtype：结果是 Python 浮点数。
+# - dtype：一个数，即 Python 浮点数（`.item()`）；0 维张量也可以。
 # - 这是一个统计量：按与 d（`scaled` 时为 1）相差不超过六个标准差评分，且恰好来自 `n_trials` 对向量。
 # - 给定 `generator` 时 q 和 k 从它采样；PyTorch 的全局生成器保持原样。
 # - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。

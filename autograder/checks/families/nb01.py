@@ -182,3 +182,12 @@ FAMILIES = {
     "self_attention_weights": Family(_sequence_probes(), compares=_GRADED, space=SPACES["self_attention_weights"]),
     "self_attention": Family(_sequence_probes(), compares=_GRADED, space=SPACES["self_attention"]),
 }
+
+# Mutants of the model answers that no input can tell apart (python -m autograder mutants 01)
+EQUIVALENT = {
+    "context_vector": {
+        "line 4: keyword dim= dropped": "softmax's default dim is -1, the one the answer passes",
+        "line 4: constant 1 -> 0": "the scores are 1-d: dim=-0 (= 0) is dim=-1",
+    },
+    "self_attention_weights": {"line 5: keyword dim= dropped": "softmax's default dim is -1, the one the answer passes"},
+}

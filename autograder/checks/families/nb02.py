@@ -50,7 +50,7 @@ def _project(point, seed):
 def _layer(point, seed):
     """One forward of a layer built with the point's sizes (and qkv_bias, for V2)."""
     x, d_in, d_k, _ = _x(point, seed)
-    flags = {"qkv_bias": point["flag:qkv_bias"]} if "flag:qkv_bias" in point else {}
+    flags = {"qkv_bias": point["flag:qkv_bias"]} if point.get("flag:qkv_bias", "not given") != "not given" else {}
     return Steps([("__call__", (x,), {})], ctor=(d_in, d_k), ctor_kwargs=flags)
 
 
@@ -73,7 +73,7 @@ def _not_bfloat16_large(p):
 SPACES = {
     "project_qkv": Space({"shape": tuple(_SIZES), "values": ("normal", "large"), "dtype": _ALL, "layout": LAYOUTS}, _project),
     "SelfAttentionV1": Space(dict(_LAYER_AXES), _layer, valid=_not_bfloat16_large, no_grads=lambda p: p["values"] == "large"),
-    "SelfAttentionV2": Space({**_LAYER_AXES, "flag:qkv_bias": (False, True)}, _layer, valid=_not_bfloat16_large,
+    "SelfAttentionV2": Space({**_LAYER_AXES, "flag:qkv_bias": (False, True, "not given")}, _layer, valid=_not_bfloat16_large,
                              no_grads=lambda p: p["values"] == "large"),
     # v1 and v2 are modules: the builder casts them and lays out v2's weights itself
     "copy_weights_v2_to_v1": Space({"shape": tuple(_PAIRS), "values": tuple(_START), "dtype": _ALL,

@@ -12,7 +12,7 @@ from autograder.checks.space import LAYOUTS, Space
 
 _JACOBIAN = ("autograd computes the Jacobian this exercise writes", "autograd 会算出本练习要写的雅可比矩阵")
 CONTRACTS = rules.register("03", [
-    Contract("dot_product_variance", dtypes=(), dtype=("the result is a Python float", "结果是 Python 浮点数"), device="none",
+    Contract("dot_product_variance", dtypes=(), dtype=("one number, a Python float (`.item()`); a 0-d tensor is accepted too", "一个数，即 Python 浮点数（`.item()`）；0 维张量也可以"), device="none",
              notes=(("A statistic: graded within six standard deviations of d (1 when `scaled`), from exactly `n_trials` pairs.",
                      "这是一个统计量：按与 d（`scaled` 时为 1）相差不超过六个标准差评分，且恰好来自 `n_trials` 对向量。"),
                     ("q and k are drawn from `generator` when one is given; PyTorch's global generator is left as it was.",
@@ -228,4 +228,14 @@ FAMILIES = {
         Probe("arguments", "another (T_q, T_k) mask, after the first one", lambda: (_qkv(343), {"mask": _OTHER_MASK}),
               "另一个 (T_q, T_k) 掩码，在第一个之后"),
     ], compares=_GRADED, space=SPACES["scaled_dot_product_attention"]),
+}
+
+# Mutants of the model answers that no input the contract allows can tell apart (python -m autograder mutants 03)
+EQUIVALENT = {
+    "dot_product_variance": {
+        "line 6: (q * k) -> its left operand": "the sum of q's d entries has variance d too, as q·k does: the contract grades that statistic",
+        "line 6: -1 -> 1": "the products are (n_trials, d): dim 1 is dim -1",
+        "line 9: .item(...) dropped (an alias or the old dtype)": "a 0-d tensor is accepted as the one number (its Rules say so)",
+    },
+    "scaled_dot_product_attention": {"line 9: keyword dim= dropped": "softmax's default dim is -1, the one the answer passes"},
 }
