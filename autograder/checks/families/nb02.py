@@ -63,7 +63,8 @@ def _pair_point(point, seed):
     return _v1_v2(d_in, d_out, seed, dtype=getattr(torch, point["dtype"]), start=_START[point["values"]], layout=point["layout"])
 
 
-_LAYER_AXES = {"shape": tuple(_SIZES), "values": ("normal", "large"), "dtype": _ALL, "layout": LAYOUTS}
+# x is the layer's one input: "mixed" (the first column-major, the others strided) would be "column-major" again
+_LAYER_AXES = {"shape": tuple(_SIZES), "values": ("normal", "large"), "dtype": _ALL, "layout": ("contiguous", "column-major", "strided")}
 
 
 def _not_bfloat16_large(p):
