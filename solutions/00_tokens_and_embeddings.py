@@ -130,6 +130,20 @@ print([tokenizer.decode([i]) for i in ids])
 # stripping, no extra end-of-text token.
 #
 # 编写 `encode(text)`：用上面的 `tokenizer` 对象（它的 `.encode` 方法）返回 `text` 的 GPT-2 词元 id，类型为由 int 组成的 Python 列表。保持文本原样：不转小写、不去空格、不额外添加文本结束词元。
+#
+# <!-- rules: encode -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`encode`)
+#
+# - Not graded (the caller guarantees it): the text holds no special token such as `<|endoftext|>`.
+# - dtype: the result is a Python list of ints.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：文本中不含 `<|endoftext|>` 这样的特殊词元。
+# - dtype：结果是由 int 组成的 Python 列表。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "encode", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def encode(text: str) -> list[int]:
@@ -197,9 +211,30 @@ print(weight)
 # Write `embed(token_ids, weight)`: for ids of shape `(..., T)` return the rows of `weight`, shape
 # `(..., T, d)`. Use tensor indexing (or a one-hot product); do not call `nn.Embedding` or
 # `F.embedding`, which are what you are rebuilding. The result must keep the gradient, so that
-# training can change the weight.
+# training can change the weight. An id past the vocabulary (`vocab_size` or more) has no row and
+# must raise `IndexError`: indexing raises it for you, a one-hot product needs its own check.
 #
-# 编写 `embed(token_ids, weight)`：对形状为 `(..., T)` 的 id 返回 `weight` 的对应行，形状 `(..., T, d)`。请使用张量索引（或 one-hot 乘积）；不要调用 `nn.Embedding` 或 `F.embedding`，它们正是你要重新实现的东西。结果必须保留梯度，这样训练才能改变权重。
+# 编写 `embed(token_ids, weight)`：对形状为 `(..., T)` 的 id 返回 `weight` 的对应行，形状 `(..., T, d)`。请使用张量索引（或 one-hot 乘积）；不要调用 `nn.Embedding` 或 `F.embedding`，它们正是你要重新实现的东西。结果必须保留梯度，这样训练才能改变权重。超出词表的 id（大于等于 `vocab_size`）没有对应的行，必须抛出 `IndexError`：索引会替你抛出它，one-hot 乘积则需要自己检查。
+#
+# <!-- rules: embed -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`embed`)
+#
+# - Not allowed: `F.embedding` (it is the lookup this exercise builds; `nn.Embedding` calls it); `torch.embedding` (the same lookup under another name).
+# - Raises `IndexError` when an id is `vocab_size` or more (past the vocabulary).
+# - Not graded (the caller guarantees it): the ids are a `torch.long` tensor with no negative id.
+# - Graded in float32, float64 and bfloat16: the output has the weight's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.embedding`（它就是本练习要构造的查表；`nn.Embedding` 也调用它）；`torch.embedding`（换了个名字的同一个查表）。
+# - 某个 id 大于等于 `vocab_size`（超出词表）时抛出 `IndexError`。
+# - 不评分（由调用者保证）：id 是不含负数的 `torch.long` 张量。
+# - 在 float32、float64、bfloat16 下评分：输出与权重的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "embed", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -213,12 +248,15 @@ def embed(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 import torch
 from autograder.checks import expect_close
 
-table = torch.arange(18, dtype=torch.float32).reshape(6, 3) / 10
-out = embed(torch.tensor([2, 0, 5]), table)
-expect_close(out, torch.stack([table[2], table[0], table[5]]),
-             "embed must return row ids[t] of the weight for every position t.",
-             "embed 必须为每个位置 t 返回权重的第 ids[t] 行。")
-print("✓ embed")
+from autograder.checks import nb00
+
+with nb00.as_graded(embed):
+    table = torch.arange(18, dtype=torch.float32).reshape(6, 3) / 10
+    out = embed(torch.tensor([2, 0, 5]), table)
+    expect_close(out, torch.stack([table[2], table[0], table[5]]),
+                 "embed must return row ids[t] of the weight for every position t.",
+                 "embed 必须为每个位置 t 返回权重的第 ids[t] 行。")
+    print("✓ embed")
 
 # %% nbgrader={"grade": true, "grade_id": "test_embed_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

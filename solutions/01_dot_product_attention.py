@@ -93,6 +93,20 @@ print("query 'journey':", query)
 # tensor of shape `(T,)`. A loop over rows works; one matrix product is shorter and faster.
 #
 # 返回 `query`（形状 `(d,)`）与 `inputs`（形状 `(T, d)`）每一行的点积，结果是形状为 `(T,)` 的张量。对行做循环可以；一次矩阵乘法更短也更快。
+#
+# <!-- rules: attention_scores -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`attention_scores`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "attention_scores", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_scores(query: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
@@ -162,6 +176,24 @@ print("exp(1000) in float32:", torch.exp(big[0]).item(), "-> naive softmax:", to
 # `F.softmax` is not allowed here: this is the exercise.
 #
 # 用 `exp`、`amax`（或 `max`）和 `sum` 编写数值稳定的 `softmax(x, dim=-1)`，适用于任意 `dim` 和任意形状的张量。减去每个切片自己的最大值（用 `keepdim=True` 保留维度以便广播），并且不要原地修改 `x`。这里不允许调用 `torch.softmax` 或 `F.softmax`：这正是本练习的内容。
+#
+# <!-- rules: softmax -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`softmax`)
+#
+# - Not allowed: `torch.softmax` (this exercise writes it); `F.softmax` (this exercise writes it); `Tensor.softmax` (this exercise writes it); `torch.special.softmax` (this exercise writes it); `torch.log_softmax` (its exp is the softmax); `F.log_softmax` (its exp is the softmax); `Tensor.log_softmax` (its exp is the softmax).
+# - Not graded (the caller guarantees it): every slice along `dim` holds a finite entry, and none is `+inf` or NaN.
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`torch.softmax`（本练习要写的正是它）；`F.softmax`（本练习要写的正是它）；`Tensor.softmax`（本练习要写的正是它）；`torch.special.softmax`（本练习要写的正是它）；`torch.log_softmax`（它的 exp 就是 softmax）；`F.log_softmax`（它的 exp 就是 softmax）；`Tensor.log_softmax`（它的 exp 就是 softmax）。
+# - 不评分（由调用者保证）：沿 `dim` 的每个切片都至少有一个有限值，且没有 `+inf` 或 NaN。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "softmax", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -177,14 +209,17 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 import torch
 from autograder.checks import expect_close
 
-expect_close(softmax(torch.tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])),
-             torch.tensor([0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581]),
-             "softmax of the book's scores should give the book's weights: exp(score) / sum of exp(scores).",
-             "对书中分数做 softmax 应得到书中的权重：exp(分数) / 所有 exp(分数) 之和。", atol=1e-4)
-expect_close(softmax(torch.tensor([1000.0, 1001.0])), torch.tensor([0.2689414, 0.7310586]),
-             "softmax must stay finite for large scores: subtract the maximum before exp.",
-             "分数很大时 softmax 也必须是有限值：在 exp 之前减去最大值。")
-print("✓ softmax")
+from autograder.checks import nb01
+
+with nb01.as_graded(softmax):
+    expect_close(softmax(torch.tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])),
+                 torch.tensor([0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581]),
+                 "softmax of the book's scores should give the book's weights: exp(score) / sum of exp(scores).",
+                 "对书中分数做 softmax 应得到书中的权重：exp(分数) / 所有 exp(分数) 之和。", atol=1e-4)
+    expect_close(softmax(torch.tensor([1000.0, 1001.0])), torch.tensor([0.2689414, 0.7310586]),
+                 "softmax must stay finite for large scores: subtract the maximum before exp.",
+                 "分数很大时 softmax 也必须是有限值：在 exp 之前减去最大值。")
+    print("✓ softmax")
 
 # %% nbgrader={"grade": true, "grade_id": "test_softmax_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -228,9 +263,26 @@ for f in factors:
 # ### Exercise 3 · `context_vector` · 练习 3
 #
 # Combine your two functions: scores, then softmax weights, then the weighted sum of the input rows.
-# `query` has shape `(d,)`, `inputs` `(T, d)`, the result `(d,)`.
+# `query` has shape `(d,)`, `inputs` `(T, d)`, the result `(d,)`. Here `torch.softmax` is allowed
+# too: this exercise is about the weighted sum.
 #
-# 组合你的两个函数：先算分数，再用 softmax 得到权重，最后对输入各行加权求和。`query` 的形状为 `(d,)`，`inputs` 为 `(T, d)`，结果为 `(d,)`。
+# 组合你的两个函数：先算分数，再用 softmax 得到权重，最后对输入各行加权求和。`query` 的形状为 `(d,)`，`inputs` 为 `(T, d)`，结果为 `(d,)`。这里也可以使用 `torch.softmax`：本练习讲的是加权求和。
+#
+# <!-- rules: context_vector -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`context_vector`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (with `scale=1.0` it computes this context vector).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（用 `scale=1.0` 调用它就会算出这个上下文向量）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "context_vector", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def context_vector(query: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
@@ -246,12 +298,15 @@ import torch
 from autograder.checks import expect_close
 from utils.fixtures import journey_inputs
 
-inputs = journey_inputs()
+from autograder.checks import nb01
 
-expect_close(context_vector(inputs[1], inputs), torch.tensor([0.4419, 0.6515, 0.5683]),
-             "The context vector of 'journey' should match the book: sum_j softmax(scores)_j * inputs[j].",
-             "'journey' 的上下文向量应与书中一致：sum_j softmax(分数)_j * inputs[j]。", atol=1e-4)
-print("✓ context_vector")
+with nb01.as_graded(context_vector):
+    inputs = journey_inputs()
+
+    expect_close(context_vector(inputs[1], inputs), torch.tensor([0.4419, 0.6515, 0.5683]),
+                 "The context vector of 'journey' should match the book: sum_j softmax(scores)_j * inputs[j].",
+                 "'journey' 的上下文向量应与书中一致：sum_j softmax(分数)_j * inputs[j]。", atol=1e-4)
+    print("✓ context_vector")
 
 # %% nbgrader={"grade": true, "grade_id": "test_context_vector_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -275,9 +330,26 @@ nb01.check_context_vector(context_vector)
 # ### Exercise 4 · `self_attention_weights` · 练习 4
 #
 # Return softmax($X X^\top$) along the last dim, for `inputs` of shape `(..., T, d)` with any number
-# of leading batch dims. The result has shape `(..., T, T)` and every row sums to 1.
+# of leading batch dims. The result has shape `(..., T, T)` and every row sums to 1. Your `softmax`
+# or `torch.softmax`, either is fine.
 #
-# 对形状为 `(..., T, d)`（可以有任意多个前导批维）的 `inputs`，返回沿最后一维做 softmax 的 $X X^\top$。结果形状为 `(..., T, T)`，每一行之和为 1。
+# 对形状为 `(..., T, d)`（可以有任意多个前导批维）的 `inputs`，返回沿最后一维做 softmax 的 $X X^\top$。结果形状为 `(..., T, T)`，每一行之和为 1。用你的 `softmax` 或 `torch.softmax` 都可以。
+#
+# <!-- rules: self_attention_weights -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`self_attention_weights`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (with the identity as values it returns these weights).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（以单位矩阵作为值调用它就会返回这些权重）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "self_attention_weights", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def self_attention_weights(inputs: torch.Tensor) -> torch.Tensor:
@@ -293,16 +365,19 @@ import torch
 from autograder.checks import expect_close
 from utils.fixtures import journey_inputs
 
-inputs = journey_inputs()
+from autograder.checks import nb01
 
-w = self_attention_weights(inputs)
-expect_close(w.sum(dim=-1), torch.ones(6),
-             "Every row of the weights should sum to 1: softmax over the last dim.",
-             "权重的每一行之和应为 1：对最后一维做 softmax。")
-expect_close(w[1], torch.tensor([0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581]),
-             "Row 1 should be the weights of the query 'journey'.",
-             "第 1 行应是查询 'journey' 的权重。", atol=1e-4)
-print("✓ self_attention_weights")
+with nb01.as_graded(self_attention_weights):
+    inputs = journey_inputs()
+
+    w = self_attention_weights(inputs)
+    expect_close(w.sum(dim=-1), torch.ones(6),
+                 "Every row of the weights should sum to 1: softmax over the last dim.",
+                 "权重的每一行之和应为 1：对最后一维做 softmax。")
+    expect_close(w[1], torch.tensor([0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581]),
+                 "Row 1 should be the weights of the query 'journey'.",
+                 "第 1 行应是查询 'journey' 的权重。", atol=1e-4)
+    print("✓ self_attention_weights")
 
 # %% nbgrader={"grade": true, "grade_id": "test_self_attention_weights_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -333,6 +408,22 @@ print("vector lengths:", {word: round(n, 2) for word, n in zip(JOURNEY_WORDS, in
 # Return the context vectors of all tokens, shape `(..., T, d)`: the weights times the inputs.
 #
 # 返回所有词元的上下文向量，形状为 `(..., T, d)`：权重乘以输入。
+#
+# <!-- rules: self_attention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`self_attention`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (with `scale=1.0` it computes this whole exercise).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（用 `scale=1.0` 调用它就会完成整个练习）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "self_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def self_attention(inputs: torch.Tensor) -> torch.Tensor:
@@ -347,13 +438,16 @@ import torch
 from autograder.checks import expect_close
 from utils.fixtures import journey_inputs
 
-inputs = journey_inputs()
+from autograder.checks import nb01
 
-z = self_attention(inputs)
-expect_close(z[1], torch.tensor([0.4419, 0.6515, 0.5683]),
-             "Row 1 should be the context vector of 'journey', the same as context_vector(inputs[1], inputs).",
-             "第 1 行应是 'journey' 的上下文向量，与 context_vector(inputs[1], inputs) 相同。", atol=1e-4)
-print("✓ self_attention")
+with nb01.as_graded(self_attention):
+    inputs = journey_inputs()
+
+    z = self_attention(inputs)
+    expect_close(z[1], torch.tensor([0.4419, 0.6515, 0.5683]),
+                 "Row 1 should be the context vector of 'journey', the same as context_vector(inputs[1], inputs).",
+                 "第 1 行应是 'journey' 的上下文向量，与 context_vector(inputs[1], inputs) 相同。", atol=1e-4)
+    print("✓ self_attention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_self_attention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

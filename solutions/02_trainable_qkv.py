@@ -113,6 +113,20 @@ print("context:", context_2)
 # `(d_in, d_k)`, `(d_in, d_k)` and `(d_in, d_v)`. Return `(queries, keys, values)` in that order.
 #
 # 用三个形状分别为 `(d_in, d_k)`、`(d_in, d_k)` 和 `(d_in, d_v)` 的原始矩阵，对形状为 `(..., T, d_in)` 的一批词元向量 `x` 做投影。按顺序返回 `(queries, keys, values)`。
+#
+# <!-- rules: project_qkv -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`project_qkv`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "project_qkv", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def project_qkv(x, W_q, W_k, W_v):
@@ -158,6 +172,24 @@ nb02.check_project_qkv(project_qkv)
 # `transpose(-2, -1)` for $K^\top$ so batches work.
 #
 # 创建形状为 `(d_in, d_out)` 的 `nn.Parameter`：`W_query`、`W_key`、`W_value`（像书中一样用 `torch.rand` 初始化），并为形状 `(..., T, d_in)` 的 `x` 编写 `forward(x)`。用 `transpose(-2, -1)` 得到 $K^\top$，这样批量输入也能工作。
+#
+# <!-- rules: SelfAttentionV1 -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`SelfAttentionV1`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the whole attention this forward writes).
+# - The course's `attend` may not run inside your code: this exercise is that part of the work.
+# - Graded in float32, float64 and bfloat16: the module moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会完成这个 forward 要写的整个注意力）。
+# - 课程的 `attend` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的模块用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "SelfAttentionV1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class SelfAttentionV1(nn.Module):
@@ -182,17 +214,20 @@ class SelfAttentionV1(nn.Module):
 import torch
 from autograder.checks import expect, expect_close
 
-sa = SelfAttentionV1(3, 2)
-expect(sa.W_query.shape == (3, 2), "W_query should have shape (d_in, d_out).", "W_query 的形状应为 (d_in, d_out)。")
-with torch.no_grad():
-    for W in (sa.W_query, sa.W_key, sa.W_value):
-        W.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))
-x = torch.tensor([[1.0, 0.0, 5.0], [0.0, 2.0, 5.0]])
-w = torch.softmax(torch.tensor([[1.0, 0.0], [0.0, 4.0]]) / 2 ** 0.5, dim=-1)
-expect_close(sa(x), w @ torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
-             "SelfAttentionV1 should compute softmax(Q K^T / sqrt(d_out)) V.",
-             "SelfAttentionV1 应计算 softmax(Q K^T / sqrt(d_out)) V。")
-print("✓ SelfAttentionV1")
+from autograder.checks import nb02
+
+with nb02.as_graded(SelfAttentionV1):
+    sa = SelfAttentionV1(3, 2)
+    expect(sa.W_query.shape == (3, 2), "W_query should have shape (d_in, d_out).", "W_query 的形状应为 (d_in, d_out)。")
+    with torch.no_grad():
+        for W in (sa.W_query, sa.W_key, sa.W_value):
+            W.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]))
+    x = torch.tensor([[1.0, 0.0, 5.0], [0.0, 2.0, 5.0]])
+    w = torch.softmax(torch.tensor([[1.0, 0.0], [0.0, 4.0]]) / 2 ** 0.5, dim=-1)
+    expect_close(sa(x), w @ torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
+                 "SelfAttentionV1 should compute softmax(Q K^T / sqrt(d_out)) V.",
+                 "SelfAttentionV1 应计算 softmax(Q K^T / sqrt(d_out)) V。")
+    print("✓ SelfAttentionV1")
 
 # %% nbgrader={"grade": true, "grade_id": "test_SelfAttentionV1_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -287,6 +322,24 @@ plt.show()
 # and `W_value`.
 #
 # 用三个名为 `W_query`、`W_key`、`W_value` 的 `nn.Linear(d_in, d_out, bias=qkv_bias)` 层完成同样的计算。
+#
+# <!-- rules: SelfAttentionV2 -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`SelfAttentionV2`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the whole attention this forward writes).
+# - The course's `attend` may not run inside your code: this exercise is that part of the work.
+# - Graded in float32, float64 and bfloat16: the module moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会完成这个 forward 要写的整个注意力）。
+# - 课程的 `attend` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的模块用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "SelfAttentionV2", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class SelfAttentionV2(nn.Module):
@@ -312,21 +365,24 @@ import torch
 from torch import nn
 from autograder.checks import expect, expect_close
 
-sa = SelfAttentionV2(3, 2)
-expect(isinstance(sa.W_query, nn.Linear) and sa.W_query.bias is None,
-       "W_query should be nn.Linear(d_in, d_out) without bias by default.",
-       "W_query 默认应为不带偏置的 nn.Linear(d_in, d_out)。")
-with torch.no_grad():
-    for layer in (sa.W_query, sa.W_key, sa.W_value):
-        layer.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
-x = torch.tensor([[1.0, 0.0, 5.0], [0.0, 2.0, 5.0]])
-w = torch.softmax(torch.tensor([[1.0, 0.0], [0.0, 4.0]]) / 2 ** 0.5, dim=-1)
-expect_close(sa(x), w @ torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
-             "SelfAttentionV2 should compute softmax(Q K^T / sqrt(d_out)) V with its nn.Linear layers.",
-             "SelfAttentionV2 应使用它的 nn.Linear 层计算 softmax(Q K^T / sqrt(d_out)) V。")
-expect(SelfAttentionV2(3, 2, qkv_bias=True).W_key.bias is not None,
-       "qkv_bias=True should give the layers a bias.", "qkv_bias=True 时这些层应带有偏置。")
-print("✓ SelfAttentionV2")
+from autograder.checks import nb02
+
+with nb02.as_graded(SelfAttentionV2):
+    sa = SelfAttentionV2(3, 2)
+    expect(isinstance(sa.W_query, nn.Linear) and sa.W_query.bias is None,
+           "W_query should be nn.Linear(d_in, d_out) without bias by default.",
+           "W_query 默认应为不带偏置的 nn.Linear(d_in, d_out)。")
+    with torch.no_grad():
+        for layer in (sa.W_query, sa.W_key, sa.W_value):
+            layer.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    x = torch.tensor([[1.0, 0.0, 5.0], [0.0, 2.0, 5.0]])
+    w = torch.softmax(torch.tensor([[1.0, 0.0], [0.0, 4.0]]) / 2 ** 0.5, dim=-1)
+    expect_close(sa(x), w @ torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
+                 "SelfAttentionV2 should compute softmax(Q K^T / sqrt(d_out)) V with its nn.Linear layers.",
+                 "SelfAttentionV2 应使用它的 nn.Linear 层计算 softmax(Q K^T / sqrt(d_out)) V。")
+    expect(SelfAttentionV2(3, 2, qkv_bias=True).W_key.bias is not None,
+           "qkv_bias=True should give the layers a bias.", "qkv_bias=True 时这些层应带有偏置。")
+    print("✓ SelfAttentionV2")
 
 # %% nbgrader={"grade": true, "grade_id": "test_SelfAttentionV2_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -340,9 +396,32 @@ nb02.check_SelfAttentionV2(SelfAttentionV2)
 #
 # The book's exercise 3.1: make a `SelfAttentionV1` compute exactly what a `SelfAttentionV2` computes
 # by copying the weights, in place, into the parameters of the same name. Remember the layout: V1
-# holds `(d_in, d_out)`, `nn.Linear` holds `(d_out, d_in)`. Assume V2 has no biases.
+# holds `(d_in, d_out)`, `nn.Linear` holds `(d_out, d_in)`. Assume V2 has no biases. A copy is a
+# copy: afterwards v1 may not share memory with v2, or training v1 would change v2 too. The book's
+# `nn.Parameter(v2.W_query.weight.T)` is a view of v2's weight; write `copy_` under
+# `torch.no_grad()`, or `nn.Parameter(weight.detach().T.clone())`.
 #
-# 书中的练习 3.1：把权重原地复制到同名参数中，让 `SelfAttentionV1` 精确计算出 `SelfAttentionV2` 的结果。记住布局：V1 存的是 `(d_in, d_out)`，`nn.Linear` 存的是 `(d_out, d_in)`。假设 V2 没有偏置。
+# 书中的练习 3.1：把权重原地复制到同名参数中，让 `SelfAttentionV1` 精确计算出 `SelfAttentionV2` 的结果。记住布局：V1 存的是 `(d_in, d_out)`，`nn.Linear` 存的是 `(d_out, d_in)`。假设 V2 没有偏置。复制就是复制：复制之后 v1 不能与 v2 共享内存，否则训练 v1 也会改变 v2。书中的 `nn.Parameter(v2.W_query.weight.T)` 是 v2 权重的一个视图；请在 `torch.no_grad()` 下用 `copy_`，或者写 `nn.Parameter(weight.detach().T.clone())`。
+#
+# <!-- rules: copy_weights_v2_to_v1 -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`copy_weights_v2_to_v1`)
+#
+# - Not graded (the caller guarantees it): v2 has no biases.
+# - Changes `v1` in place (that is its job); no other argument.
+# - Graded in float32, float64 and bfloat16: v1 and v2 share one dtype; v1's parameters keep it.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - After the copy, v1's parameters share no memory with v2 (a copy is a copy: training v1 must not change v2).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：v2 没有偏置。
+# - 原地修改 `v1`（这正是它的任务）；不修改其他参数。
+# - 在 float32、float64、bfloat16 下评分：v1 与 v2 的 dtype 相同；v1 的参数保持该 dtype。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 复制之后，v1 的参数不与 v2 共享内存（复制就是复制：训练 v1 不能改变 v2）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "copy_weights_v2_to_v1", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def copy_weights_v2_to_v1(v1, v2):
@@ -357,16 +436,25 @@ def copy_weights_v2_to_v1(v1, v2):
 
 # %% nbgrader={"grade": true, "grade_id": "test_copy_weights_v2_to_v1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import torch
-from autograder.checks import expect_close
+from autograder.checks import expect, expect_close
 from utils.self_attention import SelfAttentionV1 as RefV1, SelfAttentionV2 as RefV2
 
-torch.manual_seed(0)
-v1, v2 = RefV1(4, 2), RefV2(4, 2)
-copy_weights_v2_to_v1(v1, v2)
-x = torch.randn(3, 4)
-expect_close(v1(x), v2(x), "After copying, V1 should reproduce V2: copy each weight transposed.",
-             "复制之后，V1 应复现 V2：复制每个权重的转置。")
-print("✓ copy_weights_v2_to_v1")
+from autograder.checks import nb02
+
+with nb02.as_graded(copy_weights_v2_to_v1):
+    torch.manual_seed(0)
+    v1, v2 = RefV1(4, 2), RefV2(4, 2)
+    copy_weights_v2_to_v1(v1, v2)
+    x = torch.randn(3, 4)
+    expect_close(v1(x), v2(x), "After copying, V1 should reproduce V2: copy each weight transposed.",
+                 "复制之后，V1 应复现 V2：复制每个权重的转置。")
+    shared = [n for n in ("W_query", "W_key", "W_value")
+              if getattr(v1, n).untyped_storage().data_ptr() == getattr(v2, n).weight.untyped_storage().data_ptr()]
+    expect(not shared, "After copying, v1 must not share memory with v2 (a copy is a copy): copy_ under torch.no_grad(), "
+           "or nn.Parameter(weight.detach().T.clone()).",
+           "复制之后，v1 不能与 v2 共享内存（复制就是复制）：在 torch.no_grad() 下 copy_，或者用 nn.Parameter(weight.detach().T.clone())。",
+           f"shared: {shared}")
+    print("✓ copy_weights_v2_to_v1")
 
 # %% nbgrader={"grade": true, "grade_id": "test_copy_weights_v2_to_v1_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -89,6 +89,22 @@ plt.show()
 # a Python float (`.item()`). No loop is needed: a `(n_trials, d)` tensor holds all the trials.
 #
 # 动手测量。用 `torch.randn(..., generator=generator)` 从标准正态分布中抽取 `n_trials` 对宽度为 `d` 的向量 $q, k$（生成器让结果可以复现），每对计算一个点积；当 `scaled` 为真时把它们除以 $\sqrt{d}$，然后以 Python 浮点数（`.item()`）返回它们的方差。不需要循环：一个 `(n_trials, d)` 的张量就能容纳所有试验。
+#
+# <!-- rules: dot_product_variance -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`dot_product_variance`)
+#
+# - dtype: one number, a Python float (`.item()`); a 0-d tensor is accepted too.
+# - A statistic: graded within six standard deviations of d (1 when `scaled`), from exactly `n_trials` pairs.
+# - q and k are drawn from `generator` when one is given; PyTorch's global generator is left as it was.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - dtype：一个数，即 Python 浮点数（`.item()`）；0 维张量也可以。
+# - 这是一个统计量：按与 d（`scaled` 时为 1）相差不超过六个标准差评分，且恰好来自 `n_trials` 对向量。
+# - 给定 `generator` 时 q 和 k 从它采样；PyTorch 的全局生成器保持原样。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "dot_product_variance", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def dot_product_variance(d: int, n_trials: int = 10_000, scaled: bool = False, generator=None) -> float:
@@ -227,6 +243,24 @@ torch.set_printoptions(profile="default")
 # visible test uses it to check you.
 #
 # 对形状为 `(n,)` 的概率向量 `p`，返回 `(n, n)` 的张量 $\operatorname{diag}(p) - p\,p^\top$。$p\,p^\top$ 是外积（`torch.outer` 或 `p[:, None] * p[None, :]`），不是 `p * p`。请自己写出公式：这里不允许使用 `torch.autograd.functional.jacobian`，但可见测试会用它来检查你的结果。
+#
+# <!-- rules: softmax_jacobian -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`softmax_jacobian`)
+#
+# - Not allowed: `torch.autograd.functional.jacobian` (autograd computes the Jacobian this exercise writes); `torch.func.jacrev` (autograd computes the Jacobian this exercise writes); `torch.func.jacfwd` (autograd computes the Jacobian this exercise writes).
+# - Not graded (the caller guarantees it): p is a probability vector (entries of at least 0 that sum to 1).
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`torch.autograd.functional.jacobian`（autograd 会算出本练习要写的雅可比矩阵）；`torch.func.jacrev`（autograd 会算出本练习要写的雅可比矩阵）；`torch.func.jacfwd`（autograd 会算出本练习要写的雅可比矩阵）。
+# - 不评分（由调用者保证）：p 是概率向量（元素不小于 0，且和为 1）。
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "softmax_jacobian", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
@@ -240,15 +274,18 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
 import torch
 from autograder.checks import expect_close
 
-z = torch.tensor([1.0, 2.0, 3.0])
-autograd = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), z)
-expect_close(softmax_jacobian(torch.softmax(z, dim=-1)), autograd,
-             "The Jacobian should equal the one autograd computes for softmax: diag(p) - p pᵀ.",
-             "雅可比矩阵应与 autograd 对 softmax 算出的一致：diag(p) - p pᵀ。", atol=1e-6)
-expect_close(softmax_jacobian(torch.tensor([0.0, 1.0, 0.0])), torch.zeros(3, 3),
-             "For a one-hot p the Jacobian should be all zeros.",
-             "当 p 为 one-hot 时雅可比矩阵应全为 0。")
-print("✓ softmax_jacobian")
+from autograder.checks import nb03
+
+with nb03.as_graded(softmax_jacobian):
+    z = torch.tensor([1.0, 2.0, 3.0])
+    autograd = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), z)
+    expect_close(softmax_jacobian(torch.softmax(z, dim=-1)), autograd,
+                 "The Jacobian should equal the one autograd computes for softmax: diag(p) - p pᵀ.",
+                 "雅可比矩阵应与 autograd 对 softmax 算出的一致：diag(p) - p pᵀ。", atol=1e-6)
+    expect_close(softmax_jacobian(torch.tensor([0.0, 1.0, 0.0])), torch.zeros(3, 3),
+                 "For a one-hot p the Jacobian should be all zeros.",
+                 "当 p 为 one-hot 时雅可比矩阵应全为 0。")
+    print("✓ softmax_jacobian")
 
 # %% nbgrader={"grade": true, "grade_id": "test_softmax_jacobian_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -321,6 +358,24 @@ plt.show()
 # `F.scaled_dot_product_attention` is not allowed here.
 #
 # 返回一对 `(context, weights)`：`weights` 的形状为 `(..., T_q, T_k)`，每一行之和为 1；`context = weights @ v`，形状为 `(..., T_q, d_v)`。在 softmax **之前** 缩放分数，对键（`dim=-1`）做 softmax，用 `k.transpose(-2, -1)`（或 `k.mT`）转置 `k`（`k.T` 会把批次维也反转），并用 `scores.masked_fill(mask, float("-inf"))` 填充被屏蔽的分数。你可以使用笔记本 01 的 `softmax`（上面已导入）或 `torch.softmax`；这里不允许调用 `F.scaled_dot_product_attention`。
+#
+# <!-- rules: scaled_dot_product_attention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`scaled_dot_product_attention`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it is the function this exercise writes).
+# - Not graded (the caller guarantees it): every query keeps at least one key (a row whose keys are all blocked gives NaN).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它正是本练习要写的函数）。
+# - 不评分（由调用者保证）：每个查询至少保留一个键（所有键都被屏蔽的行会得到 NaN）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "scaled_dot_product_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def scaled_dot_product_attention(q, k, v, mask=None, scale=None):
@@ -341,16 +396,19 @@ import torch
 import torch.nn.functional as F
 from autograder.checks import expect_close, randn
 
-q, k, v = randn(2, 4, 8, seed=0), randn(2, 6, 8, seed=1), randn(2, 6, 5, seed=2)  # T_q=4, T_k=6, d_k=8, d_v=5
-mask = torch.triu(torch.ones(4, 6, dtype=torch.bool), diagonal=3)  # True = blocked
-context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
-expect_close(weights.sum(dim=-1), torch.ones(2, 4),
-             "Every row of the weights should sum to 1: softmax over the keys (dim=-1).",
-             "权重的每一行之和应为 1：对键 (dim=-1) 做 softmax。")
-expect_close(context, F.scaled_dot_product_attention(q, k, v, attn_mask=~mask),
-             "The context should equal PyTorch's scaled_dot_product_attention (whose boolean mask means True = allowed).",
-             "上下文应与 PyTorch 的 scaled_dot_product_attention 一致（它的布尔掩码中 True 表示允许）。")
-print("✓ scaled_dot_product_attention")
+from autograder.checks import nb03
+
+with nb03.as_graded(scaled_dot_product_attention):
+    q, k, v = randn(2, 4, 8, seed=0), randn(2, 6, 8, seed=1), randn(2, 6, 5, seed=2)  # T_q=4, T_k=6, d_k=8, d_v=5
+    mask = torch.triu(torch.ones(4, 6, dtype=torch.bool), diagonal=3)  # True = blocked
+    context, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    expect_close(weights.sum(dim=-1), torch.ones(2, 4),
+                 "Every row of the weights should sum to 1: softmax over the keys (dim=-1).",
+                 "权重的每一行之和应为 1：对键 (dim=-1) 做 softmax。")
+    expect_close(context, F.scaled_dot_product_attention(q, k, v, attn_mask=~mask),
+                 "The context should equal PyTorch's scaled_dot_product_attention (whose boolean mask means True = allowed).",
+                 "上下文应与 PyTorch 的 scaled_dot_product_attention 一致（它的布尔掩码中 True 表示允许）。")
+    print("✓ scaled_dot_product_attention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_scaled_dot_product_attention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -63,6 +63,13 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
              f"{name} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
     except Exception as e:
         shapes = ", ".join(_describe(a) for a in args)
+        if "dtype" in str(e) or "scalar type" in str(e):  # two dtypes met in one operation: the advice is about dtypes, not shapes
+            dtypes = ", ".join(sorted(inputs.floating_dtypes(fn, args, kwargs))) or "?"
+            fail(f"{name} crashed with {type(e).__name__} on inputs of dtype {dtypes}: tensors of two dtypes met in one operation. "
+                 "Build every tensor in the input's dtype (dtype=x.dtype), or cast a result back before combining it.",
+                 f"{name} 在 dtype 为 {dtypes} 的输入上报错 {type(e).__name__}：同一个运算中出现了两种 dtype 的张量。"
+                 "请按输入的 dtype 构造每个张量（dtype=x.dtype），或在组合之前把结果转换回来。",
+                 f"{type(e).__name__}: {e}")
         fail(f"{name} crashed with {type(e).__name__} on inputs of shape {shapes}: "
              "check which dimensions your operations combine.",
              f"{name} 在形状为 {shapes} 的输入上报错 {type(e).__name__}：请检查你的运算合并了哪些维度。",

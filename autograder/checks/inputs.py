@@ -17,7 +17,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 # A parameter is named as the contract names it and by its position (0: the first), so that a
 # learner's own name for it (def copy_weights_v2_to_v1(a, b)) is no reason to fail.
 MAY_CHANGE = {
-    "copy_weights_v2_to_v1": {"v1", 0},  # 02: copies v2's weights into v1 itself
     "quantize_model_": {"model", 0},  # 11: the trailing underscore: replaces the model's layers in place
     "update_expert_bias": {"bias", 0},  # 10: updating the bias in place, as DeepSeek-V3's training loop may, is fine
 }

@@ -54,9 +54,11 @@ def check_embed(embed):
     first = torch.tensor([3, 0, 2, 3, 1])  # ids < d: a column lookup runs, and shows itself by its shape
     ids = torch.tensor([[3, 0, 10, 3, 7], [1, 1, 9, 2, 5]])
     def own_lookup():
-        return own_work(embed, "embed", extra=[(torch.nn.functional, "embedding")],
-                        en="embed must pick the rows itself (indexing or a one-hot product), not call F.embedding, nn.Embedding or utils.",
-                        zh="embed 必须自己选取行（索引或 one-hot 乘积），不能调用 F.embedding、nn.Embedding 或 utils。")
+        return own_work(embed, "embed",
+                        en="embed's rules say: not allowed: F.embedding (nn.Embedding calls it), nor the course's utils. "
+                           "Pick the rows yourself: weight[token_ids], or a one-hot product.",
+                        zh="embed 的规则是：不允许使用 F.embedding（nn.Embedding 也调用它），也不能用课程的 utils。"
+                           "请自己选取行：weight[token_ids]，或 one-hot 乘积。")
     with own_lookup():
         single = call(embed, first, weight, name="embed")
     expect_tensor(single, "embed's output", "embed 的输出")

@@ -3,7 +3,7 @@ import torch
 
 import utils.attention as ref
 from autograder.checks import graded_checks, BOOK_ATOL, call, expect, expect_close, expect_tensor, fail, own_work, randn
-from autograder.checks.families.nb01 import FAMILIES
+from autograder.checks.families.nb01 import CONTRACTS, FAMILIES
 from autograder.checks.harness import same_as_reference
 from utils.fixtures import journey_inputs
 
@@ -12,19 +12,20 @@ BOOK_SCORES = [0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865]
 BOOK_WEIGHTS = [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581]
 BOOK_CONTEXT = [0.4419, 0.6515, 0.5683]
 
-_SOFTMAX_TARGETS = [(torch, "softmax"), (torch.nn.functional, "softmax"), (torch.Tensor, "softmax"),
-                    (torch.special, "softmax"), (torch, "log_softmax"), (torch.nn.functional, "log_softmax"),
-                    (torch.Tensor, "log_softmax")]
-_SDPA = (torch.nn.functional, "scaled_dot_product_attention")
-_SOFTMAX_OWN = ("This exercise asks you to write softmax yourself: use exp, a sum and a division, not torch.softmax or utils.",
-                "本练习要求你自己实现 softmax：使用 exp、求和与除法，而不是 torch.softmax 或 utils。")
+_SOFTMAX_OWN = ("softmax's rules say: not allowed: torch.softmax, F.softmax, Tensor.softmax, their log_softmax twins, nor the course's utils. "
+                "Write it with exp, amax and sum.",
+                "softmax 的规则是：不允许使用 torch.softmax、F.softmax、Tensor.softmax 及对应的 log_softmax，也不能用课程的 utils。"
+                "请用 exp、amax 和 sum 自己写出它。")
 
 
-def _own_work(fn, name, what_en, what_zh, extra=()):
-    """The exercise's utils twin (and `extra`) may not do the work."""
-    return own_work(fn, name, extra=extra,
-                    en=f"{what_en} must be computed by your own code, not by utils.attention or F.scaled_dot_product_attention.",
-                    zh=f"{what_zh} 必须由你自己的代码计算，而不是调用 utils.attention 或 F.scaled_dot_product_attention。")
+def _own_work(fn, name, what_en, what_zh):
+    """The exercise's utils twin, and what its contract forbids (rules.py), may not do the work."""
+    sdpa = any(f.target.endswith("scaled_dot_product_attention") for f in CONTRACTS[name].forbids)
+    return own_work(fn, name,
+                    en=f"{what_en} must be computed by your own code, not by the course's utils.attention"
+                       + (f" ({name}'s rules say: not allowed: F.scaled_dot_product_attention)." if sdpa else "."),
+                    zh=f"{what_zh} 必须由你自己的代码计算，而不是调用课程的 utils.attention"
+                       + (f"（{name} 的规则是：不允许使用 F.scaled_dot_product_attention）。" if sdpa else "。"))
 
 
 def check_attention_scores(attention_scores):
@@ -51,7 +52,7 @@ def check_attention_scores(attention_scores):
 
 
 def check_softmax(softmax):
-    with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS, en=_SOFTMAX_OWN[0], zh=_SOFTMAX_OWN[1]):
+    with own_work(softmax, "softmax", en=_SOFTMAX_OWN[0], zh=_SOFTMAX_OWN[1]):
         book = call(softmax, torch.tensor(BOOK_SCORES), inputs_named=True, name="softmax")
         big = torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -999.0, -998.0]])
         big_copy = big.clone()
@@ -92,13 +93,13 @@ def check_softmax(softmax):
     expect_close(with_inf, ref.softmax(masked),
                  "-inf entries must get weight exactly 0 and the other entries must still sum to 1.",
                  "-inf 的位置必须得到恰好为 0 的权重，其余位置之和仍须为 1。")
-    with own_work(softmax, "softmax", extra=_SOFTMAX_TARGETS, en=_SOFTMAX_OWN[0], zh=_SOFTMAX_OWN[1]):
+    with own_work(softmax, "softmax", en=_SOFTMAX_OWN[0], zh=_SOFTMAX_OWN[1]):
         same_as_reference(softmax, ref.softmax, FAMILIES["softmax"], "softmax", grads=True)
 
 
 def check_context_vector(context_vector):
     x = journey_inputs()
-    with _own_work(context_vector, "context_vector", "The context vector", "上下文向量", [(ref, "self_attention"), _SDPA]):
+    with _own_work(context_vector, "context_vector", "The context vector", "上下文向量"):
         book = call(context_vector, x[1], x, name="context_vector")
         inputs, query = randn(5, 7, seed=5), randn(7, seed=6)
         other = call(context_vector, query, inputs, name="context_vector")
@@ -116,7 +117,7 @@ def check_context_vector(context_vector):
     expect_close(other, ref.context_vector(query, inputs),
                  "With 5 tokens of width 7 the context vector is wrong: weight each input row (not the query) by its attention weight.",
                  "当有 5 个宽度为 7 的词元时上下文向量不对：应按注意力权重对每个输入行（而不是查询）加权。")
-    with _own_work(context_vector, "context_vector", "The context vector", "上下文向量", [(ref, "self_attention"), _SDPA]):
+    with _own_work(context_vector, "context_vector", "The context vector", "上下文向量"):
         same_as_reference(context_vector, ref.context_vector, FAMILIES["context_vector"], "context_vector", grads=True)
 
 
@@ -124,7 +125,7 @@ def check_self_attention_weights(self_attention_weights):
     x = journey_inputs()
     batch = randn(2, 5, 4, seed=7)  # items differ, T != d
     deep = randn(2, 3, 4, 6, seed=8)
-    with _own_work(self_attention_weights, "self_attention_weights", "The attention weights", "注意力权重", [(ref, "self_attention"), _SDPA]):
+    with _own_work(self_attention_weights, "self_attention_weights", "The attention weights", "注意力权重"):
         book = call(self_attention_weights, x, name="self_attention_weights")
         batched = call(self_attention_weights, batch, name="self_attention_weights")
         four_d = call(self_attention_weights, deep, name="self_attention_weights")
@@ -148,7 +149,7 @@ def check_self_attention_weights(self_attention_weights):
     expect_close(four_d, ref.self_attention_weights(deep),
                  "With two leading batch dims (B, H, T, d) the weights are wrong: write the function for any leading dims.",
                  "当有两个前导批维 (B, H, T, d) 时权重不对：请让函数适用于任意前导维度。")
-    with _own_work(self_attention_weights, "self_attention_weights", "The attention weights", "注意力权重", [(ref, "self_attention"), _SDPA]):
+    with _own_work(self_attention_weights, "self_attention_weights", "The attention weights", "注意力权重"):
         same_as_reference(self_attention_weights, ref.self_attention_weights, FAMILIES["self_attention_weights"],
                           "self_attention_weights", grads=True)
 
@@ -156,7 +157,7 @@ def check_self_attention_weights(self_attention_weights):
 def check_self_attention(self_attention):
     x = journey_inputs()
     batch = randn(2, 5, 4, seed=9)
-    with _own_work(self_attention, "self_attention", "The context vectors", "上下文向量", [_SDPA]):
+    with _own_work(self_attention, "self_attention", "The context vectors", "上下文向量"):
         book = call(self_attention, x, name="self_attention")
         batched = call(self_attention, batch, name="self_attention")
     expect_tensor(book, "self_attention's result", "self_attention 的结果")
@@ -176,7 +177,7 @@ def check_self_attention(self_attention):
     expect_close(batched, ref.self_attention(batch),
                  "Batched context vectors are wrong: every batch item must use only its own weights and inputs.",
                  "批量上下文向量不对：批中每个样本只能使用它自己的权重和输入。")
-    with _own_work(self_attention, "self_attention", "The context vectors", "上下文向量", [_SDPA]):
+    with _own_work(self_attention, "self_attention", "The context vectors", "上下文向量"):
         same_as_reference(self_attention, ref.self_attention, FAMILIES["self_attention"], "self_attention", grads=True)
 
 

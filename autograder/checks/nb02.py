@@ -52,9 +52,9 @@ def _copy_explained(probe, out, expected):
     if what == "weights":
         return (f"After the copy, v1's W_query, W_key and W_value must still be nn.Parameters that train (leaves that require grad), "
                 f"of v2's dtype and of shape (d_in, d_out), not made under torch.inference_mode(){on}: copy_ into them under torch.no_grad(), "
-                f"or assign nn.Parameter(weight.T).",
+                f"or assign nn.Parameter(weight.detach().T.clone()).",
                 f"复制之后，v1 的 W_query、W_key、W_value 仍必须是可训练的 nn.Parameter（需要梯度的叶子张量），dtype 与 v2 相同、"
-                f"形状为 (d_in, d_out)，且不是在 torch.inference_mode() 下创建的{zh_on}：在 torch.no_grad() 下 copy_ 进去，或赋值为 nn.Parameter(weight.T)。")
+                f"形状为 (d_in, d_out)，且不是在 torch.inference_mode() 下创建的{zh_on}：在 torch.no_grad() 下 copy_ 进去，或赋值为 nn.Parameter(weight.detach().T.clone())。")
     if what == "v1(x)":
         return f"After the copy, v1 must compute exactly what v2 computes{on}.", f"复制之后，v1 必须精确计算出 v2 的结果{zh_on}。"
     if what == "v2(x)":
@@ -136,9 +136,11 @@ def check_project_qkv(project_qkv):
 
 
 def _guard(cls, who):
-    return own_work(cls, who, extra=[(torch.nn.functional, "scaled_dot_product_attention"), (ref, "attend")],
-                    en=f"{who} must compute attention itself, not call F.scaled_dot_product_attention or the course's code in utils.",
-                    zh=f"{who} 必须自己计算注意力，不能调用 F.scaled_dot_product_attention 或 utils 中课程的代码。")
+    return own_work(cls, who,
+                    en=f"{who} must compute attention itself: its rules say not allowed: F.scaled_dot_product_attention, nor the course's "
+                       "code in utils (attend). Write softmax(Q K^T / sqrt(d_out)) V with @, transpose(-2, -1) and torch.softmax.",
+                    zh=f"{who} 必须自己计算注意力：它的规则是不允许使用 F.scaled_dot_product_attention，也不能用 utils 中课程的代码（attend）。"
+                       "请用 @、transpose(-2, -1) 和 torch.softmax 写出 softmax(Q K^T / sqrt(d_out)) V。")
 
 
 def check_SelfAttentionV1(SelfAttentionV1):
@@ -183,9 +185,10 @@ def check_SelfAttentionV2(SelfAttentionV2):
         with torch.no_grad():
             q, k, v = (layers[n](X) for n in ("W_query", "W_key", "W_value"))
         _expect_attention(out, q, k, v, "SelfAttentionV2", "SelfAttentionV2")
-        with _guard(SelfAttentionV2, "SelfAttentionV2"):
-            same_as_reference_module(SelfAttentionV2, ref.SelfAttentionV2, (D_IN, D_OUT), FAMILIES["SelfAttentionV2"],
-                                     "SelfAttentionV2", grads=True, ctor_kwargs={"qkv_bias": bias})
+    # the pinned probes with biases (every bias's gradient too); the space's points set qkv_bias themselves
+    with _guard(SelfAttentionV2, "SelfAttentionV2"):
+        same_as_reference_module(SelfAttentionV2, ref.SelfAttentionV2, (D_IN, D_OUT), FAMILIES["SelfAttentionV2"],
+                                 "SelfAttentionV2", grads=True, ctor_kwargs={"qkv_bias": True})
 
 
 def check_copy_weights_v2_to_v1(copy_weights_v2_to_v1):

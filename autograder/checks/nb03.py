@@ -10,15 +10,19 @@ import torch
 
 import utils.scaled_attention as ref
 from autograder.checks import graded_checks, call, expect, expect_close, expect_tensor, fail, generator, own_work, randn
-from autograder.checks.families.nb03 import FAMILIES, estimate_summary, explain_estimate
+from autograder.checks.families.nb03 import CONTRACTS, FAMILIES, estimate_summary, explain_estimate
 from autograder.checks.harness import same_as_reference
 from autograder.checks.scaled_attention_mistakes import _named_mistakes, _pair
 
 
-def _own_work(name, fn, extra=()):
-    return own_work(fn, name, extra=extra,
-                    en=f"This exercise asks you to write {name} yourself, not to call utils.scaled_attention or a PyTorch function that does it.",
-                    zh=f"本练习要求你自己实现 {name}，而不是调用 utils.scaled_attention 或现成的 PyTorch 函数。")
+def _own_work(name, fn):
+    """The exercise's utils twin, and what its contract forbids (families/nb03.py CONTRACTS), may not do the work."""
+    banned = [f.shown for f in CONTRACTS[name].forbids]
+    rule_en = f" (its rules say: not allowed: {', '.join(banned)})" if banned else ""
+    rule_zh = f"（它的规则是：不允许使用 {'、'.join(banned)}）" if banned else ""
+    return own_work(fn, name,
+                    en=f"This exercise asks you to write {name} yourself, not to call the course's utils.scaled_attention{rule_en}.",
+                    zh=f"本练习要求你自己实现 {name}，而不是调用课程的 utils.scaled_attention{rule_zh}。")
 
 
 def _number(result, what="dot_product_variance"):
@@ -98,17 +102,13 @@ def check_dot_product_variance(dot_product_variance):
                           "dot_product_variance", explain=explain_estimate)
 
 
-_JACOBIAN_TARGETS = [(torch.autograd.functional, "jacobian"), (torch.func, "jacrev"),
-                     (torch.func, "jacfwd")]
-
-
 def check_softmax_jacobian(softmax_jacobian):
     z = torch.tensor([1.5, -0.5, 0.25, 2.0, -1.0])
     p = torch.softmax(z, dim=-1)
     expected = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), z)
     one_hot = torch.tensor([0.0, 0.0, 1.0, 0.0])
     three = torch.softmax(randn(3, seed=30) * 3, dim=-1)
-    with _own_work("softmax_jacobian", softmax_jacobian, _JACOBIAN_TARGETS):
+    with _own_work("softmax_jacobian", softmax_jacobian):
         jac = call(softmax_jacobian, p.clone(), name="softmax_jacobian")
         hot = call(softmax_jacobian, one_hot.clone(), name="softmax_jacobian")
         small = call(softmax_jacobian, three.clone(), name="softmax_jacobian")
@@ -149,11 +149,8 @@ def check_softmax_jacobian(softmax_jacobian):
     expect_close(small, ref.softmax_jacobian(three),
                  "For another length (n=3) the Jacobian is wrong: use the length of p you are given.",
                  "换一个长度 (n=3) 时雅可比矩阵不对：请使用传入的 p 的长度。", atol=1e-6)
-    with _own_work("softmax_jacobian", softmax_jacobian, _JACOBIAN_TARGETS):
+    with _own_work("softmax_jacobian", softmax_jacobian):
         same_as_reference(softmax_jacobian, ref.softmax_jacobian, FAMILIES["softmax_jacobian"], "softmax_jacobian", grads=True)
-
-
-_SDPA_TARGETS = [(torch.nn.functional, "scaled_dot_product_attention")]
 
 
 def check_scaled_dot_product_attention(scaled_dot_product_attention):
@@ -167,7 +164,7 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention):
                          [False, True, True, True, True, True]])  # (T_q, T_k), broadcast over (B, H)
     padding = torch.tensor([[False] * 6, [False, False, False, True, True, True]])[:, None, None, :]  # (B, 1, 1, T_k)
     big = q * 40  # scores in the hundreds: a softmax without the max subtracted overflows
-    with _own_work("scaled_dot_product_attention", fn, _SDPA_TARGETS):
+    with _own_work("scaled_dot_product_attention", fn):
         single = call(fn, q2, k2, v2, name="scaled_dot_product_attention")
         try:
             batched = fn(q, k, v)
@@ -248,7 +245,7 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention):
     expect_close(l_weights, ref.scaled_dot_product_attention(big, k, v)[1],
                  "With large scores the weights are wrong: use a stable softmax over the keys.",
                  "分数很大时权重不对：请对键使用稳定的 softmax。", atol=1e-4)
-    with _own_work("scaled_dot_product_attention", fn, _SDPA_TARGETS):
+    with _own_work("scaled_dot_product_attention", fn):
         same_as_reference(fn, ref.scaled_dot_product_attention, FAMILIES["scaled_dot_product_attention"],
                           "scaled_dot_product_attention", grads=True)
 

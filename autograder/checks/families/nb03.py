@@ -5,8 +5,28 @@ import math
 
 import torch
 
-from autograder.checks import generator, randn
+from autograder.checks import generator, randn, rules
 from autograder.checks.harness import Family, Probe, _where
+from autograder.checks.rules import Contract, Forbid
+from autograder.checks.space import LAYOUTS, Space
+
+_JACOBIAN = ("autograd computes the Jacobian this exercise writes", "autograd 会算出本练习要写的雅可比矩阵")
+CONTRACTS = rules.register("03", [
+    Contract("dot_product_variance", dtypes=(), dtype=("one number, a Python float (`.item()`); a 0-d tensor is accepted too", "一个数，即 Python 浮点数（`.item()`）；0 维张量也可以"), device="none",
+             notes=(("A statistic: graded within six standard deviations of d (1 when `scaled`), from exactly `n_trials` pairs.",
+                     "这是一个统计量：按与 d（`scaled` 时为 1）相差不超过六个标准差评分，且恰好来自 `n_trials` 对向量。"),
+                    ("q and k are drawn from `generator` when one is given; PyTorch's global generator is left as it was.",
+                     "给定 `generator` 时 q 和 k 从它采样；PyTorch 的全局生成器保持原样。"))),
+    Contract("softmax_jacobian", dtypes=("float32", "float64"),
+             forbids=(Forbid("torch.autograd.functional.jacobian", *_JACOBIAN), Forbid("torch.func.jacrev", *_JACOBIAN),
+                      Forbid("torch.func.jacfwd", *_JACOBIAN)),
+             preconditions=(("p is a probability vector (entries of at least 0 that sum to 1)", "p 是概率向量（元素不小于 0，且和为 1）"),)),
+    Contract("scaled_dot_product_attention", dtypes=("float32", "float64", "bfloat16"),
+             forbids=(Forbid("torch.nn.functional.scaled_dot_product_attention", "it is the function this exercise writes",
+                             "它正是本练习要写的函数"),),
+             preconditions=(("every query keeps at least one key (a row whose keys are all blocked gives NaN)",
+                             "每个查询至少保留一个键（所有键都被屏蔽的行会得到 NaN）"),)),
+])
 
 
 def _far(*shape, seed):
@@ -92,6 +112,79 @@ def explain_estimate(probe, out, expected):
             "必须保持原样（不要用 torch.manual_seed）。")
 
 
+# The input spaces --------------------------------------------------------------------------
+def _variance_point(point, seed):
+    d, n, scaled, how = point["shape"], point["arguments:n_trials"], point["flag:scaled"], point["arguments:generator"]
+    if how == "none (the global one)":
+        return (d,), {"n_trials": n, "scaled": scaled}
+    return _drawn(d, n, scaled, by_position=how == "by position", seed=seed)
+
+
+def _jacobian_point(point, seed):
+    n, values = point["shape"], point["values"]
+    logits = {"softmax of order-1 logits": 1.0, "almost one-hot": 30.0, "uniform": 0.0}.get(values)
+    if values == "one-hot":
+        p = torch.zeros(n)
+        p[seed % n] = 1.0
+    elif values == "tiny entries":  # one entry near 1, the others about 1e-30: J's entries as small, relative tolerance decides
+        p = torch.softmax(randn(n, seed=seed) + torch.where(torch.arange(n) == 0, 0.0, -69.0), dim=-1)
+    else:
+        p = torch.softmax(randn(n, seed=seed) * logits, dim=-1)
+    return (p,), {}
+
+
+_SDPA_SHAPES = {"B2,H3, T_q=4, T_k=6, d_k=8, d_v=5": ((2, 3), 4, 6, 8, 5), "2-d, T_q=3, T_k=7, d_k=4, d_v=2": ((), 3, 7, 4, 2),
+                "B2, T_q=3, T_k=1 (one key)": ((2,), 3, 1, 4, 3), "B2, T_q=1 (one query), T_k=5": ((2,), 1, 5, 6, 7),
+                "B1,H2, T_q=T_k=9, d_k=d_v=64": ((1, 2), 9, 9, 64, 64)}
+
+
+def _sdpa_mask(kind, lead, t_q, t_k, seed):
+    """A boolean mask, True = blocked, that leaves key 0 to every query (the precondition)."""
+    i, j = torch.arange(t_q)[:, None], torch.arange(t_k)[None, :]
+    if kind == "causal (T_q, T_k)":
+        return j > i + max(t_k - t_q, 0)
+    if kind == "random (T_q, T_k)":
+        return (torch.rand(t_q, t_k, generator=generator(seed)) < 0.4) & (j > 0)
+    items = lead[0] if lead else 1  # padding: item b blocks its last b keys, (B, 1, ..., 1, T_k)
+    per_item = torch.stack([(torch.arange(t_k) >= t_k - b) & (torch.arange(t_k) > 0) for b in range(items)])
+    return per_item.view(items, *[1] * (len(lead) - 1), 1, t_k) if lead else per_item.view(1, t_k)
+
+
+def _sdpa_point(point, seed):
+    lead, t_q, t_k, d_k, d_v = _SDPA_SHAPES[point["shape"]]
+    q, k = randn(*lead, t_q, d_k, seed=seed), randn(*lead, t_k, d_k, seed=seed + 1)
+    if point["values"] == "scores of about 140":  # a shared coordinate c with c² · scale = 140, whatever the scale: float32
+        scale = point["arguments:scale"] or d_k ** -0.5  # rounds such scores to about 1e-5, within the tolerance
+        q[..., 0] = k[..., 0] = math.sqrt(140.0 / scale)
+    if point["values"] == "ties":
+        k = k[..., :1, :].expand(k.shape).clone()  # every key the same: equal scores in a row
+    kwargs = {}
+    if point["arguments:mask"] != "none":
+        kwargs["mask"] = _sdpa_mask(point["arguments:mask"], lead, t_q, t_k, seed + 3)
+    if point["arguments:scale"] is not None:
+        kwargs["scale"] = point["arguments:scale"]
+    v = randn(*lead, t_k, d_v, seed=seed + 2)
+    if point["values"] == "scores of about 140":  # positive values: the context, a mean of them, has no cancellation, so the
+        v = v.abs() + 0.5  # float32 rounding of the scores (about 1e-5 of their size) stays within the relative tolerance
+    return (q, k, v), kwargs
+
+
+SPACES = {
+    "dot_product_variance": Space({"shape": (1, 7, 64, 1024), "arguments:n_trials": (500, 2_000, 5_000), "flag:scaled": (False, True),
+                                   "arguments:generator": ("keyword", "by position", "none (the global one)")}, _variance_point,
+                                  valid=lambda p: p["shape"] * p["arguments:n_trials"] <= 3_100_000),
+    "softmax_jacobian": Space({"shape": (1, 2, 5, 40), "values": ("softmax of order-1 logits", "uniform", "almost one-hot", "one-hot",
+                                                                   "tiny entries"),
+                               "dtype": ("float32", "float64")}, _jacobian_point, valid=lambda p: p["shape"] > 1 or p["values"] == "uniform"),
+    # bfloat16 rounds scores of 140 to a multiple of 1: two right orders of computing them differ there, not graded
+    "scaled_dot_product_attention": Space({"shape": tuple(_SDPA_SHAPES), "arguments:mask": ("none", "causal (T_q, T_k)", "padding (B, ..., 1, T_k)",
+                                                                                            "random (T_q, T_k)"),
+                                           "arguments:scale": (None, 0.3, 1.0, 0.0), "values": ("normal", "scores of about 140", "ties"),
+                                           "dtype": ("float32", "float64", "bfloat16"), "layout": LAYOUTS}, _sdpa_point,
+                                          valid=lambda p: not (p["dtype"] == "bfloat16" and p["values"] == "scores of about 140"),
+                                          no_grads=lambda p: p["values"] == "scores of about 140"),
+}
+
 FAMILIES = {
     # A random estimate: `estimate_summary` reduces each result to what the contract fixes (one
     # number, within six standard deviations of d or 1, drawn from the generator given), since the
@@ -105,14 +198,14 @@ FAMILIES = {
         Probe("arguments", "arguments by position: d = 16, 3,000 trials, scaled, a generator",
               lambda: _drawn(16, 3_000, True, by_position=True, seed=336), "按位置传参：d = 16，3,000 次试验，缩放，一个生成器"),
         Probe("arguments", "only d = 8 (10,000 trials, the global generator)", lambda: ((8,), {}), "只传 d = 8（10,000 次试验，全局生成器）"),
-    ], compares=("values",)),
+    ], compares=("values",), space=SPACES["dot_product_variance"]),
     # float64 only: p (I - pᵀ) with torch.eye (float32) is right and keeps float64, not bfloat16.
     "softmax_jacobian": Family([
         Probe("edges", "n = 1", lambda: ((torch.ones(1),), {}), "n = 1"),
         Probe("ties", "a uniform p", lambda: ((torch.full((5,), 0.2),), {}), "均匀的 p"),
         Probe("extreme", "an almost one-hot p", lambda: ((torch.softmax(randn(6, seed=301) * 30, dim=-1),), {}), "几乎 one-hot 的 p"),
         Probe("dtype", "a float64 p", lambda: ((torch.softmax(randn(4, seed=302), dim=-1).double(),), {}), "float64 的 p"),
-    ], compares=_GRADED),
+    ], compares=_GRADED, space=SPACES["softmax_jacobian"]),
     "scaled_dot_product_attention": Family([
         Probe("batch", "(B, H, T, d) inputs whose batch items and heads differ, with a (T_q, T_k) mask",
               lambda: (_qkv(311), {"mask": _MASK}), "批次项与注意力头各不相同的 (B, H, T, d) 输入，带 (T_q, T_k) 掩码"),
@@ -134,5 +227,15 @@ FAMILIES = {
               "约为 -11,000 的分数，带掩码（-1e4 这样的有限填充值会压过它们）"),
         Probe("arguments", "another (T_q, T_k) mask, after the first one", lambda: (_qkv(343), {"mask": _OTHER_MASK}),
               "另一个 (T_q, T_k) 掩码，在第一个之后"),
-    ], compares=_GRADED),
+    ], compares=_GRADED, space=SPACES["scaled_dot_product_attention"]),
+}
+
+# Mutants of the model answers that no input the contract allows can tell apart (python -m autograder mutants 03)
+EQUIVALENT = {
+    "dot_product_variance": {
+        "line 6: (q * k) -> its left operand": "the sum of q's d entries has variance d too, as q·k does: the contract grades that statistic",
+        "line 6: -1 -> 1": "the products are (n_trials, d): dim 1 is dim -1",
+        "line 9: .item(...) dropped (an alias or the old dtype)": "a 0-d tensor is accepted as the one number (its Rules say so)",
+    },
+    "scaled_dot_product_attention": {"line 9: keyword dim= dropped": "softmax's default dim is -1, the one the answer passes"},
 }

@@ -40,6 +40,10 @@ def encode_ordinary(text):
     return tokenizer.encode_ordinary(text)
 
 
+def encode_all_special(text):  # the same ids: the texts graded hold no special token
+    return tokenizer.encode(text, allowed_special="all")
+
+
 def encode_batch(text):
     return list(tokenizer.encode_batch([text])[0])
 
@@ -68,8 +72,43 @@ def embed_fresh_layer(token_ids, weight):
     return torch.nn.Embedding(*weight.shape)(token_ids)
 
 
-def embed_one_hot(token_ids, weight):
+def embed_one_hot_unchecked(token_ids, weight):  # F.one_hot raises RuntimeError past the vocabulary, not IndexError
     return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight
+
+
+def embed_one_hot(token_ids, weight):
+    if (token_ids >= weight.shape[0]).any():
+        raise IndexError(f"id {int(token_ids.max())} is past the vocabulary of {weight.shape[0]}")
+    return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight
+
+
+def embed_one_hot_float32(token_ids, weight):  # float32-only: crashes on a float64 or bfloat16 weight
+    if (token_ids >= weight.shape[0]).any():
+        raise IndexError("id past the vocabulary")
+    return F.one_hot(token_ids, weight.shape[0]).float() @ weight
+
+
+def embed_fixed_vocabulary(token_ids, weight):  # the visible test's vocabulary of 6 and the first hidden one's 11, hard-coded
+    if (token_ids >= weight.shape[0]).any():
+        raise IndexError("id past the vocabulary")
+    return F.one_hot(token_ids, 11).to(weight.dtype)[..., :weight.shape[0]] @ weight
+
+
+def embed_view_ids(token_ids, weight):  # .view needs contiguous ids: crashes on ids laid out with gaps
+    return weight[token_ids.view(-1)].view(*token_ids.shape, weight.shape[-1])
+
+
+def embed_wraps_ids(token_ids, weight):  # an id past the vocabulary silently wraps around to the first rows
+    return weight[token_ids % weight.shape[0]]
+
+
+def embed_reshape_ids(token_ids, weight):
+    return weight[token_ids.reshape(-1)].reshape(*token_ids.shape, weight.shape[-1])
+
+
+def embed_loop(token_ids, weight):  # one row at a time; weight[i] raises IndexError past the vocabulary
+    rows = [weight[i] for i in token_ids.reshape(-1).tolist()]
+    return torch.stack(rows).reshape(*token_ids.shape, weight.shape[-1])
 
 
 def embed_eye_on_cpu(token_ids, weight):  # right values, but the identity is made on the CPU
@@ -101,18 +140,24 @@ WRONG = {
     "embed": {
         "picks columns": (embed_columns, "rows of the weight, not columns"),
         "goes through Python lists": (embed_via_list, "lost the gradient"),
-        "calls F.embedding": (embed_functional, "not call F.embedding"),
+        "calls F.embedding": (embed_functional, "not allowed: F.embedding"),
         # bad input gets an error, as the course's does / 错误的输入要报错，和课程的实现一样
         "clamps ids past the vocabulary": (embed_clamped, "returns a result for bad input"),
         "one-hot of integer dtype": (embed_one_hot_long, "crashed"),
         "changes the dtype": (embed_double, "dtype"),
         "one-hot rows made on the CPU": (embed_eye_on_cpu, "another device"),
         "detached, then requires_grad_()": (embed_regrown_gradient, "gradient"),
-        "a fresh nn.Embedding": (embed_fresh_layer, "not call F.embedding"),
+        "a fresh nn.Embedding": (embed_fresh_layer, "not allowed: F.embedding"),
+        "one-hot product without the IndexError check": (embed_one_hot_unchecked, "raised RuntimeError for bad input"),
+        "one-hot made float32 (crashes in float64 and bfloat16)": (embed_one_hot_float32, "tensors of two dtypes met"),
+        "a vocabulary of 11 hard-coded": (embed_fixed_vocabulary, "crashed"),
+        ".view on ids laid out with gaps": (embed_view_ids, "view size is not compatible"),
+        "ids wrapped around modulo vocab_size": (embed_wraps_ids, "returns a result for bad input"),
     },
 }
 
 RIGHT = {
-    "encode": {"encode_ordinary": encode_ordinary, "encode_batch": encode_batch},
-    "embed": {"one-hot product": embed_one_hot, "index_select": embed_index_select},
+    "encode": {"encode_ordinary": encode_ordinary, "encode_batch": encode_batch, "allowed_special='all'": encode_all_special},
+    "embed": {"one-hot product with its own IndexError": embed_one_hot, "index_select": embed_index_select,
+              "reshape, index, reshape back": embed_reshape_ids, "a loop over the ids": embed_loop},
 }

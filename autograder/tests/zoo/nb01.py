@@ -285,13 +285,13 @@ WRONG = {
         "ignores dim": (softmax_ignores_dim, "ignores its dim argument"),
         "sum without keepdim": (softmax_no_keepdim, "crashed"),
         "modifies its input": (softmax_in_place, "in place"),
-        "torch.softmax": (softmax_calls_torch, "write softmax yourself"),
-        "Tensor.softmax": (softmax_method, "write softmax yourself"),
-        "imported F.softmax under another name": (softmax_imported, "write softmax yourself"),
+        "torch.softmax": (softmax_calls_torch, "softmax's rules say: not allowed"),
+        "Tensor.softmax": (softmax_method, "softmax's rules say: not allowed"),
+        "imported F.softmax under another name": (softmax_imported, "softmax's rules say: not allowed"),
         "divides by the sum": (softmax_divide_by_sum, "exp(score) divided by the sum"),
         "-inf turned into 0": (softmax_inf_to_zero, "-inf entries must get weight exactly 0"),
-        "calls utils": (lambda x, dim=-1: ref.softmax(x, dim), "write softmax yourself"),
-        "functools.partial of utils": (functools.partial(ref.softmax), "write softmax yourself"),
+        "calls utils": (lambda x, dim=-1: ref.softmax(x, dim), "softmax's rules say: not allowed"),
+        "functools.partial of utils": (functools.partial(ref.softmax), "softmax's rules say: not allowed"),
         "subtracts the first entry, not the max": (softmax_first_shift, "differs from the course's (on logits of order 300)"),
         "always float32": (softmax_always_float32, "must follow its input's dtype (torch.float64)"),
     },
@@ -338,3 +338,10 @@ RIGHT = {
                                "softmax in float32, cast back": weights_float32_softmax},
     "self_attention": {"einsum": attention_einsum, "softmax in float32, cast back": attention_float32_softmax},
 }
+
+from autograder.tests.zoo import nb01_spaces  # noqa: E402
+
+for _exercise, _entries in nb01_spaces.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb01_spaces.RIGHT.items():
+    RIGHT[_exercise].update(_entries)

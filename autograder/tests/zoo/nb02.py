@@ -127,7 +127,7 @@ def v2_functional_linear():
 
 
 # copy_weights_v2_to_v1 -------------------------------------------------------------------
-def copy_book(v1, v2):
+def copy_book(v1, v2):  # the book's solution: each new Parameter is a view of v2's weight, so training v1 changes v2
     v1.W_query = nn.Parameter(v2.W_query.weight.T)
     v1.W_key = nn.Parameter(v2.W_key.weight.T)
     v1.W_value = nn.Parameter(v2.W_value.weight.T)
@@ -238,6 +238,34 @@ def copy_new_contiguous(v1, v2):
         setattr(v1, name, nn.Parameter(getattr(v2, name).weight.detach().T.contiguous()))
 
 
+def copy_book_cloned(v1, v2):
+    for name in ("W_query", "W_key", "W_value"):
+        setattr(v1, name, nn.Parameter(getattr(v2, name).weight.detach().T.clone()))
+
+
+def copy_new_cloned(v1, v2):
+    for name in ("W_query", "W_key", "W_value"):
+        setattr(v1, name, nn.Parameter(getattr(v2, name).weight.detach().T.clone(memory_format=torch.contiguous_format)))
+
+
+def copy_data_view(v1, v2):  # .data set to a view of v2's weight: v1 and v2 share memory
+    for name in ("W_query", "W_key", "W_value"):
+        getattr(v1, name).data = getattr(v2, name).weight.data.t()
+
+
+def copy_float32_buffer(v1, v2):  # float32-only: a float32 staging tensor, then nn.Parameter of it
+    for name in ("W_query", "W_key", "W_value"):
+        staging = torch.empty(getattr(v1, name).shape, dtype=torch.float32)
+        staging.copy_(getattr(v2, name).weight.detach().T)
+        setattr(v1, name, nn.Parameter(staging))
+
+
+def copy_state_dict_loop(v1, v2):
+    with torch.no_grad():
+        for name, p in v1.named_parameters():
+            p.copy_(v2.state_dict()[f"{name}.weight"].T)
+
+
 WRONG = {
     "project_qkv": {
         "wrong order": (project_wrong_order, "wrong order"),
@@ -279,17 +307,23 @@ WRONG = {
         "new Parameters under torch.inference_mode()": (copy_inference_mode, "not made under torch.inference_mode()"),
         "zeroed by multiplying, then added (NaN stays)": (copy_zero_then_add, "whatever v1 held before (on v1 starting from NaN)"),
         "swaps v1's and v2's weights": (copy_swaps, "changed v2"),
+        "the book's nn.Parameter(weight.T): a view of v2's weight": (copy_book, "shares memory with argument 2"),
+        ".contiguous() of weight.T: no copy when it is contiguous already": (copy_new_contiguous, "shares memory with argument 2"),
     },
 }
+
+WRONG["copy_weights_v2_to_v1"].update({".data = weight.data.t(), a view of v2": (copy_data_view, "shares memory with argument 2"),
+                                       "a float32 staging tensor": (copy_float32_buffer, "of v2's dtype")})
 
 RIGHT = {
     "project_qkv": {"torch.matmul": project_matmul, "einsum": project_einsum, "a list": project_list},
     "SelfAttentionV1": {"the notebook's solution": v1_class(), "einsum": v1_einsum()},
     "SelfAttentionV2": {"the notebook's solution": v2_class(), "F.linear and .mT": v2_functional_linear()},
-    "copy_weights_v2_to_v1": {"the book's nn.Parameter(weight.T)": copy_book, ".data assignment": copy_data,
+    "copy_weights_v2_to_v1": {"nn.Parameter(weight.detach().T.clone())": copy_book_cloned, ".data assignment": copy_data,
                               "copies in place and returns v1": copy_returns_v1, "load_state_dict of the transposes": copy_load_state_dict,
-                              ".data.copy_ without no_grad": copy_data_copy, "new contiguous Parameters": copy_new_contiguous,
-                              "copy_ under torch.inference_mode()": copy_in_inference_mode},
+                              ".data.copy_ without no_grad": copy_data_copy, "new Parameters, .T.clone(memory_format=contiguous)": copy_new_cloned,
+                              "copy_ under torch.inference_mode()": copy_in_inference_mode,
+                              "named_parameters and v2's state_dict": copy_state_dict_loop},
 }
 
 from autograder.tests.zoo import nb02_adversary2  # noqa: E402
@@ -297,4 +331,11 @@ from autograder.tests.zoo import nb02_adversary2  # noqa: E402
 for _exercise, _entries in nb02_adversary2.WRONG.items():
     WRONG[_exercise].update(_entries)
 for _exercise, _entries in nb02_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
+
+from autograder.tests.zoo import nb02_spaces  # noqa: E402
+
+for _exercise, _entries in nb02_spaces.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb02_spaces.RIGHT.items():
     RIGHT[_exercise].update(_entries)

@@ -202,7 +202,7 @@ def copy_forgets_value(v1, v2):
 
 
 def copy_shares_storage(v1, v2):
-    """RIGHT (as the book's nn.Parameter(weight.T) is): v1's parameters become views of v2's weights."""
+    """v1's parameters become views of v2's weights (as the book's nn.Parameter(weight.T) does): training v1 changes v2."""
     for n in ("W_query", "W_key", "W_value"):
         getattr(v1, n).data = getattr(v2, n).weight.data.T
 
@@ -221,13 +221,13 @@ WRONG = {
                         "caller's x scaled in place": (V1ScalesInputInPlace, "changed its input x in place"), "float64 parameters, input cast": (V1Float64, "must follow its input's dtype")},
     "SelfAttentionV2": {"W_value is W_key": (V2SharedKV, "must have the names of the contract"), "query and key biased always": (V2BiasAlways, "must not have a bias"),
                         "nn.LazyLinear": (V2Lazy, "must map d_in features to d_out"), "values of the first call kept": (V2ValuesOfFirstCall, "compute every call from its own inputs"), "scale from d_in at __init__": (V2ScaleAtInit, "sqrt(d_in)")},
-    "copy_weights_v2_to_v1": {"reshape instead of transpose": (copy_reshape, "without the transpose"), "W_value not copied": (copy_forgets_value, "v1.W_value must receive")},
+    "copy_weights_v2_to_v1": {"reshape instead of transpose": (copy_reshape, "without the transpose"), "W_value not copied": (copy_forgets_value, "v1.W_value must receive"),
+                              ".data = weight.data.T, memory shared with v2": (copy_shares_storage, "shares memory with argument 2")},
 }
 
 RIGHT = {
     "project_qkv": {"one matmul on the concatenated weights": project_fused},
     "SelfAttentionV1": {"randn, F.softmax, .mT": V1Randn},
     "SelfAttentionV2": {"scale at __init__ from d_out, torch.matmul": V2Baddbmm},
-    "copy_weights_v2_to_v1": {"setattr loop with .t()": copy_setattr_loop,
-                              ".data = weight.data.T, shared memory like the book's": copy_shares_storage},
+    "copy_weights_v2_to_v1": {"setattr loop with .t()": copy_setattr_loop},
 }

@@ -416,3 +416,10 @@ for _exercise, _entries in nb03_adversary2.WRONG.items():
     WRONG[_exercise].update(_entries)
 for _exercise, _entries in nb03_adversary2.RIGHT.items():
     RIGHT[_exercise].update(_entries)
+
+from autograder.tests.zoo import nb03_spaces  # noqa: E402
+
+for _exercise, _entries in nb03_spaces.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb03_spaces.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
