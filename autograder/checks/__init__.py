@@ -63,6 +63,11 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
              f"{name} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
     except Exception as e:
         shapes = ", ".join(_describe(a) for a in args)
+        if _dtype_clash(e):  # not a matter of dimensions: say what it is
+            fail(f"{name} crashed with {type(e).__name__} on inputs of shape {shapes}, because it combines tensors of two dtypes: "
+                 "make every tensor you create follow the input's dtype, and cast back what you compute in another.",
+                 f"{name} 在形状为 {shapes} 的输入上报错 {type(e).__name__}，因为它把两种 dtype 的张量放在一起运算："
+                 "你新建的每个张量都要沿用输入的 dtype，用另一种 dtype 计算的结果要转换回来。", f"{type(e).__name__}: {e}")
         fail(f"{name} crashed with {type(e).__name__} on inputs of shape {shapes}: "
              "check which dimensions your operations combine.",
              f"{name} 在形状为 {shapes} 的输入上报错 {type(e).__name__}：请检查你的运算合并了哪些维度。",
@@ -141,6 +146,13 @@ def matches(actual, expected) -> bool:
     """Quietly: does `actual` equal `expected`? Used to recognise the output of a known mistake."""
     return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
             and torch.allclose(actual.detach().to(expected.dtype), expected, atol=ATOL, rtol=RTOL, equal_nan=True))
+
+
+def _dtype_clash(error) -> bool:
+    """PyTorch's words for an operation on two floating dtypes (float @ bfloat16, a float32 mask into float64 scores)."""
+    text = str(error)
+    return any(words in text for words in ("expected scalar type", "same dtype", "dtype mismatch", "must have the same dtype",
+                                           "expected mat1 and mat2 to have the same dtype"))
 
 
 def own_module(cls, *args, **kwargs):
