@@ -3,7 +3,7 @@ and the course's utils.dropout on, as data (autograder/checks/harness.py)."""
 import torch
 
 from autograder.checks import generator, randn, rules
-from autograder.checks.causal_layers import layer_probes
+from autograder.checks.causal_layers import layer_probes, representable
 from autograder.checks.harness import Family, Probe, Steps
 from autograder.checks.rules import Contract, Forbid, Raises
 from autograder.checks.space import Space
@@ -93,7 +93,7 @@ SPACES = {
     "CausalAttention": Space({"shape": ("B2,T=1", "B3,T<context", "B2,T=context", "B1,T=context"), "arguments:sizes": tuple(_SIZES),
                               "flag:qkv_bias": (False, True),
                               "flag:mode": ("train", "eval"), "values": ("normal", "large"), "dtype": _ALL, "layout": _ONE},
-                             _layer_point, no_grads=lambda p: p["values"] == "large"),
+                             _layer_point, valid=representable, no_grads=lambda p: p["values"] == "large"),
 }
 
 
@@ -120,4 +120,13 @@ FAMILIES = {
     "CausalAttention": Family([
         *layer_probes(D_IN, CONTEXT, 510),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads"), space=SPACES["CausalAttention"]),
+}
+
+# Mutants of the model answers that no input the contract allows can tell apart (python -m autograder mutants 05).
+EQUIVALENT = {
+    "attention_dropout": {
+        "line 6: constant 0 -> 1": "p == 1 never reaches that line (the ValueError above); with p == 0 the mutant computes weights * (u >= 0) / 1, the same values",
+        "line 6: constant 0 -> -1": "p == -1 never reaches that line (the ValueError above); with p == 0 the mutant computes weights * (u >= 0) / 1, the same values",
+        "line 8: >= -> >": "a uniform draw equals p with probability about 2**-24 per entry: the same kept fraction and scaling",
+    },
 }
