@@ -84,8 +84,6 @@ FAMILIES = {
     "generate": Family([
         Probe("batch", "two prompts that differ, with the cache", lambda: ((seeded_gpt(), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {}),
               "两个不同的提示，使用缓存"),
-        Probe("arguments", "use_cache=False", lambda: ((seeded_gpt(), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {"use_cache": False}),
-              "use_cache=False"),
         Probe("arguments", "a grouped-query GPT (2 key/value heads for 4 query heads)",
               lambda: ((seeded_gpt(cfg=MODELS["grouped-query, 2 groups"]), torch.tensor([[4, 9, 1], [13, 13, 2]]), 4), {}),
               "分组查询的 GPT（4 个查询头共用 2 个键/值头）"),
