@@ -71,13 +71,36 @@ print(causal_weights.round(decimals=4))
 # ### Exercise 1 · `attention_dropout` · 练习 1
 #
 # Write inverted dropout by hand for a tensor of any shape: draw one uniform random number per entry
-# with `torch.rand(weights.shape, generator=generator)`, keep the entries whose number is `>= p`,
-# zero the others, and divide the survivors by `1 - p`. Return the weights unchanged when
-# `training` is False or `p == 0`, and raise `ValueError` unless `0 <= p < 1`. Return a new tensor
-# (do not modify `weights` in place). `F.dropout`, `nn.Dropout` and `torch.dropout` are not allowed
-# here.
+# with `torch.rand(weights.shape, generator=generator, device=weights.device)` (a `generator`, when
+# given, lives on the weights' device: the caller sees to it), keep the entries whose number is
+# `>= p`, zero the others, and divide the survivors by `1 - p`. Return the weights unchanged when
+# `training` is False or `p == 0`, and raise `ValueError` unless `0 <= p < 1`, in either mode.
+# Return a new tensor (do not modify `weights` in place). `F.dropout`, `nn.Dropout` and
+# `torch.dropout` are not allowed here.
 #
-# 为任意形状的张量手写反向 dropout：用 `torch.rand(weights.shape, generator=generator)` 为每个元素抽一个均匀随机数，保留随机数 `>= p` 的元素，把其余的置零，并把保留下来的元素除以 `1 - p`。当 `training` 为 False 或 `p == 0` 时原样返回权重；除非 `0 <= p < 1`，否则抛出 `ValueError`。返回一个新张量（不要原地修改 `weights`）。这里不允许使用 `F.dropout`、`nn.Dropout` 和 `torch.dropout`。
+# 为任意形状的张量手写反向 dropout：用 `torch.rand(weights.shape, generator=generator, device=weights.device)` 为每个元素抽一个均匀随机数（给出的 `generator` 与权重在同一设备上：这由调用者保证），保留随机数 `>= p` 的元素，把其余的置零，并把保留下来的元素除以 `1 - p`。当 `training` 为 False 或 `p == 0` 时原样返回权重；除非 `0 <= p < 1`，否则抛出 `ValueError`，两种模式下都一样。返回一个新张量（不要原地修改 `weights`）。这里不允许使用 `F.dropout`、`nn.Dropout` 和 `torch.dropout`。
+#
+# <!-- rules: attention_dropout -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`attention_dropout`)
+#
+# - Not allowed: `F.dropout` (it is the dropout this exercise writes by hand); `nn.Dropout` (the same, as a layer); `torch.dropout` (the same, underneath); `torch.dropout_` (the same, in place); `torch.native_dropout` (the kernel under all of them).
+# - Raises `ValueError` when `p` is not in [0, 1), whatever `training` is.
+# - Not graded (the caller guarantees it): a `generator`, when given, is on the weights' device (a CUDA generator for CUDA weights).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Which entries are dropped is your draw: grading measures the kept fraction and the scaling on large tensors, never a particular mask. Each entry is dropped independently; the random numbers come from `generator` (the same seed, the same mask), or from PyTorch's global generator when it is `None` (a new mask each call).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.dropout`（它就是本练习要你手写的 dropout）；`nn.Dropout`（同一个东西，做成了层）；`torch.dropout`（同一个东西，在底层）；`torch.dropout_`（同一个东西，原地版本）；`torch.native_dropout`（它们底下的内核）。
+# - `p` 不在 [0, 1) 内（无论 `training` 取何值）时抛出 `ValueError`。
+# - 不评分（由调用者保证）：给出的 `generator` 与权重在同一设备上（CUDA 权重配 CUDA 生成器）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 哪些元素被丢弃由你的抽样决定：评分在大张量上测量保留比例和缩放，从不比较某个具体的掩码。每个元素独立地被丢弃；随机数来自 `generator`（相同的种子给出相同的掩码），为 `None` 时来自 PyTorch 的全局生成器（每次调用都是新的掩码）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "attention_dropout", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_dropout(weights, p, training=True, generator=None):
@@ -267,11 +290,32 @@ print("eval(): ", layer.eval()(x))
 # `mask` (True, or 1, = blocked). `forward(x)` for `x` of shape `(B, T, d_in)`, `T <= context_length`:
 # scaled scores, mask sliced to `[:T, :T]` and filled with `-inf`, softmax, **dropout on the
 # weights**, then weights times values. Here `nn.Dropout` is what you should use: it turns itself off
-# in `eval()`. You may subclass notebook 04's `CausalSelfAttention` (imported above) and write your
-# own `forward`: reusing an earlier notebook's class is fine; handing in `utils.dropout.CausalAttention`,
-# this exercise's own reference, is not.
+# in `eval()`. `F.scaled_dot_product_attention(..., dropout_p=p)` would do this whole exercise (masked
+# attention with dropout on the weights), so it is not allowed here. You may subclass notebook 04's
+# `CausalSelfAttention` (imported above) and write your own `forward`: reusing an earlier notebook's
+# class is fine; handing in `utils.dropout.CausalAttention`, this exercise's own reference, is not.
 #
-# 书中紧凑的因果注意力类：笔记本 04 的 `CausalSelfAttention` 加上 dropout。`__init__(d_in, d_out, context_length, dropout, qkv_bias=False)` 创建 `W_query`、`W_key`、`W_value`（`nn.Linear(d_in, d_out, bias=qkv_bias)`）、一个 `nn.Dropout(dropout)` 层和缓冲区 `mask`（True 或 1 = 被屏蔽）。对形状为 `(B, T, d_in)`、`T <= context_length` 的 `x`，`forward(x)` 依次计算：缩放后的分数，把掩码切成 `[:T, :T]` 并填入 `-inf`，softmax，**对权重做 dropout**，再用权重乘以值。这里应该使用 `nn.Dropout`：它在 `eval()` 中会自动关闭。你可以继承笔记本 04 的 `CausalSelfAttention`（上面已导入）并编写自己的 `forward`：复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.dropout.CausalAttention` 则不行。
+# 书中紧凑的因果注意力类：笔记本 04 的 `CausalSelfAttention` 加上 dropout。`__init__(d_in, d_out, context_length, dropout, qkv_bias=False)` 创建 `W_query`、`W_key`、`W_value`（`nn.Linear(d_in, d_out, bias=qkv_bias)`）、一个 `nn.Dropout(dropout)` 层和缓冲区 `mask`（True 或 1 = 被屏蔽）。对形状为 `(B, T, d_in)`、`T <= context_length` 的 `x`，`forward(x)` 依次计算：缩放后的分数，把掩码切成 `[:T, :T]` 并填入 `-inf`，softmax，**对权重做 dropout**，再用权重乘以值。这里应该使用 `nn.Dropout`：它在 `eval()` 中会自动关闭。`F.scaled_dot_product_attention(..., dropout_p=p)` 会完成整个练习（带掩码的注意力，并对权重做 dropout），所以这里不允许使用它。你可以继承笔记本 04 的 `CausalSelfAttention`（上面已导入）并编写自己的 `forward`：复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.dropout.CausalAttention` 则不行。
+#
+# <!-- rules: CausalAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`CausalAttention`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (with `dropout_p` it does this exercise's whole job: masked attention with dropout on the weights).
+# - Not graded (the caller guarantees it): the input has at most `context_length` tokens.
+# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - It holds an `nn.Dropout(dropout)` layer that acts on the attention weights, so `train()` and `eval()` switch it (deterministic in `eval()`); the mask is a buffer named `mask`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（配合 `dropout_p`，它会完成本练习的全部工作：带掩码的注意力，并对权重做 dropout）。
+# - 不评分（由调用者保证）：输入的词元数不超过 `context_length`。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 它包含一个作用在注意力权重上的 `nn.Dropout(dropout)` 层，这样 `train()` 和 `eval()` 会开关它（`eval()` 中是确定性的）；掩码是名为 `mask` 的缓冲区。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "CausalAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CausalAttention(nn.Module):
@@ -300,22 +344,25 @@ import torch
 from torch import nn
 from autograder.checks import expect, expect_close
 
-ca = CausalAttention(2, 2, context_length=4, dropout=0.5)
-expect("mask" in dict(ca.named_buffers()), "The mask should be a buffer named mask.", "掩码应是名为 mask 的缓冲区。")
-expect(any(isinstance(m, nn.Dropout) for m in ca.modules()),
-       "CausalAttention should hold an nn.Dropout layer.", "CausalAttention 应包含一个 nn.Dropout 层。")
-with torch.no_grad():
-    for layer in (ca.W_query, ca.W_key, ca.W_value):
-        layer.weight.copy_(torch.eye(2))
-x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])
-ca.eval()
-out = ca(x)
-expect(torch.equal(out, ca(x)), "In eval() mode the output should be deterministic.", "在 eval() 模式下输出应是确定性的。")
-w = torch.softmax(torch.tensor([0.0, 1.0]) / 2 ** 0.5, dim=-1)
-expect_close(out[0, :2], torch.stack([x[0, 0], w @ x[0, :2]]),
-             "In eval() mode CausalAttention should equal causal attention without dropout.",
-             "在 eval() 模式下 CausalAttention 应等于没有 dropout 的因果注意力。")
-print("✓ CausalAttention")
+from autograder.checks import nb05
+
+with nb05.as_graded(CausalAttention):
+    ca = CausalAttention(2, 2, context_length=4, dropout=0.5)
+    expect("mask" in dict(ca.named_buffers()), "The mask should be a buffer named mask.", "掩码应是名为 mask 的缓冲区。")
+    expect(any(isinstance(m, nn.Dropout) for m in ca.modules()),
+           "CausalAttention should hold an nn.Dropout layer.", "CausalAttention 应包含一个 nn.Dropout 层。")
+    with torch.no_grad():
+        for layer in (ca.W_query, ca.W_key, ca.W_value):
+            layer.weight.copy_(torch.eye(2))
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]])
+    ca.eval()
+    out = ca(x)
+    expect(torch.equal(out, ca(x)), "In eval() mode the output should be deterministic.", "在 eval() 模式下输出应是确定性的。")
+    w = torch.softmax(torch.tensor([0.0, 1.0]) / 2 ** 0.5, dim=-1)
+    expect_close(out[0, :2], torch.stack([x[0, 0], w @ x[0, :2]]),
+                 "In eval() mode CausalAttention should equal causal attention without dropout.",
+                 "在 eval() 模式下 CausalAttention 应等于没有 dropout 的因果注意力。")
+    print("✓ CausalAttention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_CausalAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -44,10 +44,31 @@ GRADING = bool(os.getenv("NBGRADER_EXECUTION"))  # grading times shorter sequenc
 # ### Exercise 1 · `MultiHeadAttentionWrapper` · 练习 1
 #
 # Build `num_heads` heads `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)` and return
-# their outputs concatenated on the last axis: shape `(B, T, d_out * num_heads)`. Here, as in the
-# book, `d_out` is the width of **each head**, so the output is `num_heads` times wider.
+# their outputs concatenated on the last axis: shape `(B, T, d_out * num_heads)`, for inputs of at most
+# `context_length` tokens. Here, as in the book, `d_out` is the width of **each head**, so the output
+# is `num_heads` times wider.
 #
-# 构建 `num_heads` 个头 `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)`，返回它们沿最后一维拼接的输出：形状为 `(B, T, d_out * num_heads)`。这里和书中一样，`d_out` 是 **每个头** 的宽度，所以输出宽度是它的 `num_heads` 倍。
+# 构建 `num_heads` 个头 `CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)`，返回它们沿最后一维拼接的输出：形状为 `(B, T, d_out * num_heads)`，输入最多有 `context_length` 个词元。这里和书中一样，`d_out` 是 **每个头** 的宽度，所以输出宽度是它的 `num_heads` 倍。
+#
+# <!-- rules: MultiHeadAttentionWrapper -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`MultiHeadAttentionWrapper`)
+#
+# - Not graded (the caller guarantees it): the input has at most `context_length` tokens.
+# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - The heads are `num_heads` separate `CausalAttention` modules, each with its own weights, in one `nn.ModuleList`.
+# - Dropout acts on the attention weights (on in `train()`, off in `eval()`); in `train()` it is graded by its statistics (the kept fraction and the scaling by 1/(1-p)), never by a particular mask, so any correct draw passes, `F.scaled_dot_product_attention(..., dropout_p=...)`'s included.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：输入的词元数不超过 `context_length`。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 各个头是 `num_heads` 个独立的 `CausalAttention` 模块，各有自己的权重，放在一个 `nn.ModuleList` 中。
+# - Dropout 作用在注意力权重上（`train()` 中开启，`eval()` 中关闭）；在 `train()` 中按统计量评分（保留比例和 1/(1-p) 的缩放），从不比较某个具体的掩码，所以任何正确的抽样都能通过，包括 `F.scaled_dot_product_attention(..., dropout_p=...)` 自己的抽样。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "MultiHeadAttentionWrapper", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MultiHeadAttentionWrapper(nn.Module):
@@ -117,15 +138,34 @@ print("reshape works:", tuple(x.reshape(1, 3, 8).shape))
 # ### Exercise 2 · `split_heads` · 练习 2
 #
 # `(B, T, D)` → `(B, H, T, D // H)`: head `h` holds features `h*hd:(h+1)*hd` of every token. Split the
-# feature axis, never the token axis.
+# feature axis, never the token axis. Raise `ValueError` naming both numbers when `D` is not
+# divisible by `num_heads`.
 #
-# `(B, T, D)` → `(B, H, T, D // H)`：第 `h` 个头包含每个词元的第 `h*hd` 到 `(h+1)*hd` 个特征。切分特征轴，绝不能切分词元轴。
+# `(B, T, D)` → `(B, H, T, D // H)`：第 `h` 个头包含每个词元的第 `h*hd` 到 `(h+1)*hd` 个特征。切分特征轴，绝不能切分词元轴。当 `D` 不能被 `num_heads` 整除时，抛出写明这两个数的 `ValueError`。
+#
+# <!-- rules: split_heads -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`split_heads`)
+#
+# - Raises `ValueError` when the width is not divisible by `num_heads` (the message names both numbers).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 宽度不能被 `num_heads` 整除（信息中写出这两个数）时抛出 `ValueError`。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "split_heads", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def split_heads(x, num_heads):
     """(B, T, D) -> (B, H, T, D // H)."""
     ### BEGIN SOLUTION
     B, T, D = x.shape
+    if D % num_heads:
+        raise ValueError(f"width {D} is not divisible by num_heads={num_heads}")
     return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)
     ### END SOLUTION
 
@@ -134,10 +174,13 @@ def split_heads(x, num_heads):
 import torch
 from autograder.checks import expect_close
 
-x = torch.arange(12.0).reshape(1, 2, 6)  # two tokens of width 6
-expect_close(split_heads(x, 3)[0, 1], torch.tensor([[2.0, 3.0], [8.0, 9.0]]),
-             "Head 1 should hold features 2:4 of both tokens.", "第 1 个头应包含两个词元的第 2:4 个特征。")
-print("✓ split_heads")
+from autograder.checks import nb06
+
+with nb06.as_graded(split_heads):
+    x = torch.arange(12.0).reshape(1, 2, 6)  # two tokens of width 6
+    expect_close(split_heads(x, 3)[0, 1], torch.tensor([[2.0, 3.0], [8.0, 9.0]]),
+                 "Head 1 should hold features 2:4 of both tokens.", "第 1 个头应包含两个词元的第 2:4 个特征。")
+    print("✓ split_heads")
 
 # %% nbgrader={"grade": true, "grade_id": "test_split_heads_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -152,6 +195,20 @@ nb06.check_split_heads(split_heads)
 # The inverse: `(B, H, T, hd)` → `(B, T, H * hd)`, so that `merge_heads(split_heads(x, H))` gives `x` back.
 #
 # 逆操作：`(B, H, T, hd)` → `(B, T, H * hd)`，使得 `merge_heads(split_heads(x, H))` 还原出 `x`。
+#
+# <!-- rules: merge_heads -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`merge_heads`)
+#
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "merge_heads", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def merge_heads(x):
@@ -166,10 +223,13 @@ def merge_heads(x):
 import torch
 from autograder.checks import expect_close
 
-x = torch.arange(24.0).reshape(2, 3, 4)
-heads = x.view(2, 3, 2, 2).transpose(1, 2)  # what split_heads(x, 2) returns
-expect_close(merge_heads(heads), x, "merge_heads should undo split_heads.", "merge_heads 应当是 split_heads 的逆操作。")
-print("✓ merge_heads")
+from autograder.checks import nb06
+
+with nb06.as_graded(merge_heads):
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    heads = x.view(2, 3, 2, 2).transpose(1, 2)  # what split_heads(x, 2) returns
+    expect_close(merge_heads(heads), x, "merge_heads should undo split_heads.", "merge_heads 应当是 split_heads 的逆操作。")
+    print("✓ merge_heads")
 
 # %% nbgrader={"grade": true, "grade_id": "test_merge_heads_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -185,9 +245,37 @@ nb06.check_merge_heads(merge_heads)
 # `out_proj` is `nn.Linear(d_out, d_out)` with a bias; the causal mask is a buffer named `mask`,
 # sliced to the input length; each head's scores are divided by $\sqrt{\text{head\_dim}}$ (the width
 # of *its* keys); dropout acts on the weights. Raise `ValueError` naming both numbers when `d_out` is
-# not divisible by `num_heads`. Use your `split_heads` and `merge_heads`.
+# not divisible by `num_heads`. Inputs have at most `context_length` tokens. Use your `split_heads`
+# and `merge_heads`. The lesson is the heads (split, merge, `out_proj`), not the attention inside
+# them: computing it with `F.scaled_dot_product_attention` is allowed (pass
+# `dropout_p=self.dropout.p` only in training), while `nn.MultiheadAttention` and
+# `F.multi_head_attention_forward`, which would do the whole layer, are not.
 #
-# 高效的模块。`W_query`、`W_key`、`W_value` 是 `nn.Linear(d_in, d_out, bias=qkv_bias)`；`out_proj` 是带偏置的 `nn.Linear(d_out, d_out)`；因果掩码是名为 `mask` 的缓冲区，并按输入长度切片；每个头的分数除以 $\sqrt{\text{head\_dim}}$（也就是 *它自己* 的键的宽度）；dropout 作用在权重上。当 `d_out` 不能被 `num_heads` 整除时，抛出写明这两个数的 `ValueError`。请使用你的 `split_heads` 和 `merge_heads`。
+# 高效的模块。`W_query`、`W_key`、`W_value` 是 `nn.Linear(d_in, d_out, bias=qkv_bias)`；`out_proj` 是带偏置的 `nn.Linear(d_out, d_out)`；因果掩码是名为 `mask` 的缓冲区，并按输入长度切片；每个头的分数除以 $\sqrt{\text{head\_dim}}$（也就是 *它自己* 的键的宽度）；dropout 作用在权重上。当 `d_out` 不能被 `num_heads` 整除时，抛出写明这两个数的 `ValueError`。输入最多有 `context_length` 个词元。请使用你的 `split_heads` 和 `merge_heads`。这里要学的是多头（拆分、合并、`out_proj`），而不是头内部的注意力：可以用 `F.scaled_dot_product_attention` 来计算它（只在训练时传入 `dropout_p=self.dropout.p`）；而 `nn.MultiheadAttention` 和 `F.multi_head_attention_forward` 会完成整个层，所以不允许使用。
+#
+# <!-- rules: MultiHeadAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`MultiHeadAttention`)
+#
+# - Not allowed: `F.multi_head_attention_forward` (PyTorch's multi-head attention: the projections, heads, attention and output projection this exercise builds); `nn.MultiheadAttention` (the same, as a layer).
+# - Raises `ValueError` when `d_out` is not divisible by `num_heads` (the message names both numbers).
+# - Not graded (the caller guarantees it): the input has at most `context_length` tokens.
+# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - The causal mask is a buffer named `mask`; `out_proj` is `nn.Linear(d_out, d_out)` with a bias.
+# - Dropout acts on the attention weights (on in `train()`, off in `eval()`); in `train()` it is graded by its statistics (the kept fraction and the scaling by 1/(1-p)), never by a particular mask, so any correct draw passes, `F.scaled_dot_product_attention(..., dropout_p=...)`'s included.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.multi_head_attention_forward`（PyTorch 的多头注意力：本练习要构造的投影、多头、注意力和输出投影）；`nn.MultiheadAttention`（同一个东西，做成了层）。
+# - `d_out` 不能被 `num_heads` 整除（信息中写出这两个数）时抛出 `ValueError`。
+# - 不评分（由调用者保证）：输入的词元数不超过 `context_length`。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 因果掩码是名为 `mask` 的缓冲区；`out_proj` 是带偏置的 `nn.Linear(d_out, d_out)`。
+# - Dropout 作用在注意力权重上（`train()` 中开启，`eval()` 中关闭）；在 `train()` 中按统计量评分（保留比例和 1/(1-p) 的缩放），从不比较某个具体的掩码，所以任何正确的抽样都能通过，包括 `F.scaled_dot_product_attention(..., dropout_p=...)` 自己的抽样。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "MultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MultiHeadAttention(nn.Module):
@@ -221,13 +309,16 @@ class MultiHeadAttention(nn.Module):
 import torch
 from autograder.checks import expect
 
-torch.manual_seed(0)
-mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
-out = mha(torch.rand(2, 5, 3))
-expect(out.shape == (2, 5, 4), "The output should be (B, T, d_out).", "输出形状应为 (B, T, d_out)。", f"shape {tuple(out.shape)}")
-expect("mask" in dict(mha.named_buffers()), "The mask should be a registered buffer named mask.",
-       "掩码应是名为 mask 的已注册缓冲区。")
-print("✓ MultiHeadAttention")
+from autograder.checks import nb06
+
+with nb06.as_graded(MultiHeadAttention):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+    out = mha(torch.rand(2, 5, 3))
+    expect(out.shape == (2, 5, 4), "The output should be (B, T, d_out).", "输出形状应为 (B, T, d_out)。", f"shape {tuple(out.shape)}")
+    expect("mask" in dict(mha.named_buffers()), "The mask should be a registered buffer named mask.",
+           "掩码应是名为 mask 的已注册缓冲区。")
+    print("✓ MultiHeadAttention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_MultiHeadAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -415,6 +506,20 @@ print(f"From T={lengths[0]} to T={lengths[-1]} the time grew {growth:.0f}x again
 # the formula, without building the module.
 #
 # 不构建模块，直接用公式返回 `MultiHeadAttention(d_in, d_out, ..., num_heads, qkv_bias)` 的参数数量。
+#
+# <!-- rules: mha_parameter_count -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`mha_parameter_count`)
+#
+# - Not graded (the caller guarantees it): `d_out` is divisible by `num_heads`.
+# - dtype: the result is an `int`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`d_out` 能被 `num_heads` 整除。
+# - dtype：结果是 `int`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "mha_parameter_count", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mha_parameter_count(d_in, d_out, num_heads, qkv_bias=False):
@@ -427,10 +532,13 @@ def mha_parameter_count(d_in, d_out, num_heads, qkv_bias=False):
 # %% nbgrader={"grade": true, "grade_id": "test_mha_parameter_count", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from autograder.checks import expect
 
-got = mha_parameter_count(4, 4, 2)
-expect(got == 3 * 16 + 16 + 4, "MultiHeadAttention(4, 4, heads=2) has 68 parameters.",
-       "MultiHeadAttention(4, 4, heads=2) 有 68 个参数。", f"got {got}")
-print("✓ mha_parameter_count")
+from autograder.checks import nb06
+
+with nb06.as_graded(mha_parameter_count):
+    got = mha_parameter_count(4, 4, 2)
+    expect(got == 3 * 16 + 16 + 4, "MultiHeadAttention(4, 4, heads=2) has 68 parameters.",
+           "MultiHeadAttention(4, 4, heads=2) 有 68 个参数。", f"got {got}")
+    print("✓ mha_parameter_count")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mha_parameter_count_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -467,6 +575,18 @@ for bias in (False, True):
 # Return the count over all heads and all layers: four `d_model x head_dim` matrices per head.
 #
 # 返回所有头、所有层的总数：每个头四个 `d_model x head_dim` 矩阵。
+#
+# <!-- rules: attention_parameter_count -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`attention_parameter_count`)
+#
+# - dtype: the result is an `int`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - dtype：结果是 `int`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "attention_parameter_count", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_parameter_count(d_model, n_heads, head_dim, n_layers):
@@ -478,10 +598,13 @@ def attention_parameter_count(d_model, n_heads, head_dim, n_layers):
 # %% nbgrader={"grade": true, "grade_id": "test_attention_parameter_count", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from autograder.checks import expect
 
-got = attention_parameter_count(8, 2, 4, 3)
-expect(got == 4 * 8 * 4 * 2 * 3, "4 matrices of 8 x 4, 2 heads, 3 layers: 768 parameters.",
-       "每个头 4 个 8 x 4 矩阵，2 个头，3 层：768 个参数。", f"got {got}")
-print("✓ attention_parameter_count")
+from autograder.checks import nb06
+
+with nb06.as_graded(attention_parameter_count):
+    got = attention_parameter_count(8, 2, 4, 3)
+    expect(got == 4 * 8 * 4 * 2 * 3, "4 matrices of 8 x 4, 2 heads, 3 layers: 768 parameters.",
+           "每个头 4 个 8 x 4 矩阵，2 个头，3 层：768 个参数。", f"got {got}")
+    print("✓ attention_parameter_count")
 
 # %% nbgrader={"grade": true, "grade_id": "test_attention_parameter_count_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -175,9 +175,28 @@ print(f"largest difference: {'below 1e-5' if gap < 1e-5 else f'{gap:.2g}'}; equa
 # slice assignment or `copy_`), advance `seq_len`, and return the **filled part** of the keys and
 # values as views, `self.k[:, :, :seq_len]` and the same for `v`, of shape `(B, H_kv, seq_len, hd)`
 # (a copy would cost what `torch.cat` costs, below). Raise `ValueError` when the new tokens do not
-# fit in `max_seq_len`. `reset()` empties the cache for a new prompt.
+# fit in `max_seq_len` (a write that fills the cache exactly fits). `reset()` empties the cache for a
+# new prompt.
 #
-# 一层的缓存。在 `__init__` 中 **预先分配** `self.k` 和 `self.v`：形状为 `(batch_size, num_kv_heads, max_seq_len, head_dim)` 的零张量，使用给定的 `dtype` 和 `device`，并设 `self.seq_len = 0`（目前已填的位置数）。`update(k_new, v_new)` 接收形状为 `(B, H_kv, T_new, hd)` 的张量（它们来自转置，往往不连续）：把它们 **写入** 预先分配的张量中位置 `seq_len .. seq_len + T_new - 1` 处（词元是第 2 轴；用切片赋值或 `copy_`），增加 `seq_len`，并以视图的形式返回键和值中 **已填的部分**：`self.k[:, :, :seq_len]` 以及对应的 `v`，形状 `(B, H_kv, seq_len, hd)`（复制一份的代价和下文的 `torch.cat` 一样）。当新词元放不进 `max_seq_len` 时抛出 `ValueError`。`reset()` 为新的提示清空缓存。
+# 一层的缓存。在 `__init__` 中 **预先分配** `self.k` 和 `self.v`：形状为 `(batch_size, num_kv_heads, max_seq_len, head_dim)` 的零张量，使用给定的 `dtype` 和 `device`，并设 `self.seq_len = 0`（目前已填的位置数）。`update(k_new, v_new)` 接收形状为 `(B, H_kv, T_new, hd)` 的张量（它们来自转置，往往不连续）：把它们 **写入** 预先分配的张量中位置 `seq_len .. seq_len + T_new - 1` 处（词元是第 2 轴；用切片赋值或 `copy_`），增加 `seq_len`，并以视图的形式返回键和值中 **已填的部分**：`self.k[:, :, :seq_len]` 以及对应的 `v`，形状 `(B, H_kv, seq_len, hd)`（复制一份的代价和下文的 `torch.cat` 一样）。当新词元放不进 `max_seq_len` 时抛出 `ValueError`（恰好填满缓存的写入是放得下的）。`reset()` 为新的提示清空缓存。
+#
+# <!-- rules: KVCache -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`KVCache`)
+#
+# - Raises `ValueError` when an update does not fit: `seq_len + T_new > max_seq_len` (a write that fills the cache exactly is fine).
+# - Graded in float32, float64 and bfloat16: the keys and values have the `dtype` the cache is given.
+# - Device: the result is created on the `device` argument (pass `device=device` to what you build).
+# - `update` writes into the preallocated `self.k` and `self.v` and returns views of their filled part (not copies); `reset()` empties the cache for a new prompt; keys and values may come in any memory layout.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 一次写入放不下：`seq_len + T_new > max_seq_len`（恰好填满缓存的写入是可以的）时抛出 `ValueError`。
+# - 在 float32、float64、bfloat16 下评分：键和值的 dtype 是传给缓存的 `dtype`。
+# - 设备：结果创建在参数 `device` 指定的设备上（把 `device=device` 传给你构造的张量）。
+# - `update` 写入预先分配的 `self.k` 和 `self.v`，并返回其已填部分的视图（不是副本）；`reset()` 为新的提示清空缓存；键和值可能以任何内存布局传入。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "KVCache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class KVCache:
@@ -256,10 +275,11 @@ for t_new, t_total in [(1, 6), (2, 6)]:
 # `utils.multihead` are imported above); if a cache is given, `k, v = kv_cache.update(k, v)`; then
 # causal attention with the bottom-right mask `causal_mask(T_new, T_total)` (imported from
 # `utils.causal`), merge heads, `out_proj`. Without a cache it is plain causal multi-head attention.
-# Keep `self.num_heads` and `self.head_dim`: the course's GPT reads them to shape each layer's cache
-# (`model.new_caches`), and the grader checks them.
+# `T_total` is at most `context_length`; when the cache cannot hold the new tokens, its `update`
+# raises `ValueError`: let it through. Keep `self.num_heads` and `self.head_dim`: the course's GPT
+# reads them to shape each layer's cache (`model.new_caches`), and the grader checks them.
 #
-# 笔记本 06 中去掉 dropout 的 `MultiHeadAttention`，层与之相同（`W_query`、`W_key`、`W_value` 从 `d_in` 映射到 `d_out`，`bias=qkv_bias`；`out_proj` 从 `d_out` 映射到 `d_out`，带偏置）。`forward(x, kv_cache=None)`：投影 `x`，拆分头（上面已导入 `utils.multihead` 的 `split_heads` 和 `merge_heads`）；如果给了缓存，就 `k, v = kv_cache.update(k, v)`；然后用右下对齐的掩码 `causal_mask(T_new, T_total)`（从 `utils.causal` 导入）做因果注意力，合并头，`out_proj`。没有缓存时，它就是普通的因果多头注意力。请保留 `self.num_heads` 和 `self.head_dim`：课程的 GPT 读取它们来确定每一层缓存的形状（`model.new_caches`），评分也会检查它们。
+# 笔记本 06 中去掉 dropout 的 `MultiHeadAttention`，层与之相同（`W_query`、`W_key`、`W_value` 从 `d_in` 映射到 `d_out`，`bias=qkv_bias`；`out_proj` 从 `d_out` 映射到 `d_out`，带偏置）。`forward(x, kv_cache=None)`：投影 `x`，拆分头（上面已导入 `utils.multihead` 的 `split_heads` 和 `merge_heads`）；如果给了缓存，就 `k, v = kv_cache.update(k, v)`；然后用右下对齐的掩码 `causal_mask(T_new, T_total)`（从 `utils.causal` 导入）做因果注意力，合并头，`out_proj`。没有缓存时，它就是普通的因果多头注意力。`T_total` 不超过 `context_length`；缓存放不下新词元时，它的 `update` 会抛出 `ValueError`：让它传出来。请保留 `self.num_heads` 和 `self.head_dim`：课程的 GPT 读取它们来确定每一层缓存的形状（`model.new_caches`），评分也会检查它们。
 #
 # What is yours to write here is the cache and its mask, not the softmax: you may call
 # `F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T_new, T_total))` (its `attn_mask`
@@ -269,6 +289,32 @@ for t_new, t_total in [(1, 6), (2, 6)]:
 # reference, `utils.kv_cache.CachedMultiHeadAttention` (or an alias, a wrapper, a subclass of it), is not.
 #
 # 这里要你写的是缓存和它的掩码，而不是 softmax：你可以调用 `F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(T_new, T_total))`（它的 `attn_mask` 标记的是 **允许** 的键，而它的 `is_causal=True` 是左上对齐的）。你也可以继承笔记本 06 的 `MultiHeadAttention`（上面已导入），写你自己的 `forward`。这条规则在每个笔记本中都一样：复用之前笔记本中的类是可以的；交上本练习自己的参考实现 `utils.kv_cache.CachedMultiHeadAttention`（或它的别名、包装、子类）则不行。
+#
+# <!-- rules: CachedMultiHeadAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`CachedMultiHeadAttention`)
+#
+# - The course's `cached_attention` may not run inside your code: this exercise is that part of the work.
+# - Raises `ValueError` when the new tokens do not fit in the cache: its `update` raises it (let it through); a write that fills the cache exactly is fine.
+# - Not graded (the caller guarantees it): the cached and new tokens together are at most `context_length`.
+# - Not graded (the caller guarantees it): `d_out` is divisible by `num_heads`.
+# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)`, with a cache of that dtype, computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - With a cache, only the new tokens are projected; everything kept between calls is in the cache it is given (the layer holds no state); without one, the layer trains (gradients reach every weight).
+# - Keeps `self.num_heads` and `self.head_dim` (the GPT reads them).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `cached_attention` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 新词元放不进缓存：缓存的 `update` 会抛出它（让它传出来）；恰好填满缓存的写入是可以的时抛出 `ValueError`。
+# - 不评分（由调用者保证）：已缓存的和新的词元加起来不超过 `context_length`。
+# - 不评分（由调用者保证）：`d_out` 能被 `num_heads` 整除。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换、配同一 dtype 缓存的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 有缓存时只投影新的词元；调用之间保存的一切都在传入的缓存里（层本身不保存状态）；没有缓存时，层要参与训练（梯度传到每个权重）。
+# - 保留 `self.num_heads` 和 `self.head_dim`（GPT 会读取它们）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "CachedMultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CachedMultiHeadAttention(nn.Module):
@@ -303,16 +349,19 @@ import torch
 from autograder.checks import expect_close
 from utils.kv_cache import KVCache as ReferenceCache
 
-torch.manual_seed(0)
-layer = CachedMultiHeadAttention(4, 6, 8, 2).eval()
-x = torch.randn(1, 5, 4)
-with torch.no_grad():
-    full = layer(x)
-    cache = ReferenceCache(1, 8, 2, 3)
-    steps = torch.cat([layer(x[:, :3], kv_cache=cache), layer(x[:, 3:4], kv_cache=cache), layer(x[:, 4:], kv_cache=cache)], dim=1)
-expect_close(steps, full, "Prefill 3 tokens, then decode 1 and 1: the outputs should equal one pass over all 5 tokens.",
-             "先预填充 3 个词元，再逐个解码 2 个：输出应与对全部 5 个词元做一次计算的结果相同。")
-print("✓ CachedMultiHeadAttention")
+from autograder.checks import nb07
+
+with nb07.as_graded(CachedMultiHeadAttention):
+    torch.manual_seed(0)
+    layer = CachedMultiHeadAttention(4, 6, 8, 2).eval()
+    x = torch.randn(1, 5, 4)
+    with torch.no_grad():
+        full = layer(x)
+        cache = ReferenceCache(1, 8, 2, 3)
+        steps = torch.cat([layer(x[:, :3], kv_cache=cache), layer(x[:, 3:4], kv_cache=cache), layer(x[:, 4:], kv_cache=cache)], dim=1)
+    expect_close(steps, full, "Prefill 3 tokens, then decode 1 and 1: the outputs should equal one pass over all 5 tokens.",
+                 "先预填充 3 个词元，再逐个解码 2 个：输出应与对全部 5 个词元做一次计算的结果相同。")
+    print("✓ CachedMultiHeadAttention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_CachedMultiHeadAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -365,9 +414,29 @@ print("cache lengths:", [c.seq_len for c in caches])
 # (one `utils.kv_cache.KVCache` per layer, so this exercise does not depend on yours), run the prompt
 # once (`model(token_ids, caches)`), then feed only the newest token at each step. With
 # `use_cache=False`: run the whole sequence, `model(ids)`, at every step. Wrap it in
-# `torch.no_grad()`.
+# `torch.no_grad()`. The model's attention may be multi-head or grouped-query (Exercise 5), and its
+# `T + max_new_tokens` is at most its `context_length`: `model.new_caches` shapes every layer's cache
+# for you.
 #
-# 贪心解码。`token_ids` 的形状为 `(B, T)`；返回 `(B, T + max_new_tokens)`：提示后面接新的词元。每个新词元是 **最后一个** 位置 logits 的 **argmax**（不采样）。当 `use_cache=True` 时：用 `model.new_caches(B, T + max_new_tokens)` 新建缓存（每层一个 `utils.kv_cache.KVCache`，这样本练习不依赖你的实现），把提示送入一次（`model(token_ids, caches)`），之后每一步只送入最新的词元。当 `use_cache=False` 时：每一步都把整个序列送入 `model(ids)`。用 `torch.no_grad()` 包起来。
+# 贪心解码。`token_ids` 的形状为 `(B, T)`；返回 `(B, T + max_new_tokens)`：提示后面接新的词元。每个新词元是 **最后一个** 位置 logits 的 **argmax**（不采样）。当 `use_cache=True` 时：用 `model.new_caches(B, T + max_new_tokens)` 新建缓存（每层一个 `utils.kv_cache.KVCache`，这样本练习不依赖你的实现），把提示送入一次（`model(token_ids, caches)`），之后每一步只送入最新的词元。当 `use_cache=False` 时：每一步都把整个序列送入 `model(ids)`。用 `torch.no_grad()` 包起来。模型的注意力可能是多头的，也可能是分组查询的（练习 5），而且 `T + max_new_tokens` 不超过它的 `context_length`：`model.new_caches` 会为你确定每一层缓存的形状。
+#
+# <!-- rules: generate -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`generate`)
+#
+# - Not graded (the caller guarantees it): `T + max_new_tokens` is at most the model's `context_length`.
+# - Graded in float32 and float64: models of that dtype (make the caches with `model.new_caches`, which follows the model); the result is token ids (`torch.long`), the prompt first.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Greedy and the same tokens with and without the cache, for every attention the GPT may hold (multi-head, grouped-query, multi-query); the model runs under `torch.no_grad()`; with the cache, the prompt is fed once, then only the newest token.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`T + max_new_tokens` 不超过模型的 `context_length`。
+# - 在 float32、float64 下评分：使用该 dtype 的模型（用 `model.new_caches` 建缓存，它会跟随模型）；结果是词元 id（`torch.long`），提示在前。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 贪心解码，有缓存和没有缓存时给出相同的词元，无论 GPT 用哪种注意力（多头、分组查询、多查询）；模型在 `torch.no_grad()` 下运行；有缓存时提示只送入一次，之后只送入最新的词元。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "generate", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def generate(model, token_ids, max_new_tokens, use_cache=True):
@@ -395,15 +464,18 @@ import torch
 from autograder.checks import expect
 from utils.gpt import GPTConfig, GPTModel
 
-torch.manual_seed(0)
-tiny = GPTModel(GPTConfig(vocab_size=30, context_length=16, emb_dim=8, n_heads=2, n_layers=2)).eval()
-start = torch.tensor([[1, 2, 3]])
-with_cache, without = generate(tiny, start, 5, use_cache=True), generate(tiny, start, 5, use_cache=False)
-expect(tuple(with_cache.shape) == (1, 8) and torch.equal(with_cache[:, :3], start),
-       "generate should return the prompt followed by max_new_tokens new tokens.", "generate 应返回提示后面接 max_new_tokens 个新词元。")
-expect(torch.equal(with_cache, without), "Greedy generation should give the same tokens with and without the cache.",
-       "贪心生成在有缓存和没有缓存时应给出相同的词元。")
-print("✓ generate")
+from autograder.checks import nb07
+
+with nb07.as_graded(generate):
+    torch.manual_seed(0)
+    tiny = GPTModel(GPTConfig(vocab_size=30, context_length=16, emb_dim=8, n_heads=2, n_layers=2)).eval()
+    start = torch.tensor([[1, 2, 3]])
+    with_cache, without = generate(tiny, start, 5, use_cache=True), generate(tiny, start, 5, use_cache=False)
+    expect(tuple(with_cache.shape) == (1, 8) and torch.equal(with_cache[:, :3], start),
+           "generate should return the prompt followed by max_new_tokens new tokens.", "generate 应返回提示后面接 max_new_tokens 个新词元。")
+    expect(torch.equal(with_cache, without), "Greedy generation should give the same tokens with and without the cache.",
+           "贪心生成在有缓存和没有缓存时应给出相同的词元。")
+    print("✓ generate")
 
 # %% nbgrader={"grade": true, "grade_id": "test_generate_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -645,6 +717,18 @@ print(f"preallocated / torch.cat: {long_row['ratio']:.2f}x at a long context, {f
 # defaults to 2 (bf16 or fp16).
 #
 # 按上面的公式返回缓存的字节数（`int`）；`bytes_per_element` 默认为 2（bf16 或 fp16）。
+#
+# <!-- rules: kv_cache_bytes -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`kv_cache_bytes`)
+#
+# - dtype: the result is an `int`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - dtype：结果是 `int`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "kv_cache_bytes", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def kv_cache_bytes(batch_size, seq_len, n_layers, n_kv_heads, head_dim, bytes_per_element=2):
@@ -656,11 +740,14 @@ def kv_cache_bytes(batch_size, seq_len, n_layers, n_kv_heads, head_dim, bytes_pe
 # %% nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from autograder.checks import expect
 
-expect(kv_cache_bytes(1, 1, 1, 1, 1) == 4, "One token, one layer, one head of width 1 in bf16: a key and a value of 2 bytes each, 4 bytes.",
-       "一个词元、一层、一个宽度为 1 的头，bf16：一个键和一个值，各 2 字节，共 4 字节。")
-expect(kv_cache_bytes(2, 3, 4, 5, 6, 4) == 2 * 2 * 3 * 4 * 5 * 6 * 4, "kv_cache_bytes should multiply all its factors and 2 (keys and values).",
-       "kv_cache_bytes 应把所有因子和 2（键和值）相乘。")
-print("✓ kv_cache_bytes")
+from autograder.checks import nb07
+
+with nb07.as_graded(kv_cache_bytes):
+    expect(kv_cache_bytes(1, 1, 1, 1, 1) == 4, "One token, one layer, one head of width 1 in bf16: a key and a value of 2 bytes each, 4 bytes.",
+           "一个词元、一层、一个宽度为 1 的头，bf16：一个键和一个值，各 2 字节，共 4 字节。")
+    expect(kv_cache_bytes(2, 3, 4, 5, 6, 4) == 2 * 2 * 3 * 4 * 5 * 6 * 4, "kv_cache_bytes should multiply all its factors and 2 (keys and values).",
+           "kv_cache_bytes 应把所有因子和 2（键和值）相乘。")
+    print("✓ kv_cache_bytes")
 
 # %% nbgrader={"grade": true, "grade_id": "test_kv_cache_bytes_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -811,16 +898,42 @@ print("group of each query head (4 heads, 2 groups):", [h // (4 // 2) for h in r
 # %% [markdown]
 # ### Exercise 5 · `GroupedQueryAttention` · 练习 5
 #
-# Like your `CachedMultiHeadAttention`, but `W_key` and `W_value` map `d_in` to
-# `num_kv_groups * head_dim` (with `head_dim = d_out // num_heads`). In `forward(x, kv_cache=None)`,
-# split the keys and values into `num_kv_groups` heads, update the cache **with those** (that is where
+# Like your `CachedMultiHeadAttention` (the same limits: let the cache's `ValueError` through), but
+# `W_key` and `W_value` map `d_in` to `num_kv_groups * head_dim` (with `head_dim = d_out // num_heads`).
+# In `forward(x, kv_cache=None)`, split the keys and values into `num_kv_groups` heads, update the cache **with those** (that is where
 # the memory is saved), and only then repeat each KV head for the query heads of its group. Keep
 # `self.num_heads`, `self.head_dim` and `self.num_kv_heads` (= `num_kv_groups`): the GPT makes each
 # layer's cache with `num_kv_heads` heads. `F.scaled_dot_product_attention(..., enable_gqa=True)`,
 # which assigns query head h to KV head h // r as here (r = num_heads / num_kv_groups), is allowed: the grouping is what you write, not the
 # softmax.
 #
-# 与你的 `CachedMultiHeadAttention` 类似，但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。请保留 `self.num_heads`、`self.head_dim` 和 `self.num_kv_heads`（= `num_kv_groups`）：GPT 按 `num_kv_heads` 个头为每一层建立缓存。`F.scaled_dot_product_attention(..., enable_gqa=True)` 与这里一样，把查询头 h 分给 KV 头 h // r（r = num_heads / num_kv_groups），可以使用：你要写的是分组，而不是 softmax。
+# 与你的 `CachedMultiHeadAttention` 类似（限制相同：让缓存的 `ValueError` 传出来），但 `W_key` 和 `W_value` 把 `d_in` 映射到 `num_kv_groups * head_dim`（`head_dim = d_out // num_heads`）。在 `forward(x, kv_cache=None)` 中，把键和值拆成 `num_kv_groups` 个头，**用它们** 更新缓存（内存正是在这里省下的），然后才为每个组里的查询头重复对应的 KV 头。请保留 `self.num_heads`、`self.head_dim` 和 `self.num_kv_heads`（= `num_kv_groups`）：GPT 按 `num_kv_heads` 个头为每一层建立缓存。`F.scaled_dot_product_attention(..., enable_gqa=True)` 与这里一样，把查询头 h 分给 KV 头 h // r（r = num_heads / num_kv_groups），可以使用：你要写的是分组，而不是 softmax。
+#
+# <!-- rules: GroupedQueryAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`GroupedQueryAttention`)
+#
+# - The course's `cached_attention` may not run inside your code: this exercise is that part of the work.
+# - Raises `ValueError` when the new tokens do not fit in the cache: its `update` raises it (let it through); a write that fills the cache exactly is fine.
+# - Not graded (the caller guarantees it): the cached and new tokens together are at most `context_length`.
+# - Not graded (the caller guarantees it): `d_out` is divisible by `num_heads`, and `num_heads` by `num_kv_groups`.
+# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)`, with a cache of that dtype, computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - With a cache, only the new tokens are projected; everything kept between calls is in the cache it is given (the layer holds no state); without one, the layer trains (gradients reach every weight).
+# - Keeps `self.num_heads`, `self.head_dim` and `self.num_kv_heads`; the cache holds the `num_kv_groups` key/value heads, before they are repeated.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `cached_attention` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 新词元放不进缓存：缓存的 `update` 会抛出它（让它传出来）；恰好填满缓存的写入是可以的时抛出 `ValueError`。
+# - 不评分（由调用者保证）：已缓存的和新的词元加起来不超过 `context_length`。
+# - 不评分（由调用者保证）：`d_out` 能被 `num_heads` 整除，`num_heads` 能被 `num_kv_groups` 整除。
+# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换、配同一 dtype 缓存的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 有缓存时只投影新的词元；调用之间保存的一切都在传入的缓存里（层本身不保存状态）；没有缓存时，层要参与训练（梯度传到每个权重）。
+# - 保留 `self.num_heads`、`self.head_dim` 和 `self.num_kv_heads`；缓存保存重复之前的 `num_kv_groups` 个键/值头。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "GroupedQueryAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class GroupedQueryAttention(nn.Module):
@@ -857,13 +970,16 @@ class GroupedQueryAttention(nn.Module):
 import torch
 from autograder.checks import expect
 
-gqa = GroupedQueryAttention(8, 12, 6, 6, 2)
-expect(tuple(gqa.W_key.weight.shape) == (4, 8) and tuple(gqa.W_value.weight.shape) == (4, 8),
-       "With 6 heads of width 2 in 2 groups, W_key and W_value should map 8 inputs to 2 * 2 = 4 outputs.",
-       "6 个宽度为 2 的头分成 2 组时，W_key 和 W_value 应把 8 个输入映射到 2 * 2 = 4 个输出。")
-expect(tuple(gqa(torch.randn(2, 5, 8)).shape) == (2, 5, 12), "GroupedQueryAttention should map (B, T, d_in) to (B, T, d_out).",
-       "GroupedQueryAttention 应把 (B, T, d_in) 映射为 (B, T, d_out)。")
-print("✓ GroupedQueryAttention")
+from autograder.checks import nb07
+
+with nb07.as_graded(GroupedQueryAttention):
+    gqa = GroupedQueryAttention(8, 12, 6, 6, 2)
+    expect(tuple(gqa.W_key.weight.shape) == (4, 8) and tuple(gqa.W_value.weight.shape) == (4, 8),
+           "With 6 heads of width 2 in 2 groups, W_key and W_value should map 8 inputs to 2 * 2 = 4 outputs.",
+           "6 个宽度为 2 的头分成 2 组时，W_key 和 W_value 应把 8 个输入映射到 2 * 2 = 4 个输出。")
+    expect(tuple(gqa(torch.randn(2, 5, 8)).shape) == (2, 5, 12), "GroupedQueryAttention should map (B, T, d_in) to (B, T, d_out).",
+           "GroupedQueryAttention 应把 (B, T, d_in) 映射为 (B, T, d_out)。")
+    print("✓ GroupedQueryAttention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_GroupedQueryAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -63,7 +63,7 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
              f"{name} 尚未实现：请用你的代码替换 `raise NotImplementedError()`。")
     except Exception as e:
         shapes = ", ".join(_describe(a) for a in args)
-        if "dtype" in str(e) or "scalar type" in str(e):  # two dtypes met in one operation: the advice is about dtypes, not shapes
+        if _dtype_clash(e):  # two dtypes met in one operation: the advice is about dtypes, not shapes
             dtypes = ", ".join(sorted(inputs.floating_dtypes(fn, args, kwargs))) or "?"
             fail(f"{name} crashed with {type(e).__name__} on inputs of dtype {dtypes}: tensors of two dtypes met in one operation. "
                  "Build every tensor in the input's dtype (dtype=x.dtype), or cast a result back before combining it.",
@@ -148,6 +148,13 @@ def matches(actual, expected) -> bool:
     """Quietly: does `actual` equal `expected`? Used to recognise the output of a known mistake."""
     return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
             and torch.allclose(actual.detach().to(expected.dtype), expected, atol=ATOL, rtol=RTOL, equal_nan=True))
+
+
+def _dtype_clash(error) -> bool:
+    """PyTorch's words for an operation on two floating dtypes (float @ bfloat16, a float32 mask into float64 scores)."""
+    text = str(error)
+    return any(words in text for words in ("expected scalar type", "same dtype", "dtype mismatch", "must have the same dtype",
+                                           "expected mat1 and mat2 to have the same dtype"))
 
 
 def own_module(cls, *args, **kwargs):

@@ -25,18 +25,18 @@ def attend(q, k, v, blocked):
 
 def run_steps(module, x, cache, name):
     """The outputs of STEPS through `module` with `cache`; only the new tokens may be projected."""
-    outs, rows = [], []
-    hook = module.W_key.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[-2]))
+    outs, rows = [], []  # token rows W_key projects per call: (B, T, d_in) or flattened (B * T, d_in) alike
+    hook = module.W_key.register_forward_hook(lambda m, i, o: rows.append(i[0].numel() // max(1, i[0].shape[-1])))
     try:
         for a, b in STEPS:
             outs.append(call(module, x[:, a:b], kv_cache=cache, name=f"{name}.forward"))
     finally:
         hook.remove()
-    want = [b - a for a, b in STEPS]
+    want = [x.shape[0] * (b - a) for a, b in STEPS]
     expect(rows == want,
            f"With a cache, {name} must project only the new tokens: it still projects the whole prefix at every step, the work the cache exists to save.",
            f"有缓存时，{name} 只能投影新的词元：它在每一步仍然投影了整个前缀，而缓存正是为了省下这部分计算。",
-           f"rows given to W_key per call: {rows}, expected {want}")
+           f"token rows given to W_key per call (batch {x.shape[0]}): {rows}, expected {want}")
     return outs
 
 

@@ -12,18 +12,16 @@ scores (rows still sum to 1) tell themselves apart.
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import utils.dropout as ref
 from autograder.checks import (graded_checks, call, expect, expect_raises, expect_tensor, generator, own_module, own_work, randn)
-from autograder.checks.causal_layers import (converted, expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
-                                             expect_mask_buffer, load_projections, probe_tokens, probe_weights,
-                                             run_shorter, split_dtypes)
-from autograder.checks.families.nb05 import CONTEXT, D_IN, D_OUT, FAMILIES
+from autograder.checks.causal_layers import (expect_causal_output, expect_dropout_on_weights, expect_inverted_dropout,
+                                             expect_mask_buffer, load_projections, modal, probe_tokens, probe_weights, run_shorter)
+from autograder.checks.families.nb05 import CONTEXT, D_IN, D_OUT, FAMILIES, kept_as_reference
 from autograder.checks.harness import same_as_reference, same_as_reference_module
 
-_DROPOUT_TARGETS = [(F, "dropout"), (nn, "Dropout"), (torch, "dropout"), (torch, "dropout_"), (torch, "native_dropout")]
+# the calls refused (F.dropout, nn.Dropout, torch.dropout, ...) are the contract's (families/nb05.py)
 _BY_HAND = ("This exercise asks you to write dropout by hand (a random keep mask and a rescaling), not to call F.dropout, nn.Dropout, torch.dropout or utils.",
             "本练习要求你手写 dropout（随机保留掩码加上重新缩放），而不是调用 F.dropout、nn.Dropout、torch.dropout 或 utils。")
 
@@ -32,7 +30,7 @@ _BY_HAND = ("This exercise asks you to write dropout by hand (a random keep mask
 def check_attention_dropout(attention_dropout):
     weights = torch.rand(4, 2, 100, 250, generator=generator(70)) + 0.5  # 200,000 distinct nonzero weights
     before = weights.clone()
-    with own_work(attention_dropout, "attention_dropout", extra=_DROPOUT_TARGETS, en=_BY_HAND[0], zh=_BY_HAND[1]):
+    with own_work(attention_dropout, "attention_dropout", en=_BY_HAND[0], zh=_BY_HAND[1]):
         out = call(attention_dropout, weights, 0.3, training=True, generator=generator(71), inputs_named=True, name="attention_dropout")
         again = call(attention_dropout, weights, 0.3, training=True, generator=generator(71), inputs_named=True, name="attention_dropout")
         other = call(attention_dropout, weights, 0.3, training=True, generator=generator(72), inputs_named=True, name="attention_dropout")
@@ -77,16 +75,19 @@ def check_attention_dropout(attention_dropout):
     expect(torch.equal(out, again) and not torch.equal(out, other),
            "attention_dropout must draw its random numbers from the generator argument (torch.rand(..., generator=generator)): the same seed must give the same mask.",
            "attention_dropout 必须从 generator 参数中抽取随机数（torch.rand(..., generator=generator)）：相同的种子必须给出相同的掩码。")
-    with own_work(attention_dropout, "attention_dropout", extra=_DROPOUT_TARGETS, en=_BY_HAND[0], zh=_BY_HAND[1]):
-        same_as_reference(attention_dropout, ref.attention_dropout, FAMILIES["attention_dropout"], "attention_dropout")
+    with own_work(attention_dropout, "attention_dropout", en=_BY_HAND[0], zh=_BY_HAND[1]):
+        same_as_reference(attention_dropout, ref.attention_dropout, FAMILIES["attention_dropout"], "attention_dropout",
+                          effect=kept_as_reference)
 
 
 # CausalAttention -------------------------------------------------------------------------
 def check_CausalAttention(CausalAttention):
     who = "CausalAttention"
-    en = f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention or hand in the course's utils.dropout.{who} (extending notebook 04's CausalSelfAttention is fine)."
-    zh = f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention，也不能交上课程的 utils.dropout.{who}（继承笔记本 04 的 CausalSelfAttention 是可以的）。"
-    guard = lambda: own_work(CausalAttention, "CausalAttention", extra=[(F, "scaled_dot_product_attention")], en=en, zh=zh)
+    en = (f"{who} must compute masked attention itself, not call F.scaled_dot_product_attention (its rules: with dropout_p it does this "
+          f"exercise's whole job) or hand in the course's utils.dropout.{who} (extending notebook 04's CausalSelfAttention is fine).")
+    zh = (f"{who} 必须自己计算带掩码的注意力，不能调用 F.scaled_dot_product_attention（它的规则：配合 dropout_p 它会完成本练习的全部工作），"
+          f"也不能交上课程的 utils.dropout.{who}（继承笔记本 04 的 CausalSelfAttention 是可以的）。")
+    guard = lambda: own_work(CausalAttention, "CausalAttention", en=en, zh=zh)
     x, short = randn(2, CONTEXT, D_IN, seed=80), randn(3, 4, D_IN, seed=81)
     for bias in (False, True):
         with guard():
@@ -111,6 +112,12 @@ def check_CausalAttention(CausalAttention):
         expect_causal_output(first, layers, x, who)
         expect_causal_output(shorter, layers, short, who)
 
+    # the pinned probes: qkv_bias=True, dropout 0 in train(); the generated points say their mode, dtype and flags.
+    # Before the dropout probe, which reads the weights through the output: wrong weights are named as such.
+    reference = modal(ref.CausalAttention)  # looked up outside own_work
+    with guard():
+        same_as_reference_module(modal(CausalAttention), reference, (D_IN, D_OUT, CONTEXT, 0.0), FAMILIES[who], who,
+                                 grads=True, ctor_kwargs={"qkv_bias": True})
     p, T = 0.3, 8
     (weights,), expected = probe_weights(T, heads=1)
     with guard():
@@ -119,15 +126,6 @@ def check_CausalAttention(CausalAttention):
         module.train()
         out = call(module, probe_tokens(T), name=f"{who}.forward")
     expect_dropout_on_weights(out, expected, p, who)
-    # qkv_bias=True in float32 (every bias's gradient too), False on the layers moved to another dtype
-    plain, typed = split_dtypes(FAMILIES[who])
-    references = {dtype: converted(ref.CausalAttention, dtype, evaluate=True) for dtype, _ in typed}  # looked up outside own_work
-    with guard():
-        same_as_reference_module(CausalAttention, ref.CausalAttention, (D_IN, D_OUT, CONTEXT, 0.0), plain, who,
-                                 grads=True, ctor_kwargs={"qkv_bias": True})
-        for dtype, family in typed:
-            same_as_reference_module(converted(CausalAttention, dtype, evaluate=True), references[dtype], (D_IN, D_OUT, CONTEXT, 0.3),
-                                     family, who, grads=True)
 
 
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

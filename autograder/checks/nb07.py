@@ -158,7 +158,7 @@ def _layer_steps(module, cache, name):
     try:
         return run_steps(module, X, cache, name)
     except AssertionError as e:
-        if "crashed" in str(e) and "size" in str(e) and cache.k.shape[1] != getattr(module, "num_heads", 0):
+        if "crashed" in str(e) and "must match" in str(e) and cache.k.shape[1] != getattr(module, "num_heads", 0):  # a head count, not a view
             fail("The cache must hold the num_kv_groups key/value heads, before they are repeated for the query heads: that is where GQA saves memory.",
                  "缓存必须保存 num_kv_groups 个键/值头（在为查询头重复之前）：GQA 正是在这里节省内存。", str(e).split("[")[-1])
         raise

@@ -247,8 +247,6 @@ def declared_rules(name: str, extra=()) -> tuple[list, tuple]:
 # learner to write (exercise -> utils names): their code must not run while that exercise's code
 # runs either. Only helpers that no earlier exercise's course version calls (those may run).
 OWN_HELPERS: dict = {
-    "CachedMultiHeadAttention": ("cached_attention",),  # 07: attention over the cache
-    "GroupedQueryAttention": ("cached_attention",),
     "MoE": ("dispatch", "moe_forward_per_token"),  # 10: "your dispatch", measured against the per-token loop
 }
 

@@ -227,6 +227,101 @@ def dropout_exact_count(weights, p, training=True, generator=None):  # exactly r
     return weights * keep / (1 - p)
 
 
+def dropout_checks_p_in_training(weights, p, training=True, generator=None):  # a bad p passes silently in eval
+    if not training or p == 0:
+        return weights
+    if not 0 <= p < 1:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    return weights * (torch.rand(weights.shape, generator=generator, device=weights.device) >= p) / (1 - p)
+
+
+def dropout_no_device(weights, p, training=True, generator=None):  # the call the text once dictated: the mask on the CPU
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights
+    return weights * (torch.rand(weights.shape, generator=generator) >= p) / (1 - p)
+
+
+def dropout_flat_view(weights, p, training=True, generator=None):  # .view(-1) needs a contiguous input
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights
+    flat = weights.view(-1)
+    return (flat * (torch.rand(flat.shape, generator=generator, device=flat.device) >= p) / (1 - p)).view(weights.shape)
+
+
+def dropout_renormalized(weights, p, training=True, generator=None):  # rows made to sum to 1 again: not inverted dropout
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights
+    kept = weights * (torch.rand(weights.shape, generator=generator, device=weights.device) >= p)
+    return kept / kept.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def dropout_scale_first(weights, p, training=True, generator=None):  # RIGHT: the mask scaled in the weights' dtype, then applied
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights.clone()
+    keep = torch.rand(weights.shape, generator=generator, device=weights.device) >= p
+    return weights * (keep.to(weights.dtype) / (1 - p))
+
+
+def dropout_in_float32(weights, p, training=True, generator=None):  # RIGHT: computed in float32, cast back
+    if not 0 <= p < 1:
+        raise ValueError(p)
+    if not training or p == 0:
+        return weights
+    keep = torch.rand(weights.shape, generator=generator, device=weights.device) >= p
+    return (weights.float() * keep / (1 - p)).to(weights.dtype)
+
+
+def attention_variant(kind):
+    """CausalAttention written another way (RIGHT) or with one mistake (WRONG), by `kind`."""
+    class CausalAttention(attention_class()):
+        def forward(self, x):
+            T = x.shape[1]
+            if kind == "flat view":  # projections of x.view(-1, d_in): needs a contiguous x
+                flat = x.view(-1, x.shape[-1])
+                q, k, v = (layer(flat).view(*x.shape[:2], -1) for layer in (self.W_query, self.W_key, self.W_value))
+            else:
+                q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            if kind == "sdpa with dropout_p":
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=~self.mask[:T, :T], dropout_p=self.p if self.training else 0.0)
+            if kind == "einsum":
+                scores = torch.einsum("btd,bsd->bts", q, k) / math.sqrt(k.shape[-1])
+            else:
+                scores = q @ k.mT / math.sqrt(3 if kind == "scale sqrt(3)" else k.shape[-1])
+            if kind == "additive float32 mask":
+                scores = scores + torch.zeros(T, T, device=x.device).masked_fill(self.mask[:T, :T], NEG_INF)
+            elif kind == "finfo.min":
+                scores = scores.masked_fill(self.mask[:T, :T], torch.finfo(scores.dtype).min)
+            else:
+                scores = scores.masked_fill(self.mask[:T, :T], NEG_INF)
+            if kind == "exp without the max":
+                e = scores.exp()
+                weights = e / e.sum(-1, keepdim=True)
+            elif kind == "float32 softmax":
+                weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+            else:
+                weights = torch.softmax(scores, dim=-1)
+            if kind == "F.dropout, training=self.training":
+                return F.dropout(weights, self.dropout.p, training=self.training) @ v
+            return self.dropout(weights) @ v
+    return CausalAttention
+
+
+def attention_six_positions():
+    """The mask built for 6 positions, whatever context_length says."""
+    class CausalAttention(attention_class()):
+        def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+            super().__init__(d_in, d_out, 6, dropout, qkv_bias)
+    return CausalAttention
+
+
 WRONG = {
     "attention_dropout": {
         # each weight dropped independently, from the global generator when none is given / 每个权重独立丢弃；未给生成器时用全局生成器
@@ -245,6 +340,10 @@ WRONG = {
         "torch.dropout": (dropout_torch, "by hand"),
         "the utils function": (ref.attention_dropout, "by hand"),
         "float32 keep mask": (dropout_float32_mask, "must follow its input's dtype (torch.bfloat16)"),
+        "p checked only in training": (dropout_checks_p_in_training, "whatever `training` is"),
+        "torch.rand without device=": (dropout_no_device, "device"),
+        "flattened with view": (dropout_flat_view, "crashed"),
+        "rows renormalized after the drop": (dropout_renormalized, "divided by (1 - p)"),
     },
     "CausalAttention": {
         "dropout on the scores before masking": (attention_class("on scores"), "scores before the softmax"),
@@ -260,16 +359,27 @@ WRONG = {
         "mask not sliced": (attention_class(slice_mask=False), "self.mask[:T, :T]"),
         "the utils class itself": (ref.CausalAttention, "compute masked attention itself"),
         "values detached": (attention_values_detached(), "No gradient reaches CausalAttention.W_value.weight"),
+        "F.scaled_dot_product_attention with dropout_p": (attention_variant("sdpa with dropout_p"), "with dropout_p it does this"),
+        "softmax in float32, not cast back": (attention_variant("float32 softmax"), "combines tensors of two dtypes"),
+        "an additive mask made in float32": (attention_variant("additive float32 mask"), "combines tensors of two dtypes"),
+        "scale by sqrt(3), the pinned width": (attention_variant("scale sqrt(3)"), "differs from the course's"),
+        "a mask of 6 positions": (attention_six_positions(), "crashed"),
+        "projections of x.view(-1, d_in)": (attention_variant("flat view"), "crashed"),
+        "exp without subtracting the max": (attention_variant("exp without the max"), "scores in the hundreds"),
     },
 }
 
 RIGHT = {
     "attention_dropout": {"the notebook's solution": dropout_factory(), "torch.bernoulli": dropout_bernoulli,
-                          "torch.where": dropout_where, "uniform_ with a generator": dropout_uniform_},
+                          "torch.where": dropout_where, "uniform_ with a generator": dropout_uniform_,
+                          "the mask scaled first, in the weights' dtype": dropout_scale_first,
+                          "in float32, cast back": dropout_in_float32},
     "CausalAttention": {"the notebook's solution": attention_class(),
                         "register_buffer(persistent=False)": attention_class(persistent=False),
                         "the book's listing 3.3": attention_book(),
                         "torch.where and a differently named dropout": attention_where_named(),
                         "subclass of notebook 04's CausalSelfAttention": attention_extends_04(),
-                        "softmax in float32, cast back": attention_float32_softmax()},
+                        "softmax in float32, cast back": attention_float32_softmax(),
+                        "einsum": attention_variant("einsum"), "filled with finfo.min": attention_variant("finfo.min"),
+                        "F.dropout(..., training=self.training) beside its nn.Dropout": attention_variant("F.dropout, training=self.training")},
 }

@@ -76,20 +76,23 @@ def wrapper_float32_buffer():
 
 
 class OwnHead(nn.Module):
-    """A head written out (W_query, W_key, W_value, a mask buffer); `stable` subtracts each row's maximum."""
+    """A head written out (W_query, W_key, W_value, a mask buffer); `stable` subtracts each row's maximum;
+    `sdpa`: the attention by F.scaled_dot_product_attention, its dropout_p in training only."""
 
-    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False, stable=True):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False, stable=True, sdpa=False):
         super().__init__()
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.dropout = nn.Dropout(dropout)
-        self.stable = stable
+        self.stable, self.sdpa = stable, sdpa
         self.register_buffer("mask", causal_mask(context_length))
 
     def forward(self, x):
         T = x.shape[1]
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        if self.sdpa:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout.p if self.training else 0.0)
         scores = (q @ k.mT / math.sqrt(k.shape[-1])).masked_fill(self.mask[:T, :T], float("-inf"))
         if self.stable:
             weights = torch.softmax(scores.float(), dim=-1).to(x.dtype)  # the float32 idiom, cast back
@@ -99,12 +102,13 @@ class OwnHead(nn.Module):
         return self.dropout(weights) @ v
 
 
-def wrapper_own_heads(stable=True):
-    """Heads written out, kept in a list with another name, joined by stack and flatten."""
+def wrapper_own_heads(stable=True, sdpa=False, context=None):
+    """Heads written out, kept in a list with another name, joined by stack and flatten; `context`:
+    a fixed context length, whatever the argument says."""
     class Wrapper(nn.Module):
         def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
             super().__init__()
-            self.attention_heads = nn.ModuleList([OwnHead(d_in, d_out, context_length, dropout, qkv_bias, stable)
+            self.attention_heads = nn.ModuleList([OwnHead(d_in, d_out, context or context_length, dropout, qkv_bias, stable, sdpa)
                                                   for _ in range(num_heads)])
 
         def forward(self, x):
@@ -113,6 +117,12 @@ def wrapper_own_heads(stable=True):
 
 
 # split_heads / merge_heads -----------------------------------------------------------------
+def divisible(x, num_heads):
+    """The contract's ValueError, naming both numbers."""
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"{x.shape[-1]} features do not split into {num_heads} heads")
+
+
 def split_token_axis(x, num_heads):
     B, T, D = x.shape
     return x.reshape(B, num_heads, T, D // num_heads)
@@ -124,12 +134,30 @@ def split_no_transpose(x, num_heads):
 
 
 def split_unflatten(x, num_heads):
+    divisible(x, num_heads)
     return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
 
 
 def split_einops_style(x, num_heads):
+    divisible(x, num_heads)
     B, T, D = x.shape
     return x.reshape(B, T, num_heads, D // num_heads).permute(0, 2, 1, 3)
+
+
+def split_unchecked(x, num_heads):  # the view itself refuses an indivisible width, with a RuntimeError
+    B, T, D = x.shape
+    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)
+
+
+def split_silent_error(x, num_heads):  # a ValueError that does not say which sizes disagree
+    if x.shape[-1] % num_heads:
+        raise ValueError("bad number of heads")
+    return split_unchecked(x, num_heads)
+
+
+def merge_in_float32(x):
+    B, H, T, hd = x.shape
+    return x.float().transpose(1, 2).reshape(B, T, H * hd)
 
 
 def merge_view_noncontiguous(x):
@@ -152,6 +180,7 @@ def merge_flatten(x):
 
 
 def split_in_float32(x, num_heads):
+    divisible(x, num_heads)
     B, T, D = x.shape
     return x.float().view(B, T, num_heads, D // num_heads).transpose(1, 2)
 
@@ -221,14 +250,48 @@ def mha_class(mistake=None):
     return MHA
 
 
-def mha_sdpa():
+def mha_sdpa(dropout="training"):
+    """The attention by F.scaled_dot_product_attention (allowed): its dropout_p in training only (RIGHT),
+    never ("none") or always ("always")."""
     class MHA(mha_class()):
         def forward(self, x):
             B, T, _ = x.shape
             q, k, v = (layer(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
                        for layer in (self.W_query, self.W_key, self.W_value))
-            context = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            p = {"training": self.dropout.p if self.training else 0.0, "none": 0.0, "always": self.dropout.p}[dropout]
+            if dropout == "training":  # the mask buffer, as SDPA reads it: True = may attend
+                context = F.scaled_dot_product_attention(q, k, v, attn_mask=~self.mask[:T, :T], dropout_p=p)
+            else:
+                context = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
             return self.out_proj(context.transpose(1, 2).reshape(B, T, -1))
+    return MHA
+
+
+def mha_variant(kind):
+    """MultiHeadAttention with one mistake of dtype, size or library, by `kind`."""
+    class MHA(mha_class()):
+        def forward(self, x):
+            B, T, _ = x.shape
+            H, hd = self.num_heads, self.head_dim
+            if kind == "F.multi_head_attention_forward":
+                q, k, v = (layer(x).transpose(0, 1) for layer in (self.W_query, self.W_key, self.W_value))  # projected: (T, B, d_out)
+                w = torch.eye(H * hd, dtype=x.dtype, device=x.device).repeat(3, 1)  # so its own in-projection keeps them
+                out, _ = F.multi_head_attention_forward(q, k, v, H * hd, H, w, None,
+                                                        None, None, False, self.dropout.p, self.out_proj.weight, self.out_proj.bias,
+                                                        training=self.training, need_weights=False, attn_mask=self.mask[:T, :T],
+                                                        is_causal=True)
+                return out.transpose(0, 1)
+            q, k, v = (layer(x).view(B, T, H, hd).transpose(1, 2) for layer in (self.W_query, self.W_key, self.W_value))
+            scores = q @ k.mT / math.sqrt(3 if kind == "scale sqrt(3)" else hd)
+            if kind == "additive float32 mask":
+                scores = scores + torch.zeros(T, T, device=x.device).masked_fill(self.mask[:T, :T], float("-inf"))
+            else:
+                scores = scores.masked_fill(self.mask[:T, :T], float("-inf"))
+            if kind == "float32 softmax":
+                weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+            else:
+                weights = torch.softmax(scores, dim=-1)
+            return self.out_proj((self.dropout(weights) @ v).transpose(1, 2).reshape(B, T, H * hd))
     return MHA
 
 
@@ -295,16 +358,20 @@ WRONG = {
         ".squeeze() on the output": (wrapper_squeezed(), "wrong shape (on one token)"),
         "own heads, exp without the max": (wrapper_own_heads(stable=False), "scores in the hundreds"),
         "a float32 output buffer": (wrapper_float32_buffer(), "must follow its input's dtype"),
+        "own heads with a context of 6, whatever it is given": (wrapper_own_heads(context=6), "crashed"),
     },
     "split_heads": {
         "token axis": (split_token_axis, "wrong axis"),
         "no transpose": (split_no_transpose, "(B, H, T, D // H)"),
         "float32 whatever the dtype": (split_in_float32, "must follow its input's dtype"),
+        "no check: view's RuntimeError": (split_unchecked, "instead of ValueError"),
+        "a ValueError without the numbers": (split_silent_error, "must name both numbers"),
     },
     "merge_heads": {
         "view after transpose": (merge_view_noncontiguous, "contiguous"),
         "no transpose back": (merge_no_transpose, "wrong axis"),
         "detached": (merge_detached, "does not depend on anything that trains"),
+        "float32 whatever the dtype": (merge_in_float32, "must follow its input's dtype"),
     },
     "MultiHeadAttention": {
         "scale by sqrt(d_out)": (mha_class("scale by sqrt(d_out)"), "sqrt(head_dim)"),
@@ -318,7 +385,12 @@ WRONG = {
         "dropout on the output": (mha_class("dropout on the output"), "drop the attention weights"),
         "ignores qkv_bias": (mha_class("ignores qkv_bias"), "qkv_bias=True"),
         "no divisibility check": (mha_class("no divisibility check"), "must raise ValueError"),
-        "F.scaled_dot_product_attention": (mha_sdpa(), "your own code"),
+        "F.scaled_dot_product_attention without dropout_p": (mha_sdpa("none"), "drops nothing"),
+        "F.scaled_dot_product_attention with dropout_p in eval too": (mha_sdpa("always"), "deterministic"),
+        "F.multi_head_attention_forward": (mha_variant("F.multi_head_attention_forward"), "they do this exercise's whole job"),
+        "softmax in float32, not cast back": (mha_variant("float32 softmax"), "combines tensors of two dtypes"),
+        "an additive mask made in float32": (mha_variant("additive float32 mask"), "combines tensors of two dtypes"),
+        "scale by sqrt(3), the pinned head_dim": (mha_variant("scale sqrt(3)"), "differs from the course's"),
         "keys under no_grad": (mha_class("keys under no_grad"), "MultiHeadAttention.W_key.weight"),
         "exp without subtracting the max": (mha_class("exp without the max"), "scores in the hundreds"),
     },
@@ -336,11 +408,13 @@ WRONG = {
 
 RIGHT = {
     "MultiHeadAttentionWrapper": {"the notebook's solution": wrapper_class(),
-                                  "own heads, another name, stack and flatten, float32 softmax": wrapper_own_heads()},
+                                  "own heads, another name, stack and flatten, float32 softmax": wrapper_own_heads(),
+                                  "own heads by F.scaled_dot_product_attention, dropout_p in training": wrapper_own_heads(sdpa=True)},
     "split_heads": {"unflatten": split_unflatten, "reshape + permute": split_einops_style},
     "merge_heads": {"contiguous().view": merge_contiguous_view, "permute + flatten": merge_flatten},
     "MultiHeadAttention": {"the notebook's solution": mha_class(), "einsum": mha_einsum(),
-                           "softmax in float32, cast back": mha_class("float32 softmax cast back")},
+                           "softmax in float32, cast back": mha_class("float32 softmax cast back"),
+                           "F.scaled_dot_product_attention, dropout_p in training": mha_sdpa()},
     "mha_parameter_count": {"count the modules": count_by_modules, "formula": count_formula},
     "attention_parameter_count": {"matrix by matrix": gpt3_per_matrix},
 }

@@ -65,6 +65,8 @@ def split_truncates(x, num_heads):
 
 def split_chunk_stack(x, num_heads):
     """RIGHT: chunk the features, stack the heads on axis 1."""
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"width {x.shape[-1]} is not a multiple of {num_heads}")
     return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
 
 
@@ -210,7 +212,7 @@ def attention_count_sum(d_model, n_heads, head_dim, n_layers):
 WRONG = {
     "MultiHeadAttentionWrapper": {"every head built with dropout=0.0": (WrapperNoDropout, "drops nothing"), "dropout and qkv_bias swapped": (WrapperArgsSwapped, "must not have a bias"),
                                   "heads concatenated last to first": (WrapperReversed, "head h's causal attention output fills columns")},
-    "split_heads": {"heads interleaved (feature i to head i % H)": (split_interleaved, "Head h must hold features"), "indivisible D silently truncated": (split_truncates, "returns a result for bad input")},
+    "split_heads": {"heads interleaved (feature i to head i % H)": (split_interleaved, "Head h must hold features"), "indivisible D silently truncated": (split_truncates, "must raise ValueError when the width")},
     "merge_heads": {"dimension-major (heads interleaved)": (merge_head_dim_major, "must undo split_heads")},
     "MultiHeadAttention": {"out_proj without bias": (MHAOutProjNoBias, "out_proj must be nn.Linear(d_out, d_out) with a bias"), "out_proj bias follows qkv_bias": (MHAOutProjBiasIsQkvBias, "out_proj must be nn.Linear(d_out, d_out) with a bias"),
                            "dropout on the scores": (MHADropoutOnScores, "dropout to the scores"), "first call's values kept": (MHAFirstValuesKept, "compute every call from its own inputs")},

@@ -290,3 +290,10 @@ for _exercise, _entries in nb07_adversary.WRONG.items():
     WRONG[_exercise].update(_entries)
 for _exercise, _entries in nb07_adversary.RIGHT.items():
     RIGHT[_exercise].update(_entries)
+
+from autograder.tests.zoo import nb07_contract  # noqa: E402  (the entries the declared input spaces judge)
+
+for _exercise, _entries in nb07_contract.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb07_contract.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
