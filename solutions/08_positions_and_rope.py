@@ -570,14 +570,14 @@ plt.show()
 #
 # - Not graded (the caller guarantees it): `d_out` splits into `num_heads` heads of even width.
 # - Not graded (the caller guarantees it): the cached and the new tokens together fit `context_length`.
-# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)` computes in that dtype.
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
 # - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
 # - `num_heads` and `head_dim` are attributes (notebook 07's GPT reads them); the module keeps nothing between calls.
 # - And the course-wide rules hold too (notebook 00, "How grading works").
 #
 # - 不评分（由调用者保证）：`d_out` 能分成 `num_heads` 个宽度为偶数的头。
 # - 不评分（由调用者保证）：已缓存的与新的词元合起来不超过 `context_length`。
-# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
 # - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
 # - `num_heads` 与 `head_dim` 是属性（笔记本 07 的 GPT 读取它们）；模块在调用之间不保存任何东西。
 # - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。

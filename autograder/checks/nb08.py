@@ -236,7 +236,7 @@ def check_RoPEMultiHeadAttention(RoPEMultiHeadAttention):
 
 def _expect_gpt_attributes(module, num_heads, head_dim):
     got = (getattr(module, "num_heads", None), getattr(module, "head_dim", None))
-    expect(got == (num_heads, head_dim),
+    expect(got == (num_heads, head_dim) and all(type(n) is int for n in got),  # an int: GPT sizes each cache with them
            "RoPEMultiHeadAttention must keep num_heads and head_dim as attributes: notebook 07's GPT reads them to size each layer's KV cache.",
            "RoPEMultiHeadAttention 必须把 num_heads 和 head_dim 保存为属性：笔记本 07 的 GPT 读取它们来确定每一层 KV 缓存的大小。",
            f"(num_heads, head_dim) = {got}, expected {(num_heads, head_dim)}")

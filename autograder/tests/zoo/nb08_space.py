@@ -6,6 +6,7 @@ raises, more general than a precondition asks)."""
 import math
 
 import torch
+import torch.nn.functional as F
 
 from autograder.tests.zoo.nb08 import rope_fn, rope_mha_class
 
@@ -155,6 +156,23 @@ class RoPETable(rope_mha_class()):
         return self.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, self.h * self.hd))
 
 
+class RoPEFloat64SDPA(rope_mha_class()):
+    """Right: float64 angles (rotation matrices, einsum) and F.scaled_dot_product_attention with a bottom-right mask."""
+
+    def forward(self, x, kv_cache=None):
+        B, T, _ = x.shape
+        start = 0 if kv_cache is None else kv_cache.seq_len
+        pos = torch.arange(start, start + T, device=x.device)
+        heads = lambda t: t.reshape(B, T, self.h, self.hd).transpose(1, 2)
+        q, k = (rope_float64_angles_einsum(heads(w(x)), pos, self.theta, self.interleaved) for w in (self.W_query, self.W_key))
+        v = heads(self.W_value(x))
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)
+        allowed = torch.ones(T, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - T)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, self.h * self.hd))
+
+
 WRONG = {
     "sinusoidal_positions": {
         "positions counted in float16": (sinusoidal_float16_positions, "4105"),
@@ -180,5 +198,5 @@ RIGHT = {
     "apply_rope": {"float32 arithmetic cast back": rope_float32_cast_back,
                    "float64 angles, einsum over (hd/2, 2) pairs": rope_float64_angles_einsum},
     "interleaved_to_half_split": {"ValueError, then index_select": permute_index_select, "view, transpose, reshape": permute_view},
-    "RoPEMultiHeadAttention": {"a cos/sin table built in __init__": RoPETable},
+    "RoPEMultiHeadAttention": {"a cos/sin table built in __init__": RoPETable, "float64 angles, SDPA": RoPEFloat64SDPA},
 }
