@@ -19,7 +19,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 MAY_CHANGE = {
     "copy_weights_v2_to_v1": {"v1", 0},  # 02: copies v2's weights into v1 itself
     "quantize_model_": {"model", 0},  # 11: the trailing underscore: replaces the model's layers in place
-    "update_expert_bias": {"bias", 0},  # 10: updating the bias in place, as DeepSeek-V3's training loop may, is fine
 }
 
 

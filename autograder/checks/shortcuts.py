@@ -260,7 +260,6 @@ def declared_rules(name: str, extra=()) -> tuple[list, tuple]:
 OWN_HELPERS: dict = {
     "CachedMultiHeadAttention": ("cached_attention",),  # 07: attention over the cache
     "GroupedQueryAttention": ("cached_attention",),
-    "MoE": ("dispatch", "moe_forward_per_token"),  # 10: "your dispatch", measured against the per-token loop
     "topk_key_mask": ("topk_indices",),  # 13: top-k with its blocked keys
     "SparseMLA": ("gather_positions",),  # 13: the selected positions' latents
 }
