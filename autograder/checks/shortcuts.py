@@ -31,14 +31,21 @@ def utils_modules() -> list:
     return [m for m in map(_imported, names) if m is not None]
 
 
+_UNLOADABLE: set = set()  # optional modules that failed once: importing them again fails again
+
+
 def _imported(name: str):
     """utils.<name>, or None for an optional module that cannot load here: torch's first optimizer
     step imports triton on a machine without a GPU, where utils.flash_triton then refuses to load
-    (and so cannot be what a learner called)."""
+    (and so cannot be what a learner called). A failed import is not retried: each try compiles
+    and runs the module again (3 of notebook 10's 8 s of MoE checks, on every utils_twins call)."""
+    if name in _UNLOADABLE:
+        return None
     try:
         return importlib.import_module(f"utils.{name}")
     except ImportError:
         if name in _UTILS_NEED:
+            _UNLOADABLE.add(name)
             return None
         raise
 
