@@ -59,11 +59,11 @@ V3 = dict(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_la
 #
 # #### Rules that grading checks · 评分检查的规则 (`Expert`)
 #
-# - Graded in float32, float64 and bfloat16: the layer moved with `.to(dtype)` computes in that dtype.
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
 # - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
 # - And the course-wide rules hold too (notebook 00, "How grading works").
 #
-# - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
 # - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
 # - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
 #

@@ -18,7 +18,7 @@ _GATE_SIZES = ("`score_func` is \"sigmoid\" or \"softmax\"; the groups divide th
 _INT_PAIR = ("a tuple of two `int`s", "由两个 `int` 组成的元组")
 
 CONTRACTS = rules.register("10", [
-    Contract("Expert", dtypes=("float32", "float64", "bfloat16"), dtype=_LAYER),
+    Contract("Expert", dtypes=("float32", "float64"), dtype=_LAYER),
     Contract("topk_router", dtypes=("float32", "float64", "bfloat16"),
              dtype=("the weights have the logits' dtype; the indices are integers", "权重与 logits 的 dtype 相同；索引为整数"),
              preconditions=(("1 <= k <= E", "1 <= k <= E"), _CHOICE),
