@@ -118,3 +118,40 @@ FAMILIES = {
         Probe("arguments", "one activated, three shared", lambda: ((10, 3, 6, 1, 3), {}), "一个激活专家、三个共享专家"),
     ], compares=("values",), space=SPACES["moe_parameter_counts"]),
 }
+
+# Mutants of the model answers that no input the contracts allow can tell apart (`python -m autograder mutants 10`).
+_TWO_D = "the logits and scores are (N, E): dim 1 is dim -1, and -1 is topk's default"
+_LAST = "dim 1 is dim -1 of an (N, G) or (N, k) tensor, and -1 is the default"
+EQUIVALENT = {
+    "topk_router": {"line 3: -1 -> 1": _TWO_D, "line 4: keyword dim= dropped": _TWO_D, "line 4: -1 -> 1": _TWO_D, "line 5: -1 -> 1": _TWO_D},
+    "load_balancing_loss": {"line 3: .to(...) dropped (an alias or the old dtype)":
+                            "integer counts divided by an int are float32, the only dtype graded here"},
+    "Gate": {
+        "line 2: constant 1 -> 0": "a default of 0 groups (or 0 kept) takes the same path as 1: only n_expert_groups > 1 groups experts",
+        "line 2: constant 1 -> 2": "n_limited_groups is read only when the experts are grouped (the default gate is not)",
+        "line 9: (5 ** 0.5) -> its left operand": "the initialisation is never graded: the course's weights are loaded",
+        "line 9: constant 5 -> 6": "the initialisation is never graded: the course's weights are loaded",
+        "line 9: constant 5 -> 4": "the initialisation is never graded: the course's weights are loaded",
+        "line 9: constant 0.5 -> 1.0": "the initialisation is never graded: the course's weights are loaded",
+        "line 9: constant 0.5 -> 0.25": "the initialisation is never graded: the course's weights are loaded",
+        "line 9: keyword a= dropped": "the initialisation is never graded: the course's weights are loaded",
+        "line 9: ** -> *": "the initialisation is never graded: the course's weights are loaded",
+        "line 10: False -> True": "the bias's requires_grad is free (the text: requires_grad=False is fine); no gradient reaches it",
+        "line 10: keyword requires_grad= dropped": "the bias's requires_grad is free (the text: requires_grad=False is fine); no gradient reaches it",
+        "line 18: if self.n_groups > 1 -> if True": "one group of every expert, its one group kept: the same choice",
+        "line 18: > -> >=": "one group of every expert, its one group kept: the same choice",
+        "line 18: constant 1 -> 0": "one group of every expert, its one group kept: the same choice",
+        "line 16: -1 -> 1": _LAST, "line 23: keyword dim= dropped": _LAST, "line 24: keyword dim= dropped": _LAST,
+        "line 24: -1 -> 1": _LAST, "line 27: keyword dim= dropped": _LAST, "line 27: -1 -> 1": _LAST, "line 30: -1 -> 1": _LAST,
+        "line 31: .to(...) dropped (an alias or the old dtype)": "the weights are computed in x's dtype already (the layer is moved with x)",
+    },
+    "MoE": {
+        "line 2: constant 0 -> -1": "a default of -1 shared experts builds none, as 0 does",
+        "line 3: constant 1 -> 0": "n_limited_groups is read only when the experts are grouped (the default MoE's are not)",
+        "line 3: constant 1 -> 2": "n_limited_groups is read only when the experts are grouped (the default MoE's are not)",
+        "line 19: keyword minlength= dropped": "experts past the last one used get no token either way: the loop skips them",
+        "line 19: len(self.experts) -> the constant 8 (its value on the first probe)": "counts past the experts are zeros the loop skips; experts past 8 unused get none either way",
+        "line 20: -1 -> 1": "unsqueeze(1) is unsqueeze(-1) on the 1-D weights",
+        "line 24: if count -> if True": "an expert run on no token adds nothing (and stays within the counted matrix products)",
+    },
+}
