@@ -121,6 +121,20 @@ except IndexError as e:
 # float32.
 #
 # 返回 `(num_positions, d_model)` 的表，其中 `PE[t, 2i] = sin(t / base^(2i/d))`，`PE[t, 2i+1] = cos(t / base^(2i/d))`（偶数列是正弦，奇数列是余弦），使用 float32。
+#
+# <!-- rules: sinusoidal_positions -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`sinusoidal_positions`)
+#
+# - Not graded (the caller guarantees it): d_model is even (sin and cos come in pairs).
+# - dtype: the result is float32.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：d_model 为偶数（sin 与 cos 成对出现）。
+# - dtype：结果为 float32。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "sinusoidal_positions", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def sinusoidal_positions(num_positions, d_model, base=10000.0):
@@ -224,6 +238,20 @@ plt.tight_layout(); plt.show()
 # head_dim/2 − 1, as float32.
 #
 # 返回 `head_dim // 2` 个频率 $w_i = \theta^{-2i/\text{head\_dim}}$，$i = 0 \dots$ head_dim/2 − 1，使用 float32。
+#
+# <!-- rules: rope_inverse_frequencies -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`rope_inverse_frequencies`)
+#
+# - Not graded (the caller guarantees it): head_dim is even.
+# - dtype: the result is float32.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：head_dim 为偶数。
+# - dtype：结果为 float32。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "rope_inverse_frequencies", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def rope_inverse_frequencies(head_dim, theta=10000.0):
@@ -236,9 +264,12 @@ def rope_inverse_frequencies(head_dim, theta=10000.0):
 import torch
 from autograder.checks import expect_close
 
-expect_close(rope_inverse_frequencies(4), torch.tensor([1.0, 0.01]), "For head_dim 4: w = (10000^0, 10000^(-2/4)) = (1, 0.01).",
-             "head_dim 为 4 时：w = (10000^0, 10000^(-2/4)) = (1, 0.01)。")
-print("✓ rope_inverse_frequencies")
+from autograder.checks import nb08
+
+with nb08.as_graded(rope_inverse_frequencies):
+    expect_close(rope_inverse_frequencies(4), torch.tensor([1.0, 0.01]), "For head_dim 4: w = (10000^0, 10000^(-2/4)) = (1, 0.01).",
+                 "head_dim 为 4 时：w = (10000^0, 10000^(-2/4)) = (1, 0.01)。")
+    print("✓ rope_inverse_frequencies")
 
 # %% nbgrader={"grade": true, "grade_id": "test_rope_inverse_frequencies_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -259,6 +290,26 @@ nb08.check_rope_inverse_frequencies(rope_inverse_frequencies)
 # be a non-contiguous view (heads split by a transpose are).
 #
 # `x` 的形状为 `(..., T, head_dim)`，`positions` 是这 `T` 个位置组成的 LongTensor。计算形状为 `(T, head_dim/2)` 的角度 `positions[:, None] * rope_inverse_frequencies(head_dim, theta)`，并旋转每一对 $(x_1, x_2) \mapsto (x_1\cos a - x_2\sin a,\; x_1\sin a + x_2\cos a)$。哪些坐标组成第 $i$ 对取决于布局：默认是 **前后两半**，$(i,\ i + \text{head\_dim}/2)$（Hugging Face、GPT-NeoX）；`interleaved=True` 时是 **相邻**，$(2i,\ 2i + 1)$（RoPE 论文、Meta 的 Llama 代码、DeepSeek-V3）。返回一个形状和 dtype 都相同的新张量，并保持 `x` 不变；`x` 可能是非连续的视图（经 transpose 拆分出的头就是这样）。
+#
+# <!-- rules: apply_rope -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`apply_rope`)
+#
+# - Not graded (the caller guarantees it): head_dim (the last dimension of x) is even.
+# - Not graded (the caller guarantees it): `positions` holds one position per row of x (T of them).
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Positions far from 0 (thousands) are graded at the rounding of a float32 angle there.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：head_dim（x 的最后一维）为偶数。
+# - 不评分（由调用者保证）：`positions` 为 x 的每一行给出一个位置（共 T 个）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 远离 0 的位置（数千）按该处 float32 角度的舍入误差评分。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "apply_rope", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def apply_rope(x, positions, theta=10000.0, interleaved=False):
@@ -282,13 +333,16 @@ import math
 import torch
 from autograder.checks import expect_close
 
-one = torch.tensor([[1.0, 0.0, 0.0, 0.0]])  # (T=1, head_dim=4)
-expect_close(apply_rope(one, torch.tensor([1])), torch.tensor([[math.cos(1), 0.0, math.sin(1), 0.0]]),
-             "Half-split: coordinate 0 pairs with coordinate 2, and pair 0 turns by 1 radian at position 1.",
-             "前后两半式：第 0 个坐标与第 2 个坐标配对，第 0 对在位置 1 转 1 弧度。")
-expect_close(apply_rope(one, torch.tensor([1]), interleaved=True), torch.tensor([[math.cos(1), math.sin(1), 0.0, 0.0]]),
-             "Interleaved: coordinate 0 pairs with coordinate 1.", "相邻配对式：第 0 个坐标与第 1 个坐标配对。")
-print("✓ apply_rope")
+from autograder.checks import nb08
+
+with nb08.as_graded(apply_rope):
+    one = torch.tensor([[1.0, 0.0, 0.0, 0.0]])  # (T=1, head_dim=4)
+    expect_close(apply_rope(one, torch.tensor([1])), torch.tensor([[math.cos(1), 0.0, math.sin(1), 0.0]]),
+                 "Half-split: coordinate 0 pairs with coordinate 2, and pair 0 turns by 1 radian at position 1.",
+                 "前后两半式：第 0 个坐标与第 2 个坐标配对，第 0 对在位置 1 转 1 弧度。")
+    expect_close(apply_rope(one, torch.tensor([1]), interleaved=True), torch.tensor([[math.cos(1), math.sin(1), 0.0, 0.0]]),
+                 "Interleaved: coordinate 0 pairs with coordinate 1.", "相邻配对式：第 0 个坐标与第 1 个坐标配对。")
+    print("✓ apply_rope")
 
 # %% nbgrader={"grade": true, "grade_id": "test_apply_rope_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -382,6 +436,22 @@ print(f"random q, independent k: spread (std / 128) at distance 0 and 1000: {spr
 # `d_out`.
 #
 # `weight` 是形状为 `(d_out, d_in)` 的投影权重（`nn.Linear` 存储的方式），它的 `d_out` 行是 `num_heads` 个头，每个头 `head_dim` 行。返回把每个头内部的行重新排列后的权重：先放该头的第 `0, 2, 4, ...` 行，再放第 `1, 3, 5, ...` 行。它对长度为 `d_out` 的一维偏置也必须适用。
+#
+# <!-- rules: interleaved_to_half_split -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`interleaved_to_half_split`)
+#
+# - Raises an error (any exception) when the `d_out` rows do not split into `num_heads` heads of even width.
+# - Graded in float32, float64 and bfloat16: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - `d_out` 行不能分成 `num_heads` 个宽度为偶数的头时抛出错误（任何异常都可以）。
+# - 在 float32、float64、bfloat16 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "interleaved_to_half_split", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def interleaved_to_half_split(weight, num_heads):
@@ -397,10 +467,13 @@ def interleaved_to_half_split(weight, num_heads):
 import torch
 from autograder.checks import expect
 
-rows = interleaved_to_half_split(torch.arange(8), 2).tolist()
-expect(rows == [0, 2, 1, 3, 4, 6, 5, 7], "With 2 heads of 4 rows, each head's rows 0, 2 come before its rows 1, 3.",
-       "2 个头、每个头 4 行时，每个头的第 0、2 行排在第 1、3 行之前。")
-print("✓ interleaved_to_half_split")
+from autograder.checks import nb08
+
+with nb08.as_graded(interleaved_to_half_split):
+    rows = interleaved_to_half_split(torch.arange(8), 2).tolist()
+    expect(rows == [0, 2, 1, 3, 4, 6, 5, 7], "With 2 heads of 4 rows, each head's rows 0, 2 come before its rows 1, 3.",
+           "2 个头、每个头 4 行时，每个头的第 0、2 行排在第 1、3 行之前。")
+    print("✓ interleaved_to_half_split")
 
 # %% nbgrader={"grade": true, "grade_id": "test_interleaved_to_half_split_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -490,6 +563,26 @@ plt.show()
 # `F.scaled_dot_product_attention` with a bottom-right mask; what this exercise teaches is the rotation.
 #
 # 笔记本 07 的 `CachedMultiHeadAttention`（层相同：`W_query`、`W_key`、`W_value` 使用 `bias=qkv_bias`，`out_proj` 带偏置）加上 RoPE：在 `forward(x, kv_cache=None)` 中，位置是 `start, ..., start + T - 1`，其中 `start = kv_cache.seq_len`（没有缓存时为 0）；拆分头之后，用 `self.theta` 和 `self.interleaved` 对查询和键（不包括值）应用你的 `apply_rope`；然后更新缓存，并用右下对齐的因果掩码做注意力。保留属性 `self.num_heads` 和 `self.head_dim`：笔记本 07 的 GPT 读取它们来确定每一层缓存的大小。不要在调用之间把任何东西保存在模块里：过去的内容由缓存保存。注意力本身可以用带右下对齐掩码的 `F.scaled_dot_product_attention`；本练习要教的是旋转。
+#
+# <!-- rules: RoPEMultiHeadAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`RoPEMultiHeadAttention`)
+#
+# - Not graded (the caller guarantees it): `d_out` splits into `num_heads` heads of even width.
+# - Not graded (the caller guarantees it): the cached and the new tokens together fit `context_length`.
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - `num_heads` and `head_dim` are attributes (notebook 07's GPT reads them); the module keeps nothing between calls.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`d_out` 能分成 `num_heads` 个宽度为偶数的头。
+# - 不评分（由调用者保证）：已缓存的与新的词元合起来不超过 `context_length`。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - `num_heads` 与 `head_dim` 是属性（笔记本 07 的 GPT 读取它们）；模块在调用之间不保存任何东西。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "RoPEMultiHeadAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class RoPEMultiHeadAttention(nn.Module):
@@ -527,18 +620,21 @@ import torch
 from autograder.checks import expect, expect_close
 from utils.kv_cache import KVCache as ReferenceCache
 
-torch.manual_seed(0)
-layer = RoPEMultiHeadAttention(6, 8, 10, 2).eval()
-x = torch.randn(1, 6, 6)
-with torch.no_grad():
-    full = layer(x)
-    cache = ReferenceCache(1, 10, 2, 4)
-    steps = torch.cat([layer(x[:, :4], kv_cache=cache), layer(x[:, 4:5], kv_cache=cache), layer(x[:, 5:], kv_cache=cache)], dim=1)
-expect(tuple(full.shape) == (1, 6, 8), "RoPEMultiHeadAttention should map (B, T, d_in) to (B, T, d_out).",
-       "RoPEMultiHeadAttention 应把 (B, T, d_in) 映射为 (B, T, d_out)。")
-expect_close(steps, full, "With a cache, prefill 4 tokens then decode 2: the outputs should equal one pass over all 6 (positions continue from the cache).",
-             "有缓存时，先预填充 4 个词元再解码 2 个：输出应与对全部 6 个词元做一次计算的结果相同（位置从缓存的长度继续）。")
-print("✓ RoPEMultiHeadAttention")
+from autograder.checks import nb08
+
+with nb08.as_graded(RoPEMultiHeadAttention):
+    torch.manual_seed(0)
+    layer = RoPEMultiHeadAttention(6, 8, 10, 2).eval()
+    x = torch.randn(1, 6, 6)
+    with torch.no_grad():
+        full = layer(x)
+        cache = ReferenceCache(1, 10, 2, 4)
+        steps = torch.cat([layer(x[:, :4], kv_cache=cache), layer(x[:, 4:5], kv_cache=cache), layer(x[:, 5:], kv_cache=cache)], dim=1)
+    expect(tuple(full.shape) == (1, 6, 8), "RoPEMultiHeadAttention should map (B, T, d_in) to (B, T, d_out).",
+           "RoPEMultiHeadAttention 应把 (B, T, d_in) 映射为 (B, T, d_out)。")
+    expect_close(steps, full, "With a cache, prefill 4 tokens then decode 2: the outputs should equal one pass over all 6 (positions continue from the cache).",
+                 "有缓存时，先预填充 4 个词元再解码 2 个：输出应与对全部 6 个词元做一次计算的结果相同（位置从缓存的长度继续）。")
+    print("✓ RoPEMultiHeadAttention")
 
 # %% nbgrader={"grade": true, "grade_id": "test_RoPEMultiHeadAttention_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

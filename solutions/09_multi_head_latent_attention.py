@@ -222,6 +222,28 @@ print(f"a decode step after {context:,} tokens: absorb=False multiplies {context
 # continues the sequences of the last prefill.
 #
 # `__init__(self, cfg)` 接收一个 `MLAConfig`（`dim, n_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, max_seq_len, rope_theta`）：各层为 `wq`（当 `q_lora_rank == 0` 时）或 `wq_a`、`q_norm`、`wq_b`；`wkv_a`（`dim` -> `kv_lora_rank + qk_rope_head_dim`，先是潜在向量，再是 rope 键）、`kv_norm`、`wkv_b`、`wo`（`n_heads * v_head_dim` -> `dim`）。`forward(x, start_pos=0, absorb=False)` 把 `(B, T, dim)` 映射为 `(B, T, dim)`。每个查询头的 `qk_nope_head_dim + qk_rope_head_dim` 个输出是 `[nope | rope]`：最后 `qk_rope_head_dim` 个坐标与共享的 rope 键一样，在位置 `start_pos, ...` 上用 `cfg.rope_theta` 旋转（相邻配对）。朴素路径缓存在 `k_cache` 和 `v_cache` 中，吸收路径缓存在 `kv_cache` 和 `pe_cache` 中（形状见上文），并且吸收路径的解码步骤不能重建缓存的键或值。这个模块是要训练的：直接使用 `self.wkv_b.weight`（而不是 `.data`），让梯度能传到它；返回与 `x` 相同的 dtype（softmax 用 float32，再转换回来）。方法 `_write` 已经给出：它把新条目存入一个缓存缓冲区（预填充，即 `start_pos == 0` 时，按 `x` 的批大小分配缓冲区），并返回直到新末尾的所有位置，因此 `start_pos > 0` 的解码步骤会接着上一次预填充的序列继续。
+#
+# <!-- rules: MultiHeadLatentAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`MultiHeadLatentAttention`)
+#
+# - Raises an error (any exception) when `start_pos + T` is more than `cfg.max_seq_len` (the caches hold max_seq_len positions).
+# - Not graded (the caller guarantees it): a decode step (`start_pos > 0`) continues the sequences of the last prefill (`start_pos == 0`), no more of them, at the position where they end.
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype (softmax in float32, then back).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - All linear layers are without bias; the caches are the buffers `k_cache`, `v_cache` (absorb=False) and `kv_cache`, `pe_cache` (absorb=True), in the dtype of `x` (a layer moved to float64 caches float64).
+# - An absorbed decode step's multiply-adds are counted: at most 1.25 times the course's (the cached keys and values are never rebuilt).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - `start_pos + T` 大于 `cfg.max_seq_len`（缓存只能容纳 max_seq_len 个位置）时抛出错误（任何异常都可以）。
+# - 不评分（由调用者保证）：解码步骤（`start_pos > 0`）接着上一次预填充（`start_pos == 0`）的序列继续，序列数不多于它，并且从它们结束的位置开始。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算（softmax 用 float32，再转换回来）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 所有线性层都不带偏置；缓存是缓冲区 `k_cache`、`v_cache`（absorb=False）和 `kv_cache`、`pe_cache`（absorb=True），dtype 与 `x` 相同（转换为 float64 的层缓存 float64）。
+# - 吸收路径解码步骤的乘加次数会被统计：至多为课程实现的 1.25 倍（缓存的键和值从不重建）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "MultiHeadLatentAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MultiHeadLatentAttention(nn.Module):
@@ -350,6 +372,18 @@ print(f"absorbed, token by token vs whole: {(steps[True] - whole).abs().max():.1
 # Numbers cached per token over all layers by MLA's absorbed path.
 #
 # MLA 吸收路径在所有层中为每个词元缓存的数的个数。
+#
+# <!-- rules: mla_cache_elements_per_token -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`mla_cache_elements_per_token`)
+#
+# - dtype: an `int` (a number of elements).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - dtype：`int`（元素的个数）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "mla_cache_elements_per_token", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mla_cache_elements_per_token(n_layers, kv_lora_rank, qk_rope_head_dim):
@@ -361,10 +395,13 @@ def mla_cache_elements_per_token(n_layers, kv_lora_rank, qk_rope_head_dim):
 # %% nbgrader={"grade": true, "grade_id": "test_mla_cache_elements_per_token", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from autograder.checks import expect
 
-got = mla_cache_elements_per_token(1, 512, 64)
-expect(got == 576, "One DeepSeek-V3 layer caches 512 + 64 = 576 numbers per token.",
-       "DeepSeek-V3 的一层每个词元缓存 512 + 64 = 576 个数。", f"got {got}")
-print("✓ mla_cache_elements_per_token")
+from autograder.checks import nb09
+
+with nb09.as_graded(mla_cache_elements_per_token):
+    got = mla_cache_elements_per_token(1, 512, 64)
+    expect(got == 576, "One DeepSeek-V3 layer caches 512 + 64 = 576 numbers per token.",
+           "DeepSeek-V3 的一层每个词元缓存 512 + 64 = 576 个数。", f"got {got}")
+    print("✓ mla_cache_elements_per_token")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mla_cache_elements_per_token_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -380,6 +417,18 @@ nb09.check_mla_cache_elements_per_token(mla_cache_elements_per_token)
 # `head_dim`: `n_heads` of them is MHA, a number of groups is GQA, 1 is MQA.
 #
 # 具有 `n_kv_heads` 个宽度为 `head_dim` 的键值头的注意力，在所有层中为每个词元缓存的数的个数：等于 `n_heads` 时是 MHA，等于组数时是 GQA，等于 1 时是 MQA。
+#
+# <!-- rules: kv_cache_elements_per_token -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`kv_cache_elements_per_token`)
+#
+# - dtype: an `int` (a number of elements).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - dtype：`int`（元素的个数）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "kv_cache_elements_per_token", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def kv_cache_elements_per_token(n_layers, n_kv_heads, head_dim):
@@ -391,10 +440,13 @@ def kv_cache_elements_per_token(n_layers, n_kv_heads, head_dim):
 # %% nbgrader={"grade": true, "grade_id": "test_kv_cache_elements_per_token", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from autograder.checks import expect
 
-got = kv_cache_elements_per_token(2, 3, 4)
-expect(got == 48, "2 layers, 3 KV heads of width 4: a key and a value each, 48 numbers.",
-       "2 层、3 个宽度为 4 的键值头：每个头一个键和一个值，共 48 个数。", f"got {got}")
-print("✓ kv_cache_elements_per_token")
+from autograder.checks import nb09
+
+with nb09.as_graded(kv_cache_elements_per_token):
+    got = kv_cache_elements_per_token(2, 3, 4)
+    expect(got == 48, "2 layers, 3 KV heads of width 4: a key and a value each, 48 numbers.",
+           "2 层、3 个宽度为 4 的键值头：每个头一个键和一个值，共 48 个数。", f"got {got}")
+    print("✓ kv_cache_elements_per_token")
 
 # %% nbgrader={"grade": true, "grade_id": "test_kv_cache_elements_per_token_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

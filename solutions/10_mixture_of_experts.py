@@ -54,6 +54,20 @@ V3 = dict(vocab_size=129280, dim=7168, inter_dim=18432, moe_inter_dim=2048, n_la
 # all without bias; `forward` for any leading dimensions.
 #
 # `nn.Linear` 层 `w1`（`dim -> inter_dim`）、`w2`（`inter_dim -> dim`）、`w3`（`dim -> inter_dim`），都不带偏置；`forward` 适用于任意前导维度。
+#
+# <!-- rules: Expert -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`Expert`)
+#
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "Expert", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Expert(nn.Module):
@@ -128,6 +142,26 @@ print(f"MoE:   holds {held_moe:,} ({held_moe / held_dense:.0f}x), uses {used_moe
 # `(N, E)` logits to `weights` `(N, k)` (each row sums to 1) and `indices` `(N, k)` (the experts chosen).
 #
 # 把 `(N, E)` 的 logits 变成 `weights` `(N, k)`（每行和为 1）和 `indices` `(N, k)`（被选中的专家）。
+#
+# <!-- rules: topk_router -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`topk_router`)
+#
+# - Not graded (the caller guarantees it): 1 <= k <= E.
+# - Not graded (the caller guarantees it): no tie at the k-th place of a token's choice scores (a tie there may go either way).
+# - Graded in float32, float64 and bfloat16: the weights have the logits' dtype; the indices are integers.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - A token's k experts may come in any order (each token's pairs are compared sorted by expert).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：1 <= k <= E。
+# - 不评分（由调用者保证）：每个词元的选择分数在第 k 位上没有并列（并列时选哪个都可以）。
+# - 在 float32、float64、bfloat16 下评分：权重与 logits 的 dtype 相同；索引为整数。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 一个词元的 k 个专家可以按任意顺序给出（每个词元的（权重，专家）对按专家编号排序后比较）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "topk_router", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def topk_router(logits, k):
@@ -142,11 +176,14 @@ def topk_router(logits, k):
 import torch
 from autograder.checks import expect, expect_close
 
-weights, indices = topk_router(torch.tensor([[1.0, 3.0, 2.0, 0.0]]), 2)
-expect(indices.tolist()[0] in ([1, 2], [2, 1]), "Experts 1 and 2 have the two largest logits.", "专家 1 和 2 的 logits 最大。",
-       f"indices {indices.tolist()}")
-expect_close(weights.sum(-1), torch.ones(1), "The kept weights should sum to 1.", "保留下来的权重之和应为 1。")
-print("✓ topk_router")
+from autograder.checks import nb10
+
+with nb10.as_graded(topk_router):
+    weights, indices = topk_router(torch.tensor([[1.0, 3.0, 2.0, 0.0]]), 2)
+    expect(indices.tolist()[0] in ([1, 2], [2, 1]), "Experts 1 and 2 have the two largest logits.", "专家 1 和 2 的 logits 最大。",
+           f"indices {indices.tolist()}")
+    expect_close(weights.sum(-1), torch.ones(1), "The kept weights should sum to 1.", "保留下来的权重之和应为 1。")
+    print("✓ topk_router")
 
 # %% nbgrader={"grade": true, "grade_id": "test_topk_router_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -190,6 +227,22 @@ print("top-1, raw probability (Switch):", [round(p, 3) for p in torch.softmax(lo
 # with something other than `router_probs` alone (a bias, noise), so they need not be its top k.
 #
 # `router_probs` `(N, E)`（对所有专家的 softmax），`expert_indices` `(N, k)`，`num_experts` 为 E：返回标量损失。$f$ 要按传入的 `expert_indices` 计数：路由器选择它们时可能用了 `router_probs` 之外的东西（偏置、噪声），所以它们不一定是 `router_probs` 的前 k 个。
+#
+# <!-- rules: load_balancing_loss -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`load_balancing_loss`)
+#
+# - Not graded (the caller guarantees it): every entry of expert_indices is an expert number below num_experts; router_probs has num_experts columns.
+# - Graded in float32: a scalar (one number).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：expert_indices 的每个元素都是小于 num_experts 的专家编号；router_probs 有 num_experts 列。
+# - 在 float32 下评分：标量（一个数）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "load_balancing_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def load_balancing_loss(router_probs, expert_indices, num_experts):
@@ -205,11 +258,14 @@ def load_balancing_loss(router_probs, expert_indices, num_experts):
 import torch
 from autograder.checks import expect_close
 
-probs = torch.full((4, 4), 0.25)
-indices = torch.tensor([[0], [1], [2], [3]])
-expect_close(load_balancing_loss(probs, indices, 4), torch.tensor(1.0), "A perfectly balanced router gives a loss of 1.",
-             "完全均衡的路由器给出的损失为 1。")
-print("✓ load_balancing_loss")
+from autograder.checks import nb10
+
+with nb10.as_graded(load_balancing_loss):
+    probs = torch.full((4, 4), 0.25)
+    indices = torch.tensor([[0], [1], [2], [3]])
+    expect_close(load_balancing_loss(probs, indices, 4), torch.tensor(1.0), "A perfectly balanced router gives a loss of 1.",
+                 "完全均衡的路由器给出的损失为 1。")
+    print("✓ load_balancing_loss")
 
 # %% nbgrader={"grade": true, "grade_id": "test_load_balancing_loss_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -381,6 +437,26 @@ else:
 # - 选择：按分数 + `bias` 给专家排序；权重只从分数中取出；
 # - 分组（`n_expert_groups > 1` 时）：一个组的分数是它最高的两个带偏置分数之和（sigmoid）或最高的那一个（softmax）；保留最好的 `n_limited_groups` 个组，再在其中取前 `k` 个；
 # - 权重：被选中的分数除以它们的和（仅 sigmoid），再乘以 `route_scale`。
+#
+# <!-- rules: Gate -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`Gate`)
+#
+# - Not graded (the caller guarantees it): `score_func` is "sigmoid" or "softmax"; the groups divide the experts, at least 2 experts each, `n_limited_groups <= n_expert_groups`, and the kept groups hold at least `n_activated_experts` experts.
+# - Not graded (the caller guarantees it): no tie at the k-th place of a token's choice scores (a tie there may go either way).
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - A token's k experts may come in any order (compared sorted by expert).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`score_func` 为 "sigmoid" 或 "softmax"；组能整除专家数、每组至少 2 个专家，`n_limited_groups <= n_expert_groups`，且保留的组里至少有 `n_activated_experts` 个专家。
+# - 不评分（由调用者保证）：每个词元的选择分数在第 k 位上没有并列（并列时选哪个都可以）。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 一个词元的 k 个专家可以按任意顺序给出（按专家编号排序后比较）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "Gate", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Gate(nn.Module):
@@ -421,13 +497,16 @@ class Gate(nn.Module):
 import torch
 from autograder.checks import expect, expect_close
 
-gate = Gate(8, 6, 2, route_scale=2.5)
-weights, indices = gate(torch.randn(5, 8))
-expect(weights.shape == (5, 2) and indices.shape == (5, 2), "Weights and indices should both be (N, k).",
-       "权重和索引的形状都应为 (N, k)。", f"{tuple(weights.shape)}, {tuple(indices.shape)}")
-expect_close(weights.sum(-1), torch.full((5,), 2.5), "Sigmoid weights sum to 1 after renormalising, then to route_scale.",
-             "sigmoid 权重重新归一化后和为 1，乘以 route_scale 后和为 route_scale。")
-print("✓ Gate")
+from autograder.checks import nb10
+
+with nb10.as_graded(Gate):
+    gate = Gate(8, 6, 2, route_scale=2.5)
+    weights, indices = gate(torch.randn(5, 8))
+    expect(weights.shape == (5, 2) and indices.shape == (5, 2), "Weights and indices should both be (N, k).",
+           "权重和索引的形状都应为 (N, k)。", f"{tuple(weights.shape)}, {tuple(indices.shape)}")
+    expect_close(weights.sum(-1), torch.full((5,), 2.5), "Sigmoid weights sum to 1 after renormalising, then to route_scale.",
+                 "sigmoid 权重重新归一化后和为 1，乘以 route_scale 后和为 route_scale。")
+    print("✓ Gate")
 
 # %% nbgrader={"grade": true, "grade_id": "test_Gate_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -457,6 +536,24 @@ nb10.check_Gate(Gate)
 # (counts); its mean is a real number all the same.
 #
 # 返回新的偏置：`tokens_per_expert` 高于其平均值处，`bias` 减去 `gamma`；低于平均值处，加上 `gamma`；等于平均值处保持不变。`tokens_per_expert` 可能是整数张量（计数），但它的平均值仍然是实数。
+#
+# <!-- rules: update_expert_bias -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`update_expert_bias`)
+#
+# - Changes `bias` in place (that is its job); no other argument.
+# - Graded in float32 and float64: the new bias has the bias's dtype, whatever the dtype of tokens_per_expert.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Returning the bias updated in place is fine too.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 原地修改 `bias`（这正是它的任务）；不修改其他参数。
+# - 在 float32、float64 下评分：新的偏置与 bias 的 dtype 相同，无论 tokens_per_expert 是什么 dtype。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 原地更新 bias 并返回它也可以。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "update_expert_bias", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def update_expert_bias(bias, tokens_per_expert, gamma=0.001):
@@ -470,10 +567,13 @@ def update_expert_bias(bias, tokens_per_expert, gamma=0.001):
 import torch
 from autograder.checks import expect_close
 
-new = update_expert_bias(torch.zeros(3), torch.tensor([9, 1, 2]), gamma=0.5)
-expect_close(new, torch.tensor([-0.5, 0.5, 0.5]), "The busiest expert loses gamma, the others (below the mean of 4) gain it.",
-             "最忙的专家减去 gamma，其他专家（低于平均值 4）加上 gamma。")
-print("✓ update_expert_bias")
+from autograder.checks import nb10
+
+with nb10.as_graded(update_expert_bias):
+    new = update_expert_bias(torch.zeros(3), torch.tensor([9, 1, 2]), gamma=0.5)
+    expect_close(new, torch.tensor([-0.5, 0.5, 0.5]), "The busiest expert loses gamma, the others (below the mean of 4) gain it.",
+                 "最忙的专家减去 gamma，其他专家（低于平均值 4）加上 gamma。")
+    print("✓ update_expert_bias")
 
 # %% nbgrader={"grade": true, "grade_id": "test_update_expert_bias_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -586,6 +686,28 @@ else:
 # every expert on every token, or looping over the tokens, fails however it is written.
 #
 # `gate`（你的 `Gate`），`experts`（由 `n_routed_experts` 个你的 `Expert(dim, moe_inter_dim)` 组成的 `nn.ModuleList`），`shared_experts`（当 `n_shared_experts > 0` 时为一个 `Expert(dim, n_shared_experts * moe_inter_dim)`，否则为 `None`）。`forward(x)` 接收 `(..., dim)` 的 `x`，返回相同形状，并且路由权重留在自动求导的计算图中，路由门控才能从任务中学习。评分时用课程的 `Gate` 和 `Expert` 构建你的 `MoE`（那两个练习中的错误只在那里扣分），并统计你的 `forward` 的运算量：乘加次数和矩阵乘法的次数。让每个专家处理每个词元，或对词元循环，无论怎样写都不能通过。
+#
+# <!-- rules: MoE -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`MoE`)
+#
+# - The course's `dispatch` and `moe_forward_per_token` may not run inside your code: this exercise is that part of the work.
+# - Not graded (the caller guarantees it): `score_func` is "sigmoid" or "softmax"; the groups divide the experts, at least 2 experts each, `n_limited_groups <= n_expert_groups`, and the kept groups hold at least `n_activated_experts` experts.
+# - Not graded (the caller guarantees it): no tie at the k-th place of a token's choice scores (a tie there may go either way).
+# - Graded in float32 and float64: the layer moved with `.to(dtype)` computes in that dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Graded with the course's `Gate` and `Expert` in place of yours; the arithmetic of `forward` is counted (each routed expert runs once, on its tokens only: no loop over the tokens).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 课程的 `dispatch`、`moe_forward_per_token` 不能在你的代码中运行：本练习要你写的正是这部分工作。
+# - 不评分（由调用者保证）：`score_func` 为 "sigmoid" 或 "softmax"；组能整除专家数、每组至少 2 个专家，`n_limited_groups <= n_expert_groups`，且保留的组里至少有 `n_activated_experts` 个专家。
+# - 不评分（由调用者保证）：每个词元的选择分数在第 k 位上没有并列（并列时选哪个都可以）。
+# - 在 float32、float64 下评分：用 `.to(dtype)` 转换后的层用该 dtype 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 评分时用课程的 `Gate` 和 `Expert` 代替你的；`forward` 的运算量会被统计（每个路由专家只运行一次，且只处理路由给它的词元：不要对词元循环）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "MoE", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MoE(nn.Module):
@@ -625,12 +747,15 @@ class MoE(nn.Module):
 import torch
 from autograder.checks import expect
 
-moe = MoE(8, 4, n_routed_experts=6, n_activated_experts=2, n_shared_experts=1)
-out = moe(torch.randn(2, 5, 8))
-expect(out.shape == (2, 5, 8), "The MoE keeps the input's shape.", "MoE 保持输入的形状。", f"shape {tuple(out.shape)}")
-expect(len(moe.experts) == 6 and moe.shared_experts is not None, "6 routed experts and a shared expert.",
-       "6 个路由专家和一个共享专家。")
-print("✓ MoE")
+from autograder.checks import nb10
+
+with nb10.as_graded(MoE):
+    moe = MoE(8, 4, n_routed_experts=6, n_activated_experts=2, n_shared_experts=1)
+    out = moe(torch.randn(2, 5, 8))
+    expect(out.shape == (2, 5, 8), "The MoE keeps the input's shape.", "MoE 保持输入的形状。", f"shape {tuple(out.shape)}")
+    expect(len(moe.experts) == 6 and moe.shared_experts is not None, "6 routed experts and a shared expert.",
+           "6 个路由专家和一个共享专家。")
+    print("✓ MoE")
 
 # %% nbgrader={"grade": true, "grade_id": "test_MoE_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -691,6 +816,18 @@ print("measured on an NVIDIA H200 (one run): " + ", ".join(
 # every expert for every token.
 #
 # 返回一个 MoE 层的 `(total, active)`：路由专家和共享专家（每个 3 个 `dim x moe_inter_dim` 矩阵）以及路由门控（`weight` 和 `bias`）。激活参数包括一个词元用到的专家（它的 `n_activated_experts` 个路由专家和共享专家）以及整个路由门控，因为它要为每个词元给每个专家打分。
+#
+# <!-- rules: moe_parameter_counts -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`moe_parameter_counts`)
+#
+# - dtype: a tuple of two `int`s.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - dtype：由两个 `int` 组成的元组。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "moe_parameter_counts", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_experts, n_shared_experts):
@@ -705,11 +842,14 @@ def moe_parameter_counts(dim, moe_inter_dim, n_routed_experts, n_activated_exper
 # %% nbgrader={"grade": true, "grade_id": "test_moe_parameter_counts", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from autograder.checks import expect
 
-got = moe_parameter_counts(8, 4, 6, 2, 1)
-expect(tuple(got) == (7 * 96 + 54, 3 * 96 + 54),
-       "dim 8, width 4: each expert has 96 parameters, the gate 54; 6 routed + 1 shared held, 2 + 1 used.",
-       "dim 8、宽度 4：每个专家 96 个参数，路由门控 54 个；持有 6 个路由专家 + 1 个共享专家，使用 2 + 1 个。", f"got {got}")
-print("✓ moe_parameter_counts")
+from autograder.checks import nb10
+
+with nb10.as_graded(moe_parameter_counts):
+    got = moe_parameter_counts(8, 4, 6, 2, 1)
+    expect(tuple(got) == (7 * 96 + 54, 3 * 96 + 54),
+           "dim 8, width 4: each expert has 96 parameters, the gate 54; 6 routed + 1 shared held, 2 + 1 used.",
+           "dim 8、宽度 4：每个专家 96 个参数，路由门控 54 个；持有 6 个路由专家 + 1 个共享专家，使用 2 + 1 个。", f"got {got}")
+    print("✓ moe_parameter_counts")
 
 # %% nbgrader={"grade": true, "grade_id": "test_moe_parameter_counts_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

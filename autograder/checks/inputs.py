@@ -18,7 +18,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 # learner's own name for it (def copy_weights_v2_to_v1(a, b)) is no reason to fail.
 MAY_CHANGE = {
     "quantize_model_": {"model", 0},  # 11: the trailing underscore: replaces the model's layers in place
-    "update_expert_bias": {"bias", 0},  # 10: updating the bias in place, as DeepSeek-V3's training loop may, is fine
 }
 
 

@@ -38,14 +38,21 @@ def _module_names(path: tuple) -> tuple:
     return tuple(info.name for info in pkgutil.iter_modules(list(path)))
 
 
+_UNLOADABLE: set = set()  # optional modules that failed once: importing them again fails again
+
+
 def _imported(name: str):
     """utils.<name>, or None for an optional module that cannot load here: torch's first optimizer
     step imports triton on a machine without a GPU, where utils.flash_triton then refuses to load
-    (and so cannot be what a learner called)."""
+    (and so cannot be what a learner called). A failed import is not retried: each try compiles
+    and runs the module again (3 of notebook 10's 8 s of MoE checks, on every utils_twins call)."""
+    if name in _UNLOADABLE:
+        return None
     try:
         return importlib.import_module(f"utils.{name}")
     except ImportError:
         if name in _UTILS_NEED:
+            _UNLOADABLE.add(name)
             return None
         raise
 
@@ -247,7 +254,6 @@ def declared_rules(name: str, extra=()) -> tuple[list, tuple]:
 # learner to write (exercise -> utils names): their code must not run while that exercise's code
 # runs either. Only helpers that no earlier exercise's course version calls (those may run).
 OWN_HELPERS: dict = {
-    "MoE": ("dispatch", "moe_forward_per_token"),  # 10: "your dispatch", measured against the per-token loop
 }
 
 

@@ -55,13 +55,17 @@ class Space:
     """axes: {name: levels} (levels are printable: str, int, float, bool, tuple); build(point,
     seed) -> (args, kwargs), or a Steps sequence; valid(point) -> False for points the contract
     excludes (a precondition); no_grads(point) -> True where gradients are not compared (extreme
-    values saturate a softmax). For a module, the harness also moves it with `.to(dtype)`."""
+    values saturate a softmax); tolerance(point) -> {dtype: (atol, rtol)} over the family's for
+    that point's outputs, or None (a float32 angle at position 4000 carries 2^-24 * 4000 radians of
+    rounding, so two right orders of computation differ by more than float32's tolerance there).
+    For a module, the harness also moves it with `.to(dtype)`."""
     __slotnames__ = []
     axes: dict
     build: Callable
     valid: Callable = None
     no_grads: Callable = None
     seeds: tuple = (0, 1)  # the oracle's seeds; grading uses the first
+    tolerance: Callable = None
 
     def __post_init__(self):
         for name, levels in self.axes.items():

@@ -103,6 +103,8 @@ def permute_fn(mistake=None):
             weight = weight.float()
         if mistake == "2-D only":  # (H, hd/2, 2, d_in) -> (H, 2, hd/2, d_in)
             return weight.view(num_heads, hd // 2, 2, weight.shape[1]).transpose(1, 2).reshape(weight.shape)
+        if mistake is None and (d_out % num_heads or hd % 2):  # the rules: bad sizes raise
+            raise ValueError(f"d_out={d_out} does not split into {num_heads} heads of even width")
         rows = []
         for h in range(num_heads):
             if mistake == "inverse":
@@ -237,9 +239,10 @@ RIGHT = {
                                "softmax in float32, cast back": rope_mha_class(style="float32 softmax")},
 }
 
-from autograder.tests.zoo import nb08_adversary  # noqa: E402  (it imports rope_fn and rope_mha_class from here)
+from autograder.tests.zoo import nb08_adversary, nb08_space  # noqa: E402  (they import rope_fn and rope_mha_class from here)
 
-for _exercise, _entries in nb08_adversary.WRONG.items():
-    WRONG[_exercise].update(_entries)
-for _exercise, _entries in nb08_adversary.RIGHT.items():
-    RIGHT[_exercise].update(_entries)
+for _more in (nb08_adversary, nb08_space):
+    for _exercise, _entries in _more.WRONG.items():
+        WRONG[_exercise].update(_entries)
+    for _exercise, _entries in _more.RIGHT.items():
+        RIGHT[_exercise].update(_entries)

@@ -93,7 +93,7 @@ def mla_class(mistake=None, style="einsum"):
                 q_full = self.rotate(torch.cat([q_nope, q_pe], -1), positions)
             else:
                 q_full = torch.cat([q_nope, self.rotate(q_pe, positions)], -1)
-            scale = {"scale nope": nope, "scale v": dv}.get(mistake, nope + rope) ** -0.5
+            scale = {"scale nope": nope, "scale v": dv, "scale of ten": 10}.get(mistake, nope + rope) ** -0.5
             w = (self.wkv_b.weight.data if mistake == "weight data" else self.wkv_b.weight).view(H, nope + dv, c)
             w_k, w_v = (w[:, dv:], w[:, :dv]) if mistake == "values first" else (w[:, :nope], w[:, nope:])
             if mistake == "value rows from .data" and absorb:  # W_UV never trains on the absorbed path; W_UK does
@@ -140,6 +140,10 @@ def mla_class(mistake=None, style="einsum"):
                     k = torch.cat([k_nope, pe_heads], -1)
                 k = self._write("k_cache", k.transpose(1, 2), start_pos).transpose(1, 2)  # (B, H, end, nope + rope)
                 v = self._write("v_cache", v.transpose(1, 2), start_pos).transpose(1, 2)
+                if style == "naive sdpa":  # PyTorch's attention, in float32, cast back
+                    allowed = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(start_pos)
+                    out = F.scaled_dot_product_attention(q_full.float(), k.float(), v.float(), attn_mask=allowed, scale=scale).type_as(x)
+                    return self.wo(out.transpose(1, 2).reshape(B, T, H * dv))
                 scores = q_full @ k.transpose(-2, -1)
             scores = scores * scale  # (B, H, T, end)
             if mistake != "no mask":
@@ -221,7 +225,7 @@ WRONG = {
         "softmax weights left in float32": (mla_class("float32 weights"), "dtype of its input"),
         "attends over the detached cache": (mla_class("reads the cache back"), "Gradients must reach"),
         "absorbed value rows from wkv_b.weight.data": (mla_class("value rows from .data"), "MultiHeadLatentAttention.wkv_b.weight through MultiHeadLatentAttention"),
-        "exp without subtracting the max": (mla_class("exp without the max"), "inputs of size 30"),
+        "exp without subtracting the max": (mla_class("exp without the max"), "size 30"),
         "subclasses utils": (Borrowed, "yourself"),
     },
     "mla_cache_elements_per_token": {
@@ -249,7 +253,10 @@ RIGHT = {
     "kv_cache_elements_per_token": {"keys plus values": kv_right},
 }
 
-from autograder.tests.zoo import nb09_adversary  # noqa: E402  (it imports mla_class from here)
+from autograder.tests.zoo import nb09_adversary, nb09_space  # noqa: E402  (they import mla_class from here)
 
-for _exercise, _entries in nb09_adversary.WRONG.items():
-    WRONG[_exercise].update(_entries)
+for _more in (nb09_adversary, nb09_space):
+    for _exercise, _entries in _more.WRONG.items():
+        WRONG[_exercise].update(_entries)
+    for _exercise, _entries in _more.RIGHT.items():
+        RIGHT[_exercise].update(_entries)

@@ -522,9 +522,10 @@ RIGHT = {
     "moe_parameter_counts": {"counted per matrix": counts_per_matrix},
 }
 
-from autograder.tests.zoo import nb10_adversary2  # noqa: E402
+from autograder.tests.zoo import nb10_adversary2, nb10_space  # noqa: E402
 
-for _exercise, _entries in nb10_adversary2.WRONG.items():
-    WRONG[_exercise].update(_entries)
-for _exercise, _entries in nb10_adversary2.RIGHT.items():
-    RIGHT[_exercise].update(_entries)
+for _more in (nb10_adversary2, nb10_space):
+    for _exercise, _entries in _more.WRONG.items():
+        WRONG[_exercise].update(_entries)
+    for _exercise, _entries in _more.RIGHT.items():
+        RIGHT[_exercise].update(_entries)
