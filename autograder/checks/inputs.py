@@ -18,7 +18,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 # learner's own name for it (def copy_weights_v2_to_v1(a, b)) is no reason to fail.
 MAY_CHANGE = {
     "copy_weights_v2_to_v1": {"v1", 0},  # 02: copies v2's weights into v1 itself
-    "quantize_model_": {"model", 0},  # 11: the trailing underscore: replaces the model's layers in place
     "update_expert_bias": {"bias", 0},  # 10: updating the bias in place, as DeepSeek-V3's training loop may, is fine
 }
 
@@ -48,7 +47,7 @@ def floating_dtypes(fn, args, kwargs) -> set:
         if name == "self" and not isinstance(value, nn.Module):
             value = getattr(value, "__self__", None)  # a bound method's object
         for _, t in _tensors(name, value) if value is not None else ():
-            if t.is_floating_point():
+            if t.is_floating_point() and t.element_size() > 1:  # FP8 codes are data, as int8 ones are: no dtype computed in
                 found.add(str(t.dtype).removeprefix("torch."))
     return found
 
