@@ -12,7 +12,7 @@ LAB_FLAGS ?= $(if $(DISPLAY)$(filter Darwin,$(shell uname -s)),,--no-browser) \
 # nbval compares the stored outputs of solutions/; addresses and timings are sanitized.
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with autograder/nbval_sanitize.cfg
 
-.PHONY: help env triton lab test test-cpus test-fast nbval sync release check-release submit timing grade-all check-env clean hub hub-proxy
+.PHONY: help env triton lab test test-cpus test-fast nbval sync release check-release submit timing mutants grade-all check-env clean hub hub-proxy
 
 help:
 	@echo "make lab                 create .venv if missing, open JupyterLab on course/ (notebook 00)"
@@ -26,6 +26,7 @@ help:
 	@echo "make release [NB=STEM]   regenerate course/ from solutions/ (instructors, maintainers)"
 	@echo "make check-release       fail if course/ differs from what solutions/ generates"
 	@echo "make timing [NB=STEM]    each notebook's headless run and its submits (solution, stub), side by side"
+	@echo "make mutants [NB=\"04 05\"] mutate the model answers: grading must kill every mutant the broad oracle family sees (LIMIT=N per exercise)"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb in parallel (JOBS=N, DB=URL) into grading/: grades.csv, feedback/, gradebook"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
 	@echo "make hub [LEARNERS=3]    (root) JupyterHub for a class on 127.0.0.1:8000: prints the URL and the accounts (hub/)"
@@ -107,6 +108,10 @@ submit: $(STAMP)
 # Exit 1 when a submit misses the goals (10 s, and headless + 3 s); run it on a quiet machine.
 timing: $(STAMP) $(TRITON)
 	$(BIN)/python -m autograder timing $(NB)
+
+# Tests of the tests (autograder/mutants.py): exit 1 when a mutant the oracle sees survives grading.
+mutants: $(STAMP) $(TRITON)
+	$(BIN)/python -m autograder mutants $(NB) $(if $(LIMIT),--limit $(LIMIT),)
 
 # JOBS: notebooks graded at once (default: every core); DB: a shared gradebook, e.g. PostgreSQL.
 grade-all: $(STAMP)

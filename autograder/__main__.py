@@ -6,6 +6,7 @@
     python -m autograder sync [STEM ...] [--check] [--no-execute] solutions/*.py -> .ipynb
     python -m autograder timing [STEM ...] [--json]               headless run and submits, side by side
     python -m autograder properties [NN ...]                      what each exercise's grading observes (GRADING.md)
+    python -m autograder mutants [NN ...] [--exercise X] [--limit N]   tests of the tests: mutants of the model answers
 
 Exit codes: 0 when grading ran (whatever the score), 1 when nbgrader failed, 2 for bad input.
 """
@@ -35,6 +36,10 @@ def main(argv=None) -> int:
     p.add_argument("--db", help="gradebook URL, e.g. postgresql+psycopg://user@host/db (default: OUT/gradebook.db)")
     p.add_argument("--job-timeout", type=int, default=900, help="seconds after which one notebook's grading is killed")
     p.add_argument("--memory-mb", type=int, help="MiB of memory for each grading kernel (default: nbgrader_config.py; 0: none)")
+    p = sub.add_parser("mutants", help="mutate each model answer: grading must kill every mutant the oracle family sees")
+    p.add_argument("stems", nargs="*", help="notebooks, e.g. 04 (default: all)")
+    p.add_argument("--exercise", help="only this exercise")
+    p.add_argument("--limit", type=int, help="at most this many mutants per exercise, spread over its cell")
     p = sub.add_parser("release", help="regenerate course/ from solutions/")
     p.add_argument("stems", nargs="*", help="only these notebooks, e.g. 07_kv_cache (default: all)")
     p.add_argument("--check", action="store_true", help="only check that course/ is up to date")
@@ -79,6 +84,9 @@ def main(argv=None) -> int:
             else:
                 for path in release.release(only=args.stems):
                     print(f"released {path.relative_to(ROOT)}")
+        elif args.command == "mutants":
+            from autograder import mutants
+            return mutants.main(args.stems, exercise=args.exercise, limit=args.limit)
         elif args.command == "properties":
             from autograder import properties
             return properties.main(args.stems)

@@ -5,12 +5,15 @@
   many code objects of theirs the execution watch refuses while the learner's code runs
   (executes.code_objects), plus the helpers declared in shortcuts.OWN_HELPERS;
 - inputs unchanged: every call() compares its tensor arguments with a copy, except the
-  parameters declared in inputs.MAY_CHANGE; "the check's own sentence" where the exercise's
+  parameters its contract may change (rules.py); "the check's own sentence" where the exercise's
   check compares them itself (call(..., inputs_named=True) in its source);
 - device: every call() with tensor inputs runs its first calls with inputs that report a GPU
   (elsewhere.py), for every exercise alike;
 - family: the axes of the exercise's declared input family (FAMILIES in checks/families/nbNN.py) and what
-  the harness compares on every member (harness.py); "-" where none is declared yet.
+  the harness compares on every member (harness.py); "-" where none is declared yet; with a
+  declared input space, its axes, how many probes the covering array adds to the pinned ones,
+  and the oracle's size;
+- rules: the exercise's declared contract (checks/rules.py), as its Rules block says it.
 """
 import importlib
 import inspect
@@ -33,9 +36,11 @@ def _inputs(stem: str, exercise: str) -> str:
         source = inspect.getsource(getattr(importlib.import_module(f"autograder.checks.nb{stem[:2]}"), f"check_{exercise}"))
     except (AttributeError, ImportError, OSError, TypeError):
         source = ""
+    from autograder.checks import rules
     words = "compared after each checks.call"
-    if exercise in MAY_CHANGE:
-        named = sorted(a for a in MAY_CHANGE[exercise] if isinstance(a, str))
+    contract = rules.load(stem[:2]).get(exercise)
+    named = list(contract.may_change) if contract else sorted(a for a in MAY_CHANGE.get(exercise, ()) if isinstance(a, str))
+    if named:
         words += f"; may change {', '.join(named)} (its contract, whatever its name)"
     if "inputs_named=True" in source:
         words = "compared by the check, in the exercise's own sentence"
@@ -50,7 +55,20 @@ def _family(stem: str, exercise: str) -> str:
     family = families.get(exercise)
     if family is None:
         return "-"
-    return f"{', '.join(family.axes())} ({len(family.probes)} probes); compares {', '.join(family.compares)}"
+    words = f"{', '.join(family.axes())} ({len(family.probes)} probes); compares {', '.join(family.compares)}"
+    if family.space is not None:
+        generated = len(family.probes) - len(family.pinned)
+        words += (f"; space {', '.join(family.space.axes)}: {len(family.pinned)} pinned + {generated} covering, "
+                  f"oracle {len(family.space.oracle_points()) * len(family.space.seeds)}")
+    return words
+
+
+def _rules(stem: str, exercise: str) -> str:
+    from autograder.checks import rules
+    contract = rules.load(stem[:2]).get(exercise)
+    if contract is None:
+        return "- (no contract yet)"
+    return " ".join(en for en, _ in rules.lines(contract)) or "the course-wide rules only"
 
 
 def table(stems=None) -> list[tuple]:
@@ -63,7 +81,8 @@ def table(stems=None) -> list[tuple]:
         if stems and stem[:2] not in stems and stem not in stems:
             continue
         for exercise in grading_cell_sources(read_notebook(SOLUTIONS / f"{stem}.ipynb")):
-            rows.append((stem[:2], exercise, _reference(exercise), _inputs(stem, exercise), _family(stem, exercise)))
+            rows.append((stem[:2], exercise, _reference(exercise), _inputs(stem, exercise), _family(stem, exercise),
+                         _rules(stem, exercise)))
     return rows
 
 
@@ -72,7 +91,7 @@ def main(stems) -> int:
     if not rows:
         print(f"no notebook matches {' '.join(stems)}")
         return 2
-    head = ("NN", "exercise", "reference watched (execution)", "inputs unchanged", "family (harness.py)")
+    head = ("NN", "exercise", "reference watched (execution)", "inputs unchanged", "family (harness.py)", "rules (rules.py)")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(2)]
     print("Every call of learner code also runs with inputs that report a GPU (GRADING.md, \"Outputs follow their inputs' device\").")
     for row in [head] + rows:

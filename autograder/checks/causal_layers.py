@@ -213,9 +213,8 @@ def converted(cls, dtype, evaluate=False):
 def split_dtypes(family):
     """(the family without its dtype probes, [(dtype, its probes)]): a layer's dtype probes run on
     layers built by `converted`, one dtype at a time (a probe names its dtype in its label)."""
-    from autograder.checks.harness import Family
-    plain = Family([p for p in family.probes if p.axis != "dtype"], family.compares)
-    typed = [(dt, Family([p for p in family.probes if p.axis == "dtype" and str(dt).removeprefix("torch.") in p.label], family.compares))
+    plain = family.only(lambda p: p.axis != "dtype")
+    typed = [(dt, family.only(lambda p, name=str(dt).removeprefix("torch."): p.axis == "dtype" and name in p.label))
              for dt in (torch.float64, torch.bfloat16)]
     return plain, [(dt, f) for dt, f in typed if f.probes]
 

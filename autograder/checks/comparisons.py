@@ -25,16 +25,19 @@ def _where(probe) -> tuple:
     return f" (on {probe.label})", f"（在{probe.zh or probe.label}上）"
 
 
-def compare_outputs(out, expected, probe, who, explain=None, path="output", values=True, dtype=True, tolerance=TOLERANCE):
+def compare_outputs(out, expected, probe, who, explain=None, path="output", values=True, dtype=True, tolerance=TOLERANCE,
+                    relative=False):
     """out must have expected's structure, and each tensor its shape, dtype, device and values
-    (not the values when `values` is False: a random draw the contract does not fix)."""
+    (not the values when `values` is False: a random draw the contract does not fix). With
+    `relative`, the absolute tolerance scales with the expected tensor's largest magnitude (at
+    most 1), so small outputs (a quantization scale of 1e-3) are compared at their own scale."""
     en_on, zh_on = _where(probe)
     if isinstance(expected, (tuple, list)):
         expect(isinstance(out, (tuple, list)) and len(out) == len(expected),
                f"{who} must return {len(expected)} results{en_on}.", f"{who} 必须返回 {len(expected)} 个结果{zh_on}。",
                f"got {type(out).__name__}")
         for i, (a, b) in enumerate(zip(out, expected)):
-            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]", values, dtype, tolerance)
+            compare_outputs(a, b, probe, who, explain, f"{path}[{i}]", values, dtype, tolerance, relative)
         return
     if not isinstance(expected, torch.Tensor):
         if not values:
@@ -65,6 +68,8 @@ def compare_outputs(out, expected, probe, who, explain=None, path="output", valu
            f"{who} 的 {path} 必须与输入在同一设备上{zh_on}。", f"got {out.device}, expected {expected.device}")
     atol, rtol = tolerance.get(expected.dtype, (0, 0))  # where the dtype is free, the course's dtype sets it
     a, b = out.detach().double(), expected.detach().double()
+    if relative and b.numel():
+        atol *= min(1.0, max(float(b.abs().nan_to_num(posinf=0, neginf=0).max()), 1e-30))
     if values and not torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True):
         diff = (a - b).abs().nan_to_num(nan=math.inf)
         at = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()

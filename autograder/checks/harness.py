@@ -41,6 +41,7 @@ from utils.mla import one_thread  # probes are tiny: one thread is fastest, and 
 from autograder.checks import call, course_runs, expect, load_state, seeded_state
 from autograder.checks.comparisons import (TOLERANCE, _backward, _grad_leaves, _where, compare_grads,  # noqa: F401 (re-exported)
                                            compare_outputs, expect_holds_at_most, holds, message_on)
+from autograder.checks import storage
 from autograder.checks.extra_calls import _expect_refused, _fresh_result, _plain, _second_call
 
 AXES = {
@@ -107,16 +108,33 @@ class Family:
     grad_tolerance: object = None
     space: object = None
     pinned: list = None
+    keep: object = None  # a predicate on probes: this family is part of another (Family.only)
 
     def __post_init__(self):
         if self.pinned is None:  # generated once, at import: the family is data
             self.pinned = list(self.probes)
             self.probes = self.pinned + generated(self.space, self.space.covering() if self.space else [], seeds=(0,))
 
+    def only(self, keep, compares=None) -> "Family":
+        """The members for which keep(probe) holds (its oracle too), comparing `compares`."""
+        both = keep if self.keep is None else (lambda p, a=self.keep, b=keep: a(p) and b(p))
+        return dataclasses.replace(self, probes=[p for p in self.probes if keep(p)], pinned=[p for p in self.pinned if keep(p)],
+                                   keep=both, compares=self.compares if compares is None else compares)
+
     def oracle(self) -> "Family":
-        points = self.space.oracle_points() if self.space else []
-        seeds = self.space.seeds if self.space else ()
-        return dataclasses.replace(self, probes=self.pinned + generated(self.space, points, seeds), pinned=self.pinned)
+        """The same family over the whole space, with the space's seeds (cached: built once)."""
+        cached = self.__dict__.get("_oracle")
+        if cached is None:
+            points = self.space.oracle_points() if self.space else []
+            probes = self.pinned + generated(self.space, points, self.space.seeds if self.space else ())
+            cached = dataclasses.replace(self, probes=[p for p in probes if self.keep is None or self.keep(p)], pinned=self.pinned)
+            self.__dict__["_oracle"] = cached
+        return cached
+
+    def members(self) -> list:
+        """The probes a check runs: the grading family's, or the oracle's while `ORACLE` is on."""
+        return self.oracle().probes if ORACLE[0] else self.probes
+
 
     def tolerances(self, gradients=False, probe=None) -> dict:
         extra = self.grad_tolerance if gradients and self.grad_tolerance is not None else self.tolerance
@@ -125,6 +143,10 @@ class Family:
 
     def axes(self) -> list:
         return sorted({p.axis for p in self.probes}, key=list(AXES).index)
+
+
+# On while `python -m autograder mutants` tells which mutants the broad family can see at all.
+ORACLE = [False]
 
 
 def generated(space, points, seeds) -> list:
@@ -211,7 +233,7 @@ def same_as_reference(fn, reference, family: Family, who: str, explain=None, gra
 
 
 def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, effect):
-    for n, probe in enumerate(family.probes):
+    for n, probe in enumerate(family.members()):
         args, kwargs = probe.build()
         grads_here = grads and probe.axis not in NO_GRADS and probe.grads
         if grads_here:
@@ -223,8 +245,10 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         except Exception as refused:  # bad input: the contract's answer is an error
             _expect_refused(fn, args, kwargs, probe, who, refused)
             continue
+        before = storage.shared(None, args, kwargs)
         with torch.enable_grad():
             out = call(fn, *args, name=who, **kwargs)
+        memory = storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs)  # said after values and gradients
         if effect:
             with course_runs(), torch.no_grad():
                 expected = effect(expected, ref_args, ref_kwargs)
@@ -233,7 +257,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
         if view:
             out, expected = view(out), view(expected)
         compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
-                        tolerance=family.tolerances(probe=probe))
+                        tolerance=family.tolerances(probe=probe), relative="relative" in family.compares)
         if n == 0:
             _fresh_result(fn, out, args, kwargs, probe, who)
         if grads_here:
@@ -242,6 +266,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
                 want = _backward(expected, ref_leaves, seed + n)
             own = _backward(out, leaves, seed + n, who)
             compare_grads(own, want, names, probe, who, family.tolerances(gradients=True, probe=probe))
+        storage.expect_own_memory(before, *memory, probe.label, who)
 
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,
@@ -257,7 +282,7 @@ def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, wh
 
 def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, grads, seed, ctor_kwargs, state_seed, view,
                               by_position):
-    for n, probe in enumerate(family.probes):
+    for n, probe in enumerate(family.members()):
         built = probe.build()
         steps = built.calls if _is_steps(built) else [("__call__", *built)]
         args_ = built.ctor if _is_steps(built) and built.ctor is not None else ctor
@@ -278,12 +303,15 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
                 _expect_refused(target, args, kwargs, probe, f"{who}.{'forward' if method == '__call__' else method}", error)
                 refused = True
                 break
+            before = storage.shared(None, args, kwargs)
             with torch.enable_grad():
                 out = call(target, *args, name=f"{who}.{'forward' if method == '__call__' else method}", **kwargs)
+            memory = storage.shared(out, args, kwargs), storage.shared(expected, ref_args, ref_kwargs)
             if view:
                 out, expected = view(out), view(expected)
             compare_outputs(out, expected, probe, who, explain, values="values" in family.compares, dtype="dtype" in family.compares,
-                            tolerance=family.tolerances(probe=probe))
+                            tolerance=family.tolerances(probe=probe), relative="relative" in family.compares)
+            storage.expect_own_memory(before, *memory, probe.label, who)
         if refused:
             continue
         single = not _is_steps(built) or (len(built.calls) == 1 and built.calls[0][0] == "__call__")  # one forward, other ctor arguments

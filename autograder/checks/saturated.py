@@ -11,6 +11,6 @@ from autograder.checks.harness import Family
 
 def split_saturated(family: Family) -> tuple[Family, Family]:
     """(the probes whose gradients are compared, the extreme probes compared on outputs only)."""
-    graded = Family([p for p in family.probes if p.axis != "extreme"], family.compares)
-    steep = Family([p for p in family.probes if p.axis == "extreme"], tuple(c for c in family.compares if c != "grads"))
+    graded = family.only(lambda p: p.axis != "extreme")
+    steep = family.only(lambda p: p.axis == "extreme", tuple(c for c in family.compares if c != "grads"))
     return graded, steep

@@ -286,3 +286,63 @@ def test_properties_table_has_every_exercise_and_its_columns():
     rows = table()
     assert len(rows) >= 70 and all(len(r) == 5 for r in rows)
     assert {r[0] for r in rows} >= {f"{n:02d}" for n in range(16)}
+
+
+# A copy is a copy (checks/storage.py) -------------------------------------------------------
+def _copied(x):
+    return x.clone() * 1
+
+
+def _returned_itself(x):
+    return x
+
+
+def _view_of_input(x):
+    return x.T.T
+
+
+COPY = Family([Probe("batch", "a matrix", lambda: ((torch.arange(6.0).view(2, 3),), {}), "一个矩阵")])
+
+
+@pytest.mark.parametrize("fn, refused", [(_copied, False), (_returned_itself, True), (_view_of_input, True)])
+def test_an_output_may_not_share_its_inputs_memory_unless_the_course_does(fn, refused):
+    if not refused:
+        same_as_reference(fn, _copied, COPY, "copy")
+        same_as_reference(_view_of_input, _view_of_input, COPY, "view")  # the course returns a view: so may the learner
+        return
+    with pytest.raises(AssertionError, match="shares memory"):
+        same_as_reference(fn, _copied, COPY, "copy")
+
+
+class _Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(2, 3))
+
+
+def _copy_into(dst, src):
+    with torch.no_grad():
+        dst.w.copy_(src.w)
+
+
+def _alias_into(dst, src):
+    dst.w = nn.Parameter(src.w.detach())  # the same storage: an alias, not a copy
+
+
+MODULES = Family([Probe("batch", "two modules", lambda: ((_Holder(), _filled()), {}), "两个模块")])
+
+
+def _filled():
+    h = _Holder()
+    with torch.no_grad():
+        h.w.copy_(torch.arange(6.0).view(2, 3))
+    return h
+
+
+def test_a_copy_into_a_module_that_aliases_its_source_is_refused():
+    from autograder.checks import rules
+    rules.register("zz", [rules.Contract("copy_into", may_change=("dst",))])  # its job: change dst in place
+    effect = lambda out, args, kwargs: args[0].w
+    same_as_reference(_copy_into, _copy_into, MODULES, "copy_into", effect=effect)
+    with pytest.raises(AssertionError, match="shares memory"):
+        same_as_reference(_alias_into, _copy_into, MODULES, "copy_into", effect=effect)

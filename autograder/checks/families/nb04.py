@@ -88,9 +88,10 @@ def _weights_point(point, seed):
 
 
 def _layer_point(point, seed):
-    t = {"T=1": 1, "T<context": 4, "T=context": CONTEXT, "T>context": CONTEXT + 1}[point["shape"]]
-    x = randn(2, t, D_IN, seed=seed) * (30.0 if point["values"] == "large" else 1.0)
-    return Steps([("__call__", (x,), {})], ctor_kwargs={"qkv_bias": point["flag:qkv_bias"]})
+    d_in, d_out, context = point["shape:layer"]
+    t = {"T=1": 1, "T<context": context - 2, "T=context": context, "T>context": context + 1}[point["shape"]]
+    x = randn(2, t, d_in, seed=seed) * (30.0 if point["values"] == "large" else 1.0)
+    return Steps([("__call__", (x,), {})], ctor=(d_in, d_out, context), ctor_kwargs={"qkv_bias": point["flag:qkv_bias"]})
 
 
 _LAYOUTS = ("contiguous", "column-major", "strided", "mixed")
@@ -105,7 +106,8 @@ SPACES = {
                              "arguments:dim": (-1, -2), "values": ("normal", "large", "order 300", "about -2e9", "ties"),
                              "dtype": CONTRACTS["masked_softmax"].dtypes, "layout": _LAYOUTS}, _masked_softmax,
                             no_grads=lambda p: p["values"] != "normal"),
-    "CausalSelfAttention": Space({"shape": ("T=1", "T<context", "T=context", "T>context"), "flag:qkv_bias": (False, True),
+    "CausalSelfAttention": Space({"shape": ("T=1", "T<context", "T=context", "T>context"),
+                                  "shape:layer": ((D_IN, D_OUT, CONTEXT), (4, 8, 5)), "flag:qkv_bias": (False, True),
                                   "values": ("normal", "large"), "dtype": CONTRACTS["CausalSelfAttention"].dtypes,
                                   "layout": _LAYOUTS}, _layer_point, no_grads=lambda p: p["values"] == "large"),
 }
