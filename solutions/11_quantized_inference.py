@@ -706,7 +706,7 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # - Not graded (the caller guarantees it): `in_features` is a multiple of 16 (the CPU kernel of `torch._weight_int8pack_mm` steps through it by 16).
 # - Graded in float32, float64 and bfloat16: the output has x's dtype (the product may run on bfloat16 activations, as `torch._weight_int8pack_mm` takes them).
 # - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
-# - The int8 weight (exactly `absmax_quantize(linear.weight, dim=-1)`'s codes) and the scales are buffers of the layer; no floating-point copy of the weight is kept, in the layer or anywhere else, and the layer does not read the `nn.Linear` it came from.
+# - The int8 weight (exactly `absmax_quantize(linear.weight, dim=-1)`'s codes) and the scales are buffers of the layer; no floating-point copy of the weight is kept, in the layer or anywhere else, and the layer does not read the `nn.Linear` it came from, nor hold it through an autograd graph (copy detached tensors).
 # - `x` may be non-contiguous (a column-major copy): `torch._weight_int8pack_mm` reads each row of its bfloat16 input in one piece, so make that input `.contiguous()`.
 # - `forward` builds no floating-point tensor as large as the weight, and takes less than 1.5 times the float32 `nn.Linear`'s time at 4096 x 4096 on one thread (unless the course's own layer, timed beside it, is that slow too).
 # - And the course-wide rules hold too (notebook 00, "How grading works").
@@ -714,7 +714,7 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # - 不评分（由调用者保证）：`in_features` 是 16 的整数倍（`torch._weight_int8pack_mm` 的 CPU 内核以 16 为步长处理它）。
 # - 在 float32、float64、bfloat16 下评分：输出与 x 的 dtype 相同（乘法可以像 `torch._weight_int8pack_mm` 那样在 bfloat16 激活上进行）。
 # - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
-# - int8 权重（恰好是 `absmax_quantize(linear.weight, dim=-1)` 的整数）和 scale 是该层的缓冲区；不在层中或其他任何地方保留权重的浮点副本，该层也不读取它所来自的 `nn.Linear`。
+# - int8 权重（恰好是 `absmax_quantize(linear.weight, dim=-1)` 的整数）和 scale 是该层的缓冲区；不在层中或其他任何地方保留权重的浮点副本，该层也不读取它所来自的 `nn.Linear`，也不通过自动求导计算图持有它（复制分离后的张量）。
 # - `x` 可能不是连续的（列优先的副本）：`torch._weight_int8pack_mm` 一次读取其 bfloat16 输入的一整行，所以要把这个输入变成 `.contiguous()`。
 # - `forward` 不构造与权重一样大的浮点张量，并且在单线程、4096 x 4096 下耗时少于 float32 `nn.Linear` 的 1.5 倍（除非在旁边一起计时的课程自己的层也同样慢）。
 # - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。

@@ -241,6 +241,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
                    f"{who}.from_linear(linear) 必须返回一个 {who}。", f"got {type(layer).__name__}")
             il.expect_int8_storage(layer, d_in, d_out, who)
             il.expect_scales(layer, linear, who)
+            il.expect_no_graph(layer, who)
             hidden = il.copies_elsewhere(Int8WeightOnlyLinear, linear.weight.detach())
             expect(not hidden, f"{who} keeps a floating-point copy of the whole weight outside the layer (a class attribute or a container of the notebook): keep only the int8 weight and its scales, in the layer.",
                    f"{who} 在层之外（类属性或笔记本中的容器里）保留了整个权重的浮点副本：只在层中保留 int8 权重和它的 scale。", f"found in {hidden}")

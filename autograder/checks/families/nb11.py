@@ -51,9 +51,9 @@ CONTRACTS = rules.register("11", [
                              "`in_features` 是 16 的整数倍（`torch._weight_int8pack_mm` 的 CPU 内核以 16 为步长处理它）"),),
              notes=(("The int8 weight (exactly `absmax_quantize(linear.weight, dim=-1)`'s codes) and the scales are buffers of the layer; "
                      "no floating-point copy of the weight is kept, in the layer or anywhere else, and the layer does not read the "
-                     "`nn.Linear` it came from.",
+                     "`nn.Linear` it came from, nor hold it through an autograd graph (copy detached tensors).",
                      "int8 权重（恰好是 `absmax_quantize(linear.weight, dim=-1)` 的整数）和 scale 是该层的缓冲区；不在层中或其他任何地方"
-                     "保留权重的浮点副本，该层也不读取它所来自的 `nn.Linear`。"),
+                     "保留权重的浮点副本，该层也不读取它所来自的 `nn.Linear`，也不通过自动求导计算图持有它（复制分离后的张量）。"),
                     ("`x` may be non-contiguous (a column-major copy): `torch._weight_int8pack_mm` reads each row of its bfloat16 "
                      "input in one piece, so make that input `.contiguous()`.",
                      "`x` 可能不是连续的（列优先的副本）：`torch._weight_int8pack_mm` 一次读取其 bfloat16 输入的一整行，"
@@ -74,7 +74,7 @@ CONTRACTS = rules.register("11", [
 _RELATIVE = {torch.float32: (0.0, 1e-6), torch.float64: (0.0, 1e-6)}
 _NO_GRADS = ("values", "shape", "dtype", "device", "inputs")  # rounding has no gradient to compare
 _SCALE_FREE = ("values", "shape", "device", "inputs")  # a float64 scale is as right as float32's (the zoo's "float64")
-_VALUES = ("normal", "negative peak", "one-signed", "thousands", "tiny")
+_VALUES = ("normal", "negative peak", "one-signed", "thousands", "tiny", "near the floor")
 
 SPACES = {
     "absmax_quantize": Space({"shape": tuple(qs.DIM_SHAPES), "arguments:dim": (None, 0, 1, -1), "values": _VALUES,
@@ -90,12 +90,15 @@ SPACES = {
                                    "dtype": CONTRACTS["fp8_block_dequantize"].dtypes, "layout": ("contiguous", "strided", "mixed")},
                                   qs.fp8_packed_point),
     "fp8_activation_quantize": Space({"shape": tuple(qs.ACTIVATIONS), "blocks": (None, 16, 32, 64),
-                                      "values": ("normal", "one loud tile", "one-signed", "thousands", "tiny"),
+                                      "values": ("normal", "one loud tile", "one-signed", "thousands", "tiny", "near the floor"),
                                       "dtype": CONTRACTS["fp8_activation_quantize"].dtypes, "layout": LAYOUTS},
                                      qs.fp8_activation_point, valid=qs.tiles_fit),
+    # x is the one tensor input ("mixed" would be "column-major"); its values' scale does not matter (outputs are
+    # compared relative to the terms they sum), their pattern does
     "Int8WeightOnlyLinear": Space({"shape": tuple(qs.LAYERS), "flag:bias": (True, False),
-                                   "values": ("one loud output channel", "one loud input row", "one quiet output channel", "thousands"),
-                                   "dtype": CONTRACTS["Int8WeightOnlyLinear"].dtypes, "layout": LAYOUTS}, qs.int8_point),
+                                   "values": ("one loud output channel", "one loud input row", "one quiet output channel"),
+                                   "dtype": CONTRACTS["Int8WeightOnlyLinear"].dtypes, "layout": ("contiguous", "column-major", "strided")},
+                                  qs.int8_point),
     "quantize_model_": Space({"shape": tuple(qs.MODELS), "arguments:skip": ((), ("head",), ("blocks.1.0",), ("blocks.1",), ("no.such.layer",))},
                              qs.model_point),
 }
@@ -154,4 +157,26 @@ FAMILIES = {
         Probe("edges", "skip=('blocks.1',) names a container, not a linear: its linears are replaced",
               lambda: ((il.probe_model(1124),), {"skip": ("blocks.1",)}), "skip=('blocks.1',) 指的是容器而不是线性层：其中的线性层仍被替换"),
     ], compares=("values", "shape", "dtype", "device", "holds"), space=SPACES["quantize_model_"]),  # by effect: each module's kind by path, the output
+}
+
+# Mutants of the model answers that no input the contracts allow can tell apart (python -m autograder
+# mutants 11), with the reason.
+_LOWER_FLOOR = ("a floor below 1e-4 changes only slices whose amax is below 1e-4: the all-zero ones, where the contract "
+                "accepts any guard")
+_NEVER_CLAMPED = "a value divided by the scale of its own slice (amax / {top}, in float32) is at most {top}: the clamp never acts"
+_PROMOTED = "int8 or bfloat16 times (or over) a float32 tensor is float32 already (type promotion)"
+_E4M3 = "447 rounds to 448 in e4m3, whose grid holds nothing between 416 and 448"
+EQUIVALENT = {
+    "absmax_quantize": {"line 6: constant 0.0001 -> 5e-05": _LOWER_FLOOR,
+                        "line 7: constant 127 -> 128": _NEVER_CLAMPED.format(top=127) + " (it does in bfloat16 arithmetic: the hand-written check's trap)"},
+    "dequantize": {"line 4: .float(...) dropped (an alias or the old dtype)": _PROMOTED},
+    "fp8_block_quantize": {"line 7: constant 0.0001 -> 5e-05": _LOWER_FLOOR, "line 9: constant 448 -> 449": _NEVER_CLAMPED.format(top=448),
+                           "line 9: constant 448 -> 447": _E4M3, "line 9: .float(...) dropped (an alias or the old dtype)": _PROMOTED},
+    "fp8_activation_quantize": {"line 5: constant 0.0001 -> 5e-05": _LOWER_FLOOR, "line 6: constant 448 -> 449": _NEVER_CLAMPED.format(top=448),
+                                "line 6: constant 448 -> 447": _E4M3},
+    "Int8WeightOnlyLinear": {"line 2: True -> False": "the layer is made by from_linear, which passes bias itself (the default is the skeleton's)",
+                             "line 8: conditional -> its first branch": "a zero bias buffer where the nn.Linear has no bias adds nothing",
+                             "line 14: keyword bias= dropped": "a zero bias buffer where the nn.Linear has no bias adds nothing",
+                             "line 15: -1 -> 1": "the weight is 2-D: dim 1 is dim -1",
+                             "line 17: -1 -> 1": "the scale is (out, 1): squeeze(1) is squeeze(-1)"},
 }

@@ -1,7 +1,8 @@
 """Solutions of notebook 11 for its declared contracts and input spaces (issues 35, 36), merged into
 nb11's WRONG and RIGHT: a floor added to amax (a scale off by 1e-4 / 127, seen only relative to a
 small scale), max without abs on one-signed values, a view of a non-contiguous input, a hard-coded
-tile, an activation not made contiguous for the int8 kernel, float32 whatever the input's dtype, a bias kept by reference, a walk two levels deep; and
+tile, an activation not made contiguous for the int8 kernel, scales copied with their autograd graph,
+float32 whatever the input's dtype, a bias kept by reference, a walk two levels deep; and
 right solutions the rules allow: a shorter last tile where K is not a multiple of block_size (more
 general than the precondition), blocks' amax by max pooling, slices in a Python loop."""
 import torch
@@ -114,7 +115,7 @@ def int8(mistake=None):
         @classmethod
         def from_linear(cls, linear):
             layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
-            w = linear.weight.detach().float()
+            w = linear.weight.float() if mistake == "no detach" else linear.weight.detach().float()
             amax = w.abs().amax(-1, keepdim=True)
             scale = (amax + 1e-4 if mistake == "floor added" else amax.clamp(min=1e-4)) / 127
             layer.weight.copy_(torch.round(w / scale).clamp(-127, 127).to(torch.int8))
@@ -165,6 +166,7 @@ WRONG = {
     "Int8WeightOnlyLinear": {
         "the floor added to amax": (int8("floor added"), "int8 weight differs from absmax_quantize"),
         "x not made contiguous for the kernel": (int8("not contiguous"), "A must be contiguous"),
+        "the scales copied with their graph": (int8("no detach"), "holds an autograd graph"),
         "a float32 output whatever x's dtype": (int8("float32 output"), "must return the input's dtype"),
         "the bias kept by reference": (int8("bias by reference"), "still reads the nn.Linear"),
     },
