@@ -75,15 +75,16 @@ _RELATIVE = {torch.float32: (0.0, 1e-6), torch.float64: (0.0, 1e-6)}
 _NO_GRADS = ("values", "shape", "dtype", "device", "inputs")  # rounding has no gradient to compare
 _SCALE_FREE = ("values", "shape", "device", "inputs")  # a float64 scale is as right as float32's (the zoo's "float64")
 _VALUES = ("normal", "negative peak", "one-signed", "thousands", "tiny", "near the floor")
+_ONE_INPUT = ("contiguous", "column-major", "strided")  # one tensor input: "mixed" would be "column-major"
 
 SPACES = {
     "absmax_quantize": Space({"shape": tuple(qs.DIM_SHAPES), "arguments:dim": (None, 0, 1, -1), "values": _VALUES,
-                              "dtype": CONTRACTS["absmax_quantize"].dtypes, "layout": LAYOUTS},
+                              "dtype": CONTRACTS["absmax_quantize"].dtypes, "layout": _ONE_INPUT},
                              qs.absmax_point, valid=qs.dim_fits),
     "dequantize": Space({"shape": tuple(qs.DIM_SHAPES), "arguments:dim": (None, 0, 1, -1), "values": ("normal", "thousands", "tiny"),
                          "dtype": CONTRACTS["dequantize"].dtypes, "layout": LAYOUTS}, qs.dequantize_point, valid=qs.dim_fits),
     "fp8_block_quantize": Space({"shape": tuple(qs.MATRICES), "blocks": (None, 8, 32, 128), "values": _VALUES,
-                                 "dtype": CONTRACTS["fp8_block_quantize"].dtypes, "layout": LAYOUTS}, qs.fp8_weight_point),
+                                 "dtype": CONTRACTS["fp8_block_quantize"].dtypes, "layout": _ONE_INPUT}, qs.fp8_weight_point),
     # no column-major scale ("column-major" lays out both inputs so): torch.kron, a right way to spread the scales,
     # views its input and fails on one (torch 2.13); "mixed" has w_fp8 column-major and the scale strided
     "fp8_block_dequantize": Space({"shape": tuple(qs.MATRICES), "blocks": (None, 8, 32, 128), "values": ("normal", "thousands", "tiny"),
@@ -91,7 +92,7 @@ SPACES = {
                                   qs.fp8_packed_point),
     "fp8_activation_quantize": Space({"shape": tuple(qs.ACTIVATIONS), "blocks": (None, 16, 32, 64),
                                       "values": ("normal", "one loud tile", "one-signed", "thousands", "tiny", "near the floor"),
-                                      "dtype": CONTRACTS["fp8_activation_quantize"].dtypes, "layout": LAYOUTS},
+                                      "dtype": CONTRACTS["fp8_activation_quantize"].dtypes, "layout": _ONE_INPUT},
                                      qs.fp8_activation_point, valid=qs.tiles_fit),
     # x is the one tensor input ("mixed" would be "column-major"); its values' scale does not matter (outputs are
     # compared relative to the terms they sum), their pattern does
