@@ -11,7 +11,6 @@ import torch
 
 import utils.quantize as ref
 from autograder.checks import randn, rules
-from autograder.checks import int8_layers as il
 from autograder.checks import quant_spaces as qs
 from autograder.checks.harness import Family, Probe
 from autograder.checks.rules import Contract
@@ -100,7 +99,7 @@ SPACES = {
                                    "values": ("one loud output channel", "one loud input row", "one quiet output channel"),
                                    "dtype": CONTRACTS["Int8WeightOnlyLinear"].dtypes, "layout": ("contiguous", "column-major", "strided")},
                                   qs.int8_point),
-    "quantize_model_": Space({"shape": tuple(qs.MODELS), "arguments:skip": ((), ("head",), ("blocks.1.0",), ("blocks.1",), ("no.such.layer",))},
+    "quantize_model_": Space({"shape": tuple(qs.MODELS), "arguments:skip": ((), ("head",), ("blocks.1.0",), ("blocks.1",))},
                              qs.model_point),
 }
 
@@ -150,14 +149,8 @@ FAMILIES = {
         Probe("edges", "one input row", lambda: qs.int8_layer(32, 24, True, 1105, (1, 32)), "只有一行输入"),
         Probe("edges", "a bias-free nn.Linear", lambda: qs.int8_layer(64, 8, False, 1107, (3, 64)), "不带偏置的 nn.Linear"),
     ], compares=_NO_GRADS + ("holds",), tolerance={torch.float32: (0.0, 1e-2)}, space=SPACES["Int8WeightOnlyLinear"]),
-    "quantize_model_": Family([
-        Probe("batch", "linears at the top, in a ModuleList of Sequentials (with and without a bias), a ModuleDict and a custom module",
-              lambda: ((il.probe_model(1121),), {}), "位于顶层、ModuleList 中的 Sequential（带或不带偏置）、ModuleDict 和自定义模块中的线性层"),
-        Probe("arguments", "skip=('blocks.1.0',): one nested linear kept", lambda: ((il.probe_model(1122),), {"skip": ("blocks.1.0",)}),
-              "skip=('blocks.1.0',)：保留一个嵌套的线性层"),
-        Probe("edges", "skip=('blocks.1',) names a container, not a linear: its linears are replaced",
-              lambda: ((il.probe_model(1124),), {"skip": ("blocks.1",)}), "skip=('blocks.1',) 指的是容器而不是线性层：其中的线性层仍被替换"),
-    ], compares=("values", "shape", "dtype", "device", "holds"), space=SPACES["quantize_model_"]),  # by effect: each module's kind by path, the output
+    # the pinned probes (the probe model with and without skip) are points of the space
+    "quantize_model_": Family([], compares=("values", "shape", "dtype", "device", "holds"), space=SPACES["quantize_model_"]),  # by effect: each module's kind by path, the output
 }
 
 # Mutants of the model answers that no input the contracts allow can tell apart (python -m autograder
