@@ -151,6 +151,22 @@ print(f"line: {bound:.0f} tokens/s; measured float32 decode: {measured:.0f} toke
 # that gives a finite scale and q = 0.
 #
 # 返回 `(q, scale)`：`q` 的 dtype 为 `torch.int8`，形状与 `x` 相同；`scale`（float32）等于 `max|x| / 127`，要么是一个数（`dim=None`），要么是 `x.abs().amax(dim=dim, keepdim=True) / 127`。用 float32 计算（先 `x.float()`，bfloat16 输入也一样），用 `torch.round` 取整，并在 `.to(torch.int8)` 之前把它限制（clamp）到 [-127, 127]。全零的切片 amax = 0，`x / scale` 会是 0 / 0 = NaN，而 int8 存不下 NaN：先用一个小的下限限制 amax，`amax.clamp(min=1e-4)`（DeepSeek 的 `act_quant` 正是这样做的），让这个切片得到 q = 0。对 amax 不小于 1e-4 的切片，这个下限不会改变 scale；隐藏测试接受任何能给出有限 scale 和 q = 0 的保护方式。
+#
+# <!-- rules: absmax_quantize -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`absmax_quantize`)
+#
+# - Graded in float32 and bfloat16: `q` is `torch.int8` and `scale` float32, computed in float32 whatever the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - An all-zero slice may be guarded any way that gives a finite scale and zeros; every other slice (amax at least 1e-4) gets exactly amax / 127, compared relative to the scale's size.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、bfloat16 下评分：`q` 为 `torch.int8`，`scale` 为 float32，无论输入是什么 dtype 都用 float32 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 全零的切片可以用任何方式保护，只要 scale 有限且结果为零；其余每个切片（amax 至少为 1e-4）的 scale 必须恰好是 amax / 127，按相对于 scale 大小的误差比较。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "absmax_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def absmax_quantize(x, dim=None):
@@ -215,6 +231,20 @@ print(f"an all-zero slice without a floor: x / scale = {(zeros / (zeros.abs().am
 # Return the float approximation `q * scale` (float32), with the scale broadcast over its slice.
 #
 # 返回浮点近似值 `q * scale`（float32），scale 广播到它的切片上。
+#
+# <!-- rules: dequantize -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`dequantize`)
+#
+# - Graded in float32: the result is float32 (`q.float() * scale`).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32 下评分：结果是 float32（`q.float() * scale`）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "dequantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def dequantize(q, scale):
@@ -228,12 +258,15 @@ def dequantize(q, scale):
 import torch
 from autograder.checks import expect_close
 
-q = torch.tensor([[25, -127, 5], [65, 0, -16]], dtype=torch.int8)
-expect_close(dequantize(q, torch.tensor(0.02)), torch.tensor([[0.5, -2.54, 0.1], [1.3, 0.0, -0.32]]),
-             "dequantize should return q * scale as floats.", "dequantize 应返回浮点数 q * scale。")
-expect_close(dequantize(q, torch.tensor([[0.02], [0.01]])), torch.tensor([[0.5, -2.54, 0.1], [0.65, 0.0, -0.16]]),
-             "A (rows, 1) scale should multiply each row by its own scale.", "形状为 (rows, 1) 的 scale 应让每一行乘以它自己的 scale。")
-print("✓ dequantize")
+from autograder.checks import nb11
+
+with nb11.as_graded(dequantize):
+    q = torch.tensor([[25, -127, 5], [65, 0, -16]], dtype=torch.int8)
+    expect_close(dequantize(q, torch.tensor(0.02)), torch.tensor([[0.5, -2.54, 0.1], [1.3, 0.0, -0.32]]),
+                 "dequantize should return q * scale as floats.", "dequantize 应返回浮点数 q * scale。")
+    expect_close(dequantize(q, torch.tensor([[0.02], [0.01]])), torch.tensor([[0.5, -2.54, 0.1], [0.65, 0.0, -0.16]]),
+                 "A (rows, 1) scale should multiply each row by its own scale.", "形状为 (rows, 1) 的 scale 应让每一行乘以它自己的 scale。")
+    print("✓ dequantize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_dequantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -396,6 +429,22 @@ print(f"a bare cast of 500, without the clamp, in torch {torch.__version__}: "
 # `(N, K)` with `repeat_interleave` and slice.
 #
 # 对形状为 `(N, K)` 的 `w`，返回 `(w_fp8, scale)`：`scale` 的形状为 `(ceil(N / block_size), ceil(K / block_size))`，每个元素是其块内 `|w|` 的最大值除以 448；`w_fp8 = (w / 所在块的 scale).to(torch.float8_e4m3fn)`，形状为 `(N, K)`。要覆盖不整齐的边缘。用 float32 计算（`w.float()`：DeepSeek-V3 以 float32 存储 `weight_scale_inv`），并像练习 1 那样保护全零的块：相除之前把每个块的 amax 限制为至少 1e-4，让一个全零的块（权重中被剪枝的一片）变成零，而不是 NaN（FP8 有 NaN）。一种做法：用 0 把 `|w|` 填充到整块，`reshape(nb, block_size, kb, block_size)`，再 `amax(dim=(1, 3))`；用 `repeat_interleave` 把 scale 铺回 `(N, K)` 并切片。
+#
+# <!-- rules: fp8_block_quantize -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`fp8_block_quantize`)
+#
+# - Graded in float32 and bfloat16: `w_fp8` is `torch.float8_e4m3fn` and `scale` float32, computed in float32 whatever the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - An all-zero block may be guarded any way that gives a finite scale and zeros; every other block (amax at least 1e-4) gets exactly amax / 448, compared relative to the scale's size.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、bfloat16 下评分：`w_fp8` 为 `torch.float8_e4m3fn`，`scale` 为 float32，无论输入是什么 dtype 都用 float32 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 全零的块可以用任何方式保护，只要 scale 有限且结果为零；其余每个块（amax 至少为 1e-4）的 scale 必须恰好是 amax / 448，按相对于 scale 大小的误差比较。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "fp8_block_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fp8_block_quantize(w, block_size=128):
@@ -415,20 +464,23 @@ def fp8_block_quantize(w, block_size=128):
 import torch
 from autograder.checks import expect, expect_close
 
-w = torch.ones(3, 5)
-w[2, 4] = -8.96
-w_fp8, scale = fp8_block_quantize(w, block_size=2)
-expect(w_fp8.dtype == torch.float8_e4m3fn and w_fp8.shape == (3, 5), "w_fp8 should be float8_e4m3fn with the shape of w.",
-       "w_fp8 应为 float8_e4m3fn，形状与 w 相同。")
-expect(scale.shape == (2, 3), "A 3 x 5 weight in 2 x 2 blocks has ceil(3/2) x ceil(5/2) = 2 x 3 blocks.",
-       "按 2 x 2 分块的 3 x 5 权重有 ceil(3/2) x ceil(5/2) = 2 x 3 个块。", f"shape {tuple(scale.shape)}")
-expect_close(scale, torch.tensor([[1, 1, 1], [1, 1, 8.96]]) / 448, "Each block's scale should be its max |w| / 448.",
-             "每个块的 scale 应为块内 max |w| / 448。")
-expect(float(w_fp8[2, 4].float()) == -448.0, "The largest |w| of a block should become ±448 in FP8.", "块内最大的 |w| 在 FP8 中应变为 ±448。")
-zero_fp8, _ = fp8_block_quantize(torch.zeros(2, 2), block_size=2)
-expect(not zero_fp8.float().isnan().any(), "An all-zero block should become zeros, not NaN: clamp its amax to a small floor (1e-4) before dividing.",
-       "全零的块应变成零而不是 NaN：相除之前用一个小的下限（1e-4）限制它的 amax。")
-print("✓ fp8_block_quantize")
+from autograder.checks import nb11
+
+with nb11.as_graded(fp8_block_quantize):
+    w = torch.ones(3, 5)
+    w[2, 4] = -8.96
+    w_fp8, scale = fp8_block_quantize(w, block_size=2)
+    expect(w_fp8.dtype == torch.float8_e4m3fn and w_fp8.shape == (3, 5), "w_fp8 should be float8_e4m3fn with the shape of w.",
+           "w_fp8 应为 float8_e4m3fn，形状与 w 相同。")
+    expect(scale.shape == (2, 3), "A 3 x 5 weight in 2 x 2 blocks has ceil(3/2) x ceil(5/2) = 2 x 3 blocks.",
+           "按 2 x 2 分块的 3 x 5 权重有 ceil(3/2) x ceil(5/2) = 2 x 3 个块。", f"shape {tuple(scale.shape)}")
+    expect_close(scale, torch.tensor([[1, 1, 1], [1, 1, 8.96]]) / 448, "Each block's scale should be its max |w| / 448.",
+                 "每个块的 scale 应为块内 max |w| / 448。")
+    expect(float(w_fp8[2, 4].float()) == -448.0, "The largest |w| of a block should become ±448 in FP8.", "块内最大的 |w| 在 FP8 中应变为 ±448。")
+    zero_fp8, _ = fp8_block_quantize(torch.zeros(2, 2), block_size=2)
+    expect(not zero_fp8.float().isnan().any(), "An all-zero block should become zeros, not NaN: clamp its amax to a small floor (1e-4) before dividing.",
+           "全零的块应变成零而不是 NaN：相除之前用一个小的下限（1e-4）限制它的 amax。")
+    print("✓ fp8_block_quantize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp8_block_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -444,6 +496,20 @@ nb11.check_fp8_block_quantize(fp8_block_quantize)
 # `weight_dequant` computes), shape `(N, K)`, ragged edge included.
 #
 # 把 `w_fp8` 转成 float32 返回，每个元素乘以它所在块的 scale（即 DeepSeek-V3 的 `weight_dequant` 的计算），形状为 `(N, K)`，包括不整齐的边缘。
+#
+# <!-- rules: fp8_block_dequantize -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`fp8_block_dequantize`)
+#
+# - Graded in float32: the result is float32.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32 下评分：结果是 float32。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "fp8_block_dequantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fp8_block_dequantize(w_fp8, scale, block_size=128):
@@ -459,13 +525,16 @@ def fp8_block_dequantize(w_fp8, scale, block_size=128):
 import torch
 from autograder.checks import expect_close
 
-w_fp8 = torch.full((3, 5), 2.0).to(torch.float8_e4m3fn)
-scale = torch.tensor([[1.0, 10.0, 100.0], [0.5, 0.25, 0.125]])
-expected = torch.tensor([[2, 2, 20, 20, 200], [2, 2, 20, 20, 200], [1, 1, 0.5, 0.5, 0.25]])
-expect_close(fp8_block_dequantize(w_fp8, scale, block_size=2), expected,
-             "Each element should be multiplied by the scale of its 2 x 2 block, the ragged last row and column included.",
-             "每个元素应乘以它所在 2 x 2 块的 scale，包括不整齐的最后一行和最后一列。")
-print("✓ fp8_block_dequantize")
+from autograder.checks import nb11
+
+with nb11.as_graded(fp8_block_dequantize):
+    w_fp8 = torch.full((3, 5), 2.0).to(torch.float8_e4m3fn)
+    scale = torch.tensor([[1.0, 10.0, 100.0], [0.5, 0.25, 0.125]])
+    expected = torch.tensor([[2, 2, 20, 20, 200], [2, 2, 20, 20, 200], [1, 1, 0.5, 0.5, 0.25]])
+    expect_close(fp8_block_dequantize(w_fp8, scale, block_size=2), expected,
+                 "Each element should be multiplied by the scale of its 2 x 2 block, the ragged last row and column included.",
+                 "每个元素应乘以它所在 2 x 2 块的 scale，包括不整齐的最后一行和最后一列。")
+    print("✓ fp8_block_dequantize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp8_block_dequantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -477,13 +546,32 @@ nb11.check_fp8_block_dequantize(fp8_block_dequantize)
 # %% [markdown]
 # ### Exercise 5 · `fp8_activation_quantize` · 练习 5
 #
-# For activations `x` of shape `(..., K)` (K a multiple of `block_size`), return `(x_fp8, scale)`:
+# For activations `x` of shape `(..., K)`, with K a multiple of `block_size` (the caller guarantees it, as
+# DeepSeek-V3's `act_quant` asserts it), return `(x_fp8, scale)`:
 # one scale per token per `block_size` channels, shape `(..., K // block_size)`, equal to the max of
 # `|x|` over that tile / 448, and `x_fp8` of the shape of `x`. Compute in float32, and clamp each
 # tile's amax to at least 1e-4 (DeepSeek's `act_quant` does): a padding token is all zeros, and
 # must come out as zeros, not NaN. Hint: `x.unflatten(-1, (-1, block_size))`.
 #
-# 对形状为 `(..., K)` 的激活 `x`（K 是 `block_size` 的整数倍），返回 `(x_fp8, scale)`：每个词元每 `block_size` 个通道一个 scale，形状为 `(..., K // block_size)`，等于该分块内 `|x|` 的最大值除以 448；`x_fp8` 的形状与 `x` 相同。用 float32 计算，并把每个分块的 amax 限制为至少 1e-4（DeepSeek 的 `act_quant` 就是这样做的）：填充词元全是零，必须变成零，而不是 NaN。提示：`x.unflatten(-1, (-1, block_size))`。
+# 对形状为 `(..., K)` 的激活 `x`，K 是 `block_size` 的整数倍（由调用者保证，DeepSeek-V3 的 `act_quant` 会断言这一点），返回 `(x_fp8, scale)`：每个词元每 `block_size` 个通道一个 scale，形状为 `(..., K // block_size)`，等于该分块内 `|x|` 的最大值除以 448；`x_fp8` 的形状与 `x` 相同。用 float32 计算，并把每个分块的 amax 限制为至少 1e-4（DeepSeek 的 `act_quant` 就是这样做的）：填充词元全是零，必须变成零，而不是 NaN。提示：`x.unflatten(-1, (-1, block_size))`。
+#
+# <!-- rules: fp8_activation_quantize -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`fp8_activation_quantize`)
+#
+# - Not graded (the caller guarantees it): the last dimension K is a multiple of `block_size` (DeepSeek-V3's `act_quant` asserts it).
+# - Graded in float32 and bfloat16: `x_fp8` is `torch.float8_e4m3fn` and `scale` float32, computed in float32 whatever the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - An all-zero tile may be guarded any way that gives a finite scale and zeros; every other tile (amax at least 1e-4) gets exactly amax / 448, compared relative to the scale's size.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：最后一维 K 是 `block_size` 的整数倍（DeepSeek-V3 的 `act_quant` 会断言这一点）。
+# - 在 float32、bfloat16 下评分：`x_fp8` 为 `torch.float8_e4m3fn`，`scale` 为 float32，无论输入是什么 dtype 都用 float32 计算。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 全零的分块可以用任何方式保护，只要 scale 有限且结果为零；其余每个分块（amax 至少为 1e-4）的 scale 必须恰好是 amax / 448，按相对于 scale 大小的误差比较。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "fp8_activation_quantize", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def fp8_activation_quantize(x, block_size=128):
@@ -500,17 +588,20 @@ def fp8_activation_quantize(x, block_size=128):
 import torch
 from autograder.checks import expect, expect_close
 
-x = torch.tensor([[[1.0, -4.48, 0.5, 0.25], [44.8, 1.0, 2.0, -0.448]]])  # (1 batch, 2 tokens, 4 channels)
-x_fp8, scale = fp8_activation_quantize(x, block_size=2)
-expect(x_fp8.dtype == torch.float8_e4m3fn and x_fp8.shape == x.shape, "x_fp8 should be float8_e4m3fn with the shape of x.",
-       "x_fp8 应为 float8_e4m3fn，形状与 x 相同。")
-expect_close(scale, torch.tensor([[[0.01, 0.5 / 448], [0.1, 2 / 448]]]),
-             "There should be one scale per token per block of 2 channels: its max |x| / 448.",
-             "每个词元每 2 个通道应有一个 scale：该分块的 max |x| / 448。")
-padding_fp8, _ = fp8_activation_quantize(torch.zeros(1, 4), block_size=2)
-expect(not padding_fp8.float().isnan().any(), "A padding token (all zeros) should become zeros, not NaN: clamp each tile's amax to a small floor (1e-4).",
-       "填充词元（全是零）应变成零而不是 NaN：用一个小的下限（1e-4）限制每个分块的 amax。")
-print("✓ fp8_activation_quantize")
+from autograder.checks import nb11
+
+with nb11.as_graded(fp8_activation_quantize):
+    x = torch.tensor([[[1.0, -4.48, 0.5, 0.25], [44.8, 1.0, 2.0, -0.448]]])  # (1 batch, 2 tokens, 4 channels)
+    x_fp8, scale = fp8_activation_quantize(x, block_size=2)
+    expect(x_fp8.dtype == torch.float8_e4m3fn and x_fp8.shape == x.shape, "x_fp8 should be float8_e4m3fn with the shape of x.",
+           "x_fp8 应为 float8_e4m3fn，形状与 x 相同。")
+    expect_close(scale, torch.tensor([[[0.01, 0.5 / 448], [0.1, 2 / 448]]]),
+                 "There should be one scale per token per block of 2 channels: its max |x| / 448.",
+                 "每个词元每 2 个通道应有一个 scale：该分块的 max |x| / 448。")
+    padding_fp8, _ = fp8_activation_quantize(torch.zeros(1, 4), block_size=2)
+    expect(not padding_fp8.float().isnan().any(), "A padding token (all zeros) should become zeros, not NaN: clamp each tile's amax to a small floor (1e-4).",
+           "填充词元（全是零）应变成零而不是 NaN：用一个小的下限（1e-4）限制每个分块的 amax。")
+    print("✓ fp8_activation_quantize")
 
 # %% nbgrader={"grade": true, "grade_id": "test_fp8_activation_quantize_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -625,7 +716,8 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # with one scale per output channel (your `absmax_quantize` with `dim=-1`), keeps the int8 weight
 # and the scales as buffers (`self.register_buffer`), and copies the bias (or keeps `None`). Keep
 # no float copy of the weight. `forward(x)` takes `(..., in)`, flattens it to `(M, in)`, calls
-# `torch._weight_int8pack_mm` on `x` in bfloat16 with bfloat16 scales, converts back to the dtype of
+# `torch._weight_int8pack_mm` on `x` in bfloat16 (made `.contiguous()`: the kernel reads each row in one
+# piece, and `x` may be a transposed copy) with bfloat16 scales, converts back to the dtype of
 # `x`, adds the bias in that dtype and restores the shape `(..., out)`. The hidden test times it against the
 # float32 `nn.Linear` at 4096 x 4096 on one thread and fails a forward that takes 1.5 times the
 # float32 time or more (a Python loop, extra work for every weight), unless the course's own layer,
@@ -633,7 +725,29 @@ ax.set_ylabel("relative error, other channels"); ax.legend(); plt.show()
 # not demand a speed-up: how much this kernel gains over float32 depends on the processor, as the
 # next cell measures.
 #
-# 编写这个模块。`from_linear(linear)`（类方法）对 `linear.weight` `(out, in)` 按每个输出通道一个 scale 进行量化（用你的 `absmax_quantize`，`dim=-1`），把 int8 权重和 scale 存为缓冲区（`self.register_buffer`），并复制偏置（或保持 `None`）。不要保留权重的浮点副本。`forward(x)` 接收 `(..., in)`，展平为 `(M, in)`，对转成 bfloat16 的 `x` 和 bfloat16 的 scale 调用 `torch._weight_int8pack_mm`，再转回 `x` 的 dtype，加上（同样是该 dtype 的）偏置并恢复形状 `(..., out)`。隐藏测试会在单线程上以 4096 x 4096 的尺寸把它与 float32 的 `nn.Linear` 比较计时，耗时达到 float32 的 1.5 倍或更多的 forward 判为不通过（Python 循环、对每个权重的额外工作），除非在旁边一起计时的课程自己的层也同样慢（PyTorch 没有为这种乘法提供向量内核的处理器上）。它不要求加速：这个内核比 float32 快多少取决于处理器，下一个单元格会测量。
+# 编写这个模块。`from_linear(linear)`（类方法）对 `linear.weight` `(out, in)` 按每个输出通道一个 scale 进行量化（用你的 `absmax_quantize`，`dim=-1`），把 int8 权重和 scale 存为缓冲区（`self.register_buffer`），并复制偏置（或保持 `None`）。不要保留权重的浮点副本。`forward(x)` 接收 `(..., in)`，展平为 `(M, in)`，对转成 bfloat16 的 `x`（再调用 `.contiguous()`：内核一次读取一整行，而 `x` 可能是转置得到的副本）和 bfloat16 的 scale 调用 `torch._weight_int8pack_mm`，再转回 `x` 的 dtype，加上（同样是该 dtype 的）偏置并恢复形状 `(..., out)`。隐藏测试会在单线程上以 4096 x 4096 的尺寸把它与 float32 的 `nn.Linear` 比较计时，耗时达到 float32 的 1.5 倍或更多的 forward 判为不通过（Python 循环、对每个权重的额外工作），除非在旁边一起计时的课程自己的层也同样慢（PyTorch 没有为这种乘法提供向量内核的处理器上）。它不要求加速：这个内核比 float32 快多少取决于处理器，下一个单元格会测量。
+#
+# <!-- rules: Int8WeightOnlyLinear -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`Int8WeightOnlyLinear`)
+#
+# - Not graded (the caller guarantees it): `in_features` is a multiple of 16 (the CPU kernel of `torch._weight_int8pack_mm` steps through it by 16).
+# - Graded in float32, float64 and bfloat16: the output has x's dtype (the product may run on bfloat16 activations, as `torch._weight_int8pack_mm` takes them).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - The int8 weight (exactly `absmax_quantize(linear.weight, dim=-1)`'s codes) and the scales are buffers of the layer; no floating-point copy of the weight is kept, in the layer or anywhere else, and the layer does not read the `nn.Linear` it came from, nor hold it through an autograd graph (copy detached tensors).
+# - `x` may be non-contiguous (a column-major copy): `torch._weight_int8pack_mm` reads each row of its bfloat16 input in one piece, so make that input `.contiguous()`.
+# - `forward` builds no floating-point tensor as large as the weight, and takes less than 1.5 times the float32 `nn.Linear`'s time at 4096 x 4096 on one thread (unless the course's own layer, timed beside it, is that slow too).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不评分（由调用者保证）：`in_features` 是 16 的整数倍（`torch._weight_int8pack_mm` 的 CPU 内核以 16 为步长处理它）。
+# - 在 float32、float64、bfloat16 下评分：输出与 x 的 dtype 相同（乘法可以像 `torch._weight_int8pack_mm` 那样在 bfloat16 激活上进行）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - int8 权重（恰好是 `absmax_quantize(linear.weight, dim=-1)` 的整数）和 scale 是该层的缓冲区；不在层中或其他任何地方保留权重的浮点副本，该层也不读取它所来自的 `nn.Linear`，也不通过自动求导计算图持有它（复制分离后的张量）。
+# - `x` 可能不是连续的（列优先的副本）：`torch._weight_int8pack_mm` 一次读取其 bfloat16 输入的一整行，所以要把这个输入变成 `.contiguous()`。
+# - `forward` 不构造与权重一样大的浮点张量，并且在单线程、4096 x 4096 下耗时少于 float32 `nn.Linear` 的 1.5 倍（除非在旁边一起计时的课程自己的层也同样慢）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "Int8WeightOnlyLinear", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Int8WeightOnlyLinear(nn.Module):
@@ -673,20 +787,23 @@ import torch
 from torch import nn
 from autograder.checks import expect, expect_close
 
-expect(hasattr(Int8WeightOnlyLinear, "from_linear"), "Int8WeightOnlyLinear should have a classmethod from_linear(linear).",
-       "Int8WeightOnlyLinear 应有类方法 from_linear(linear)。")
-torch.manual_seed(0)
-linear = nn.Linear(16, 8)
-layer = Int8WeightOnlyLinear.from_linear(linear)
-int8_tensors = [t for t in [*layer.buffers(), *layer.parameters()] if t.dtype == torch.int8]
-expect(len(int8_tensors) == 1 and int8_tensors[0].shape == (8, 16),
-       "The layer should keep its weight as one int8 buffer of shape (out_features, in_features).",
-       "该层应把权重存为一个形状为 (out_features, in_features) 的 int8 缓冲区。")
-x = torch.randn(2, 3, 16)
-with torch.no_grad():
-    expect_close(layer(x), linear(x), "The int8 layer should give nearly the outputs of the float layer.",
-                 "int8 层的输出应与浮点层几乎相同。", atol=0.03, rtol=0.02)
-print("✓ Int8WeightOnlyLinear")
+from autograder.checks import nb11
+
+with nb11.as_graded(Int8WeightOnlyLinear):
+    expect(hasattr(Int8WeightOnlyLinear, "from_linear"), "Int8WeightOnlyLinear should have a classmethod from_linear(linear).",
+           "Int8WeightOnlyLinear 应有类方法 from_linear(linear)。")
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 8)
+    layer = Int8WeightOnlyLinear.from_linear(linear)
+    int8_tensors = [t for t in [*layer.buffers(), *layer.parameters()] if t.dtype == torch.int8]
+    expect(len(int8_tensors) == 1 and int8_tensors[0].shape == (8, 16),
+           "The layer should keep its weight as one int8 buffer of shape (out_features, in_features).",
+           "该层应把权重存为一个形状为 (out_features, in_features) 的 int8 缓冲区。")
+    x = torch.randn(2, 3, 16)
+    with torch.no_grad():
+        expect_close(layer(x), linear(x), "The int8 layer should give nearly the outputs of the float layer.",
+                     "int8 层的输出应与浮点层几乎相同。", atol=0.03, rtol=0.02)
+    print("✓ Int8WeightOnlyLinear")
 
 # %% nbgrader={"grade": true, "grade_id": "test_Int8WeightOnlyLinear_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -779,6 +896,22 @@ print(f"on this machine, at 4096 x 4096: W8A8 {w8a8:.2f}x and your weight-only l
 # The trailing underscore is PyTorch's convention for "changes its argument in place" (`add_`, `quantize_`).
 #
 # 原地替换 `model` 中的每个 `nn.Linear`，无论嵌套多深（在 `nn.Sequential`、`nn.ModuleList`、`nn.ModuleDict` 或任何自定义模块之中），换成 `Int8WeightOnlyLinear.from_linear(...)`；但在 `model.named_modules()` 中名字属于 `skip` 的除外（例如 `skip=("out_head",)` 让 GPT 的输出头保持浮点）。返回 `model`。提示：对 `list(model.named_modules())` 中的每个模块，查看它的 `named_children()`，并用 `setattr(parent, child_name, new)` 替换。末尾的下划线是 PyTorch 表示 "原地修改参数" 的惯例（`add_`、`quantize_`）。
+#
+# <!-- rules: quantize_model_ -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`quantize_model_`)
+#
+# - Changes `model` in place (that is its job); no other argument.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - `skip` holds full dotted names of linears in `model.named_modules()`; a name of a container keeps nothing.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 原地修改 `model`（这正是它的任务）；不修改其他参数。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - `skip` 中是线性层在 `model.named_modules()` 中的完整点分名字；容器的名字不会保留任何层。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "quantize_model_", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def quantize_model_(model, skip=()):
@@ -798,13 +931,16 @@ import torch
 from torch import nn
 from autograder.checks import expect
 
-net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Sequential(nn.Linear(16, 16)), nn.Linear(16, 8))
-expect(quantize_model_(net, skip=("3",)) is net, "quantize_model_ should return the same model, changed in place.",
-       "quantize_model_ 应返回同一个模型（已原地修改）。")
-expect(not isinstance(net[0], nn.Linear) and not isinstance(net[2][0], nn.Linear),
-       "Every nn.Linear, nested ones included, should be replaced.", "每个 nn.Linear（包括嵌套的）都应被替换。")
-expect(type(net[3]) is nn.Linear, "The linear named '3' is in skip and should stay an nn.Linear.", "名为 '3' 的线性层在 skip 中，应保持为 nn.Linear。")
-print("✓ quantize_model_")
+from autograder.checks import nb11
+
+with nb11.as_graded(quantize_model_):
+    net = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Sequential(nn.Linear(16, 16)), nn.Linear(16, 8))
+    expect(quantize_model_(net, skip=("3",)) is net, "quantize_model_ should return the same model, changed in place.",
+           "quantize_model_ 应返回同一个模型（已原地修改）。")
+    expect(not isinstance(net[0], nn.Linear) and not isinstance(net[2][0], nn.Linear),
+           "Every nn.Linear, nested ones included, should be replaced.", "每个 nn.Linear（包括嵌套的）都应被替换。")
+    expect(type(net[3]) is nn.Linear, "The linear named '3' is in skip and should stay an nn.Linear.", "名为 '3' 的线性层在 skip 中，应保持为 nn.Linear。")
+    print("✓ quantize_model_")
 
 # %% nbgrader={"grade": true, "grade_id": "test_quantize_model__hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -83,10 +83,31 @@ print(cfg.mla())
 # %% [markdown]
 # ### Exercise 1 · `RMSNorm` · 练习 1
 #
-# A parameter `weight` of ones, shape `(dim,)`; `forward(x)` returns
-# `x * rsqrt(mean(x**2, dim=-1, keepdim=True) + eps) * weight`, computed in float32, in `x`'s dtype.
+# A parameter `weight` of ones, shape `(dim,)`, and `eps` (`1e-6` unless given, as the signature
+# says); `forward(x)` returns `x * rsqrt(mean(x**2, dim=-1, keepdim=True) + eps) * weight`, computed in
+# float32 whatever `x`'s dtype (bfloat16, float16, float64), in `x`'s dtype. Write it with tensor
+# operations: `F.rms_norm` (which DeepSeek-V3's own `RMSNorm.forward` calls) and `nn.RMSNorm` compute
+# this whole exercise, so they are not allowed here.
 #
-# 一个形状为 `(dim,)`、初始为全 1 的参数 `weight`；`forward(x)` 返回 `x * rsqrt(mean(x**2, dim=-1, keepdim=True) + eps) * weight`，用 float32 计算，返回 `x` 的数据类型。
+# 一个形状为 `(dim,)`、初始为全 1 的参数 `weight`，以及 `eps`（如签名所示，除非另行给出，为 `1e-6`）；`forward(x)` 返回 `x * rsqrt(mean(x**2, dim=-1, keepdim=True) + eps) * weight`，无论 `x` 是什么 dtype（bfloat16、float16、float64）都用 float32 计算，返回 `x` 的数据类型。请用张量运算实现：`F.rms_norm`（DeepSeek-V3 自己的 `RMSNorm.forward` 就调用它）和 `nn.RMSNorm` 会完成本练习的全部工作，所以这里不允许使用。
+#
+# <!-- rules: RMSNorm -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`RMSNorm`)
+#
+# - Not allowed: `F.rms_norm` (it computes this whole exercise); `torch.rms_norm` (it computes this whole exercise); `nn.RMSNorm` (its forward calls `F.rms_norm`; subclassing it is refused too).
+# - Graded in float32, float64, bfloat16 and float16: the output has x's dtype, computed in float32 (also when the norm is moved with `.to(dtype)`).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - `weight` is the only parameter, shape `(dim,)`, ones at the start; `eps` is `1e-6` unless it is given.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.rms_norm`（它会完成本练习的全部工作）；`torch.rms_norm`（它会完成本练习的全部工作）；`nn.RMSNorm`（它的 forward 调用 `F.rms_norm`；继承它也会被拒绝）。
+# - 在 float32、float64、bfloat16、float16 下评分：输出与 x 的 dtype 相同，用 float32 计算（用 `.to(dtype)` 转换过的归一化层也一样）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - `weight` 是唯一的参数，形状为 `(dim,)`，初始为全 1；除非另行给出，`eps` 为 `1e-6`。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "RMSNorm", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class RMSNorm(nn.Module):
@@ -158,6 +179,20 @@ nb12.check_RMSNorm(RMSNorm)
 # `start_pos` and `absorb` to `self.attn`.
 #
 # `__init__(self, cfg, layer_id)`：`attn_norm` 和 `ffn_norm`（你的 `RMSNorm(cfg.dim)`），`attn = MultiHeadLatentAttention(cfg.mla())`；当 `layer_id < cfg.n_dense_layers` 时 `ffn = Expert(cfg.dim, cfg.inter_dim)`，否则 `ffn = MoE(cfg.dim, cfg.moe_inter_dim, cfg.n_routed_experts, cfg.n_activated_experts, cfg.n_shared_experts, cfg.n_expert_groups, cfg.n_limited_groups, cfg.score_func, cfg.route_scale)`。`forward(x, start_pos=0, absorb=False)` 如上所示，把 `start_pos` 和 `absorb` 传给 `self.attn`。
+#
+# <!-- rules: Block -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`Block`)
+#
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Grading looks at which MLA cache a call filled: with `absorb=True` only the latent one (`kv_cache`, `pe_cache`), with `absorb=False` (the default) the per-head keys and values.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 评分会查看一次调用填充了哪个 MLA 缓存：`absorb=True` 时只有潜在缓存（`kv_cache`、`pe_cache`），`absorb=False`（默认）时是每个头的键和值。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "Block", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Block(nn.Module):
@@ -187,28 +222,31 @@ import torch
 from autograder.checks import expect
 from utils.mini_deepseek import MiniDeepSeekConfig
 
-small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-                           inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
-torch.manual_seed(0)
-dense_block, moe_block = Block(small, 0), Block(small, 1)
-expect(type(dense_block.ffn).__name__ == "Expert" and type(moe_block.ffn).__name__ == "MoE",
-       "Layer 0 (< n_dense_layers = 1) has a dense Expert, layer 1 a MoE.", "第 0 层（< n_dense_layers = 1）使用稠密 Expert，第 1 层使用 MoE。")
-x = torch.randn(2, 5, 16)
-with torch.no_grad():
-    y = moe_block(x)
-expect(y.shape == x.shape, "Block keeps the shape (B, T, dim).", "Block 保持形状 (B, T, dim)。")
-with torch.no_grad():
-    step = torch.cat([moe_block(x[:, :3]), moe_block(x[:, 3:], 3)], dim=1)
-expect(torch.allclose(step, y, atol=1e-5), "A second call with start_pos=3 must continue the first (pass start_pos to attn).",
-       "以 start_pos=3 的第二次调用必须接着第一次（把 start_pos 传给 attn）。")
-fresh = Block(small, 1)
-fresh.load_state_dict(moe_block.state_dict())
-with torch.no_grad():
-    absorbed = torch.cat([fresh(x[:, :3], 0, absorb=True), fresh(x[:, 3:], 3, absorb=True)], dim=1)
-expect(torch.allclose(absorbed, y, atol=1e-5) and fresh.attn.kv_cache.shape[0] == 2 and fresh.attn.k_cache.shape[0] == 0,
-       "With absorb=True the attention must run MLA's absorbed path (its kv_cache filled, k_cache empty): pass absorb to attn.",
-       "absorb=True 时注意力必须走 MLA 的吸收路径（kv_cache 被填充，k_cache 为空）：把 absorb 传给 attn。")
-print("✓ Block")
+from autograder.checks import nb12
+
+with nb12.as_graded(Block):
+    small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                               inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
+    torch.manual_seed(0)
+    dense_block, moe_block = Block(small, 0), Block(small, 1)
+    expect(type(dense_block.ffn).__name__ == "Expert" and type(moe_block.ffn).__name__ == "MoE",
+           "Layer 0 (< n_dense_layers = 1) has a dense Expert, layer 1 a MoE.", "第 0 层（< n_dense_layers = 1）使用稠密 Expert，第 1 层使用 MoE。")
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        y = moe_block(x)
+    expect(y.shape == x.shape, "Block keeps the shape (B, T, dim).", "Block 保持形状 (B, T, dim)。")
+    with torch.no_grad():
+        step = torch.cat([moe_block(x[:, :3]), moe_block(x[:, 3:], 3)], dim=1)
+    expect(torch.allclose(step, y, atol=1e-5), "A second call with start_pos=3 must continue the first (pass start_pos to attn).",
+           "以 start_pos=3 的第二次调用必须接着第一次（把 start_pos 传给 attn）。")
+    fresh = Block(small, 1)
+    fresh.load_state_dict(moe_block.state_dict())
+    with torch.no_grad():
+        absorbed = torch.cat([fresh(x[:, :3], 0, absorb=True), fresh(x[:, 3:], 3, absorb=True)], dim=1)
+    expect(torch.allclose(absorbed, y, atol=1e-5) and fresh.attn.kv_cache.shape[0] == 2 and fresh.attn.k_cache.shape[0] == 0,
+           "With absorb=True the attention must run MLA's absorbed path (its kv_cache filled, k_cache empty): pass absorb to attn.",
+           "absorb=True 时注意力必须走 MLA 的吸收路径（kv_cache 被填充，k_cache 为空）：把 absorb 传给 attn。")
+    print("✓ Block")
 
 # %% nbgrader={"grade": true, "grade_id": "test_Block_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -235,6 +273,22 @@ nb12.check_Block(Block)
 # `absorb` passed to every block.
 #
 # `embed = nn.Embedding(vocab_size, dim)`，`layers` 是由 `Block(cfg, i)`（`i` 取 `range(n_layers)`）组成的 `nn.ModuleList`，`norm = RMSNorm(dim)`，`head = nn.Linear(dim, vocab_size, bias=False)`。`forward(tokens, start_pos=0, absorb=False)` 返回 logits `(B, T, vocab_size)`，并把 `start_pos` 和 `absorb` 传给每个块。
+#
+# <!-- rules: MiniDeepSeek -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`MiniDeepSeek`)
+#
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Grading looks at which MLA cache a call filled: with `absorb=True` only the latent one (`kv_cache`, `pe_cache`), with `absorb=False` (the default) the per-head keys and values.
+# - The head keeps a weight of its own (not tied to the embedding).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 评分会查看一次调用填充了哪个 MLA 缓存：`absorb=True` 时只有潜在缓存（`kv_cache`、`pe_cache`），`absorb=False`（默认）时是每个头的键和值。
+# - 输出头有自己的权重（不与嵌入层绑定）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "MiniDeepSeek", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MiniDeepSeek(nn.Module):
@@ -262,26 +316,29 @@ import torch
 from autograder.checks import expect
 from utils.mini_deepseek import MiniDeepSeekConfig
 
-torch.manual_seed(0)
-tiny = MiniDeepSeek(MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
-                                       v_head_dim=4, inter_dim=24, moe_inter_dim=8, n_routed_experts=4,
-                                       n_expert_groups=1, max_seq_len=8)).eval()
-tokens = torch.tensor([[0, 5, 9, 1, 5, 9]])
-with torch.no_grad():
-    logits = tiny(tokens)
-    stepwise = torch.cat([tiny(tokens[:, :4]), tiny(tokens[:, 4:], 4)], dim=1)
-expect(logits.shape == (1, 6, 64), "MiniDeepSeek returns logits of shape (B, T, vocab_size).",
-       "MiniDeepSeek 返回形状为 (B, T, vocab_size) 的 logits。")
-expect(torch.allclose(stepwise, logits, atol=1e-5), "A prefill then a call with start_pos must equal one call on the whole sequence.",
-       "先预填充、再以 start_pos 调用，结果必须与对整个序列的一次调用相同。")
-latent = MiniDeepSeek(tiny.cfg).eval()
-latent.load_state_dict(tiny.state_dict())
-with torch.no_grad():
-    absorbed = torch.cat([latent(tokens[:, :4], 0, absorb=True), latent(tokens[:, 4:], 4, absorb=True)], dim=1)
-expect(torch.allclose(absorbed, logits, atol=1e-5) and all(l.attn.kv_cache.shape[0] == 1 and l.attn.k_cache.shape[0] == 0 for l in latent.layers),
-       "With absorb=True every block must run MLA's absorbed path (kv_cache filled, k_cache empty): pass absorb to every block.",
-       "absorb=True 时每个块都必须走 MLA 的吸收路径（kv_cache 被填充，k_cache 为空）：把 absorb 传给每个块。")
-print("✓ MiniDeepSeek")
+from autograder.checks import nb12
+
+with nb12.as_graded(MiniDeepSeek):
+    torch.manual_seed(0)
+    tiny = MiniDeepSeek(MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                                           v_head_dim=4, inter_dim=24, moe_inter_dim=8, n_routed_experts=4,
+                                           n_expert_groups=1, max_seq_len=8)).eval()
+    tokens = torch.tensor([[0, 5, 9, 1, 5, 9]])
+    with torch.no_grad():
+        logits = tiny(tokens)
+        stepwise = torch.cat([tiny(tokens[:, :4]), tiny(tokens[:, 4:], 4)], dim=1)
+    expect(logits.shape == (1, 6, 64), "MiniDeepSeek returns logits of shape (B, T, vocab_size).",
+           "MiniDeepSeek 返回形状为 (B, T, vocab_size) 的 logits。")
+    expect(torch.allclose(stepwise, logits, atol=1e-5), "A prefill then a call with start_pos must equal one call on the whole sequence.",
+           "先预填充、再以 start_pos 调用，结果必须与对整个序列的一次调用相同。")
+    latent = MiniDeepSeek(tiny.cfg).eval()
+    latent.load_state_dict(tiny.state_dict())
+    with torch.no_grad():
+        absorbed = torch.cat([latent(tokens[:, :4], 0, absorb=True), latent(tokens[:, 4:], 4, absorb=True)], dim=1)
+    expect(torch.allclose(absorbed, logits, atol=1e-5) and all(l.attn.kv_cache.shape[0] == 1 and l.attn.k_cache.shape[0] == 0 for l in latent.layers),
+           "With absorb=True every block must run MLA's absorbed path (kv_cache filled, k_cache empty): pass absorb to every block.",
+           "absorb=True 时每个块都必须走 MLA 的吸收路径（kv_cache 被填充，k_cache 为空）：把 absorb 传给每个块。")
+    print("✓ MiniDeepSeek")
 
 # %% nbgrader={"grade": true, "grade_id": "test_MiniDeepSeek_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -306,6 +363,20 @@ nb12.check_MiniDeepSeek(MiniDeepSeek)
 # wants `(N, V)` logits and `(N,)` targets).
 #
 # 返回由 `logits[:, :-1]` 预测 `tokens[:, 1:]` 的平均交叉熵（`F.cross_entropy` 需要 `(N, V)` 的 logits 和 `(N,)` 的目标）。
+#
+# <!-- rules: next_token_loss -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`next_token_loss`)
+#
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "next_token_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def next_token_loss(logits, tokens):
@@ -320,14 +391,17 @@ import math
 import torch
 from autograder.checks import expect_close
 
-sure = torch.full((1, 3, 4), -1e4)
-sure[0, 0, 2] = sure[0, 1, 3] = 0.0  # position 0 is sure of token 2, position 1 of token 3
-expect_close(next_token_loss(sure, torch.tensor([[1, 2, 3]])), torch.tensor(0.0),
-             "Position 0 predicts token 1 and position 1 predicts token 2: a model sure of the right next tokens has loss 0.",
-             "位置 0 预测词元 1，位置 1 预测词元 2：对下一个词元有十足把握且正确的模型损失为 0。", atol=1e-4)
-expect_close(next_token_loss(torch.zeros(2, 5, 8), torch.zeros(2, 5, dtype=torch.long)), torch.tensor(math.log(8)),
-             "Uniform logits over 8 tokens give a loss of ln 8.", "在 8 个词元上均匀的 logits 给出 ln 8 的损失。")
-print("✓ next_token_loss")
+from autograder.checks import nb12
+
+with nb12.as_graded(next_token_loss):
+    sure = torch.full((1, 3, 4), -1e4)
+    sure[0, 0, 2] = sure[0, 1, 3] = 0.0  # position 0 is sure of token 2, position 1 of token 3
+    expect_close(next_token_loss(sure, torch.tensor([[1, 2, 3]])), torch.tensor(0.0),
+                 "Position 0 predicts token 1 and position 1 predicts token 2: a model sure of the right next tokens has loss 0.",
+                 "位置 0 预测词元 1，位置 1 预测词元 2：对下一个词元有十足把握且正确的模型损失为 0。", atol=1e-4)
+    expect_close(next_token_loss(torch.zeros(2, 5, 8), torch.zeros(2, 5, dtype=torch.long)), torch.tensor(math.log(8)),
+                 "Uniform logits over 8 tokens give a loss of ln 8.", "在 8 个词元上均匀的 logits 给出 ln 8 的损失。")
+    print("✓ next_token_loss")
 
 # %% nbgrader={"grade": true, "grade_id": "test_next_token_loss_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -728,6 +802,20 @@ print("a V3 draft: " + ", ".join(f"{k} {n / 1e9:.2f}B" for k, n in draft.items()
 # `block(eh_proj(cat([enorm(next_embeddings), hnorm(h_prev)], dim=-1)), start_pos)`.
 #
 # `__init__(self, cfg, layer_id)`：`enorm`、`hnorm`（`RMSNorm(cfg.dim)`），`eh_proj = nn.Linear(2 * cfg.dim, cfg.dim, bias=False)`，`block = Block(cfg, layer_id)`；没有自己的嵌入层和输出头。`forward(h_prev, next_embeddings, start_pos=0)` 返回 `block(eh_proj(cat([enorm(next_embeddings), hnorm(h_prev)], dim=-1)), start_pos)`。
+#
+# <!-- rules: MTPModule -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`MTPModule`)
+#
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - No embedding or output head of its own: the main model's are shared.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 没有自己的嵌入层或输出头：共享主模型的。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "MTPModule", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class MTPModule(nn.Module):
@@ -752,18 +840,21 @@ import torch
 from autograder.checks import expect
 from utils.mini_deepseek import MiniDeepSeekConfig
 
-small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-                           inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
-torch.manual_seed(0)
-mtp_small = MTPModule(small, 2).eval()
-names = {n.split(".")[0] for n, _ in mtp_small.named_parameters()}
-expect(names == {"enorm", "hnorm", "eh_proj", "block"},
-       "MTPModule's parameters live in enorm, hnorm, eh_proj and block only: the embedding and head are shared.",
-       "MTPModule 的参数只在 enorm、hnorm、eh_proj 和 block 中：嵌入层和输出头是共享的。")
-with torch.no_grad():
-    out = mtp_small(torch.randn(2, 5, 16), torch.randn(2, 5, 16))
-expect(out.shape == (2, 5, 16), "MTPModule returns (B, T, dim).", "MTPModule 返回 (B, T, dim)。")
-print("✓ MTPModule")
+from autograder.checks import nb12
+
+with nb12.as_graded(MTPModule):
+    small = MiniDeepSeekConfig(dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                               inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=8)
+    torch.manual_seed(0)
+    mtp_small = MTPModule(small, 2).eval()
+    names = {n.split(".")[0] for n, _ in mtp_small.named_parameters()}
+    expect(names == {"enorm", "hnorm", "eh_proj", "block"},
+           "MTPModule's parameters live in enorm, hnorm, eh_proj and block only: the embedding and head are shared.",
+           "MTPModule 的参数只在 enorm、hnorm、eh_proj 和 block 中：嵌入层和输出头是共享的。")
+    with torch.no_grad():
+        out = mtp_small(torch.randn(2, 5, 16), torch.randn(2, 5, 16))
+    expect(out.shape == (2, 5, 16), "MTPModule returns (B, T, dim).", "MTPModule 返回 (B, T, dim)。")
+    print("✓ MTPModule")
 
 # %% nbgrader={"grade": true, "grade_id": "test_MTPModule_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -794,6 +885,20 @@ nb12.check_MTPModule(MTPModule)
 # `model.head(model.norm(h))`. Keep the graph: the MTP loss trains the main model too.
 #
 # 返回主模型的 logits `(B, T, V)`，以及每个深度的 logits 组成的列表，深度 `k` 的形状为 `(B, T - k, V)`：`h^0 = hidden_states(model, tokens)`，然后对 `k = 1..D` 计算 `h^k = mtp_modules[k-1](h^{k-1}[:, :-1], model.embed(tokens[:, k:]))`，每个 logits 张量都是 `model.head(model.norm(h))`。保留计算图：MTP 损失也训练主模型。
+#
+# <!-- rules: mtp_forward -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`mtp_forward`)
+#
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Every depth's logits keep their graph: the gradient reaches every parameter of `model` (through h^0 too) and of `mtp_modules`.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 每个深度的 logits 都保留计算图：梯度到达 `model`（也经由 h^0）和 `mtp_modules` 的每个参数。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %%
 from utils.mini_deepseek import hidden_states
@@ -818,27 +923,30 @@ from autograder.checks import expect
 from utils.mini_deepseek import MiniDeepSeek as CourseModel, MiniDeepSeekConfig
 from utils.mtp import make_mtp_modules
 
-small = MiniDeepSeekConfig(vocab_size=20, dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
-                           v_head_dim=4, inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=16)
-torch.manual_seed(0)
-course_model, modules = CourseModel(small).eval(), make_mtp_modules(small, 2).eval()
-tokens = torch.tensor([[0, 3, 7, 1, 10, 4, 9, 2, 5, 8]])
-changed = tokens.clone()
-changed[0, 7] = 11  # only token 7 changes
-with torch.no_grad():
-    main, deep = mtp_forward(course_model, modules, tokens)
-    _, deep_changed = mtp_forward(course_model, modules, changed)
-expect(main.shape == (1, 10, 20) and [tuple(d.shape) for d in deep] == [(1, 9, 20), (1, 8, 20)],
-       "mtp_forward returns logits (B, T, V) and, for depth k, (B, T - k, V).",
-       "mtp_forward 返回 logits (B, T, V)，以及深度 k 的 (B, T - k, V)。")
-for k, (a, b) in enumerate(zip(deep, deep_changed), start=1):
-    moved = (a - b).abs().amax(-1)[0] > 1e-4  # bits may move anywhere: an expert's matmul sees another number of tokens
-    first_changed = int(moved.nonzero()[0]) if moved.any() else None
-    expect(first_changed == 7 - k,
-           f"Depth {k} at position i reads token i + {k}: a change of token 7 must first reach position {7 - k} (use tokens[:, k:]).",
-           f"深度 {k} 在位置 i 读取词元 i + {k}：词元 7 的改变必须最早出现在位置 {7 - k}（使用 tokens[:, k:]）。",
-           f"first changed position {first_changed}")
-print("✓ mtp_forward")
+from autograder.checks import nb12
+
+with nb12.as_graded(mtp_forward):
+    small = MiniDeepSeekConfig(vocab_size=20, dim=16, n_heads=2, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                               v_head_dim=4, inter_dim=24, moe_inter_dim=8, n_routed_experts=4, n_expert_groups=1, max_seq_len=16)
+    torch.manual_seed(0)
+    course_model, modules = CourseModel(small).eval(), make_mtp_modules(small, 2).eval()
+    tokens = torch.tensor([[0, 3, 7, 1, 10, 4, 9, 2, 5, 8]])
+    changed = tokens.clone()
+    changed[0, 7] = 11  # only token 7 changes
+    with torch.no_grad():
+        main, deep = mtp_forward(course_model, modules, tokens)
+        _, deep_changed = mtp_forward(course_model, modules, changed)
+    expect(main.shape == (1, 10, 20) and [tuple(d.shape) for d in deep] == [(1, 9, 20), (1, 8, 20)],
+           "mtp_forward returns logits (B, T, V) and, for depth k, (B, T - k, V).",
+           "mtp_forward 返回 logits (B, T, V)，以及深度 k 的 (B, T - k, V)。")
+    for k, (a, b) in enumerate(zip(deep, deep_changed), start=1):
+        moved = (a - b).abs().amax(-1)[0] > 1e-4  # bits may move anywhere: an expert's matmul sees another number of tokens
+        first_changed = int(moved.nonzero()[0]) if moved.any() else None
+        expect(first_changed == 7 - k,
+               f"Depth {k} at position i reads token i + {k}: a change of token 7 must first reach position {7 - k} (use tokens[:, k:]).",
+               f"深度 {k} 在位置 i 读取词元 i + {k}：词元 7 的改变必须最早出现在位置 {7 - k}（使用 tokens[:, k:]）。",
+               f"first changed position {first_changed}")
+    print("✓ mtp_forward")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mtp_forward_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。
@@ -862,6 +970,20 @@ nb12.check_mtp_forward(mtp_forward)
 # which only rescales `lam` for that depth.
 #
 # 深度 `k` 的位置 `i` 预测词元 `i + k + 1`。深度 `k` 的 logits 有 `T - k` 个位置；最后一个位置在序列内没有目标，所以比较 `mtp_logits[k-1][:, :-1]` 与 `tokens[:, k + 1:]`。对 `D` 个深度取平均并乘以权重 `lam`：$\mathcal{L}_{MTP} = \frac{\lambda}{D}\sum_{k=1}^{D}\mathcal{L}_k$。训练损失是 `next_token_loss + mtp_loss`。DeepSeek-V3 使用 `D = 1`，前 10T 个词元 `lam = 0.3`，之后为 `0.1`。与报告有一处不同：报告中的 $\mathcal{L}_k$ 在深度 `k` 的 $T - k$ 个位置之和前面乘以 $\frac{1}{T}$，$T$ 是输入长度（它的目标一直到第 $T + 1$ 个词元）。这里每个深度对有目标的位置取平均（`F.cross_entropy` 的做法），在 $T$ 个词元的序列中有 $T - k - 1$ 个这样的位置。两者在每个深度上只差一个常数因子，相当于为该深度重新缩放 `lam`。
+#
+# <!-- rules: mtp_loss -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`mtp_loss`)
+#
+# - Graded in float32 and float64: the output has the input's dtype.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 在 float32、float64 下评分：输出与输入的 dtype 相同。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "mtp_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def mtp_loss(mtp_logits, tokens, lam=0.3):
@@ -879,16 +1001,19 @@ import math
 import torch
 from autograder.checks import expect_close
 
-tokens = torch.tensor([[1, 2, 3, 0]])
-sure = torch.full((1, 3, 4), -1e4)
-sure[0, 0, 3] = sure[0, 1, 0] = 0.0  # depth 1: position 0 predicts token 2 (= 3), position 1 token 3 (= 0)
-expect_close(mtp_loss([sure], tokens), torch.tensor(0.0),
-             "Depth 1 at position i predicts token i + 2: these logits are right everywhere, so the loss is 0.",
-             "深度 1 在位置 i 预测词元 i + 2：这些 logits 处处正确，所以损失为 0。", atol=1e-4)
-expect_close(mtp_loss([torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)], tokens, lam=0.1), torch.tensor(0.1 * math.log(4)),
-             "Uniform logits at both depths give lam / D * (ln 4 + ln 4) = lam * ln 4.",
-             "两个深度的 logits 都均匀时，损失为 lam / D * (ln 4 + ln 4) = lam * ln 4。")
-print("✓ mtp_loss")
+from autograder.checks import nb12
+
+with nb12.as_graded(mtp_loss):
+    tokens = torch.tensor([[1, 2, 3, 0]])
+    sure = torch.full((1, 3, 4), -1e4)
+    sure[0, 0, 3] = sure[0, 1, 0] = 0.0  # depth 1: position 0 predicts token 2 (= 3), position 1 token 3 (= 0)
+    expect_close(mtp_loss([sure], tokens), torch.tensor(0.0),
+                 "Depth 1 at position i predicts token i + 2: these logits are right everywhere, so the loss is 0.",
+                 "深度 1 在位置 i 预测词元 i + 2：这些 logits 处处正确，所以损失为 0。", atol=1e-4)
+    expect_close(mtp_loss([torch.zeros(1, 3, 4), torch.zeros(1, 2, 4)], tokens, lam=0.1), torch.tensor(0.1 * math.log(4)),
+                 "Uniform logits at both depths give lam / D * (ln 4 + ln 4) = lam * ln 4.",
+                 "两个深度的 logits 都均匀时，损失为 lam / D * (ln 4 + ln 4) = lam * ln 4。")
+    print("✓ mtp_loss")
 
 # %% nbgrader={"grade": true, "grade_id": "test_mtp_loss_hidden", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 # Hidden tests: they run when your notebook is graded. 隐藏测试：评分时运行。

@@ -17,7 +17,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 # A parameter is named as the contract names it and by its position (0: the first), so that a
 # learner's own name for it (def copy_weights_v2_to_v1(a, b)) is no reason to fail.
 MAY_CHANGE = {
-    "quantize_model_": {"model", 0},  # 11: the trailing underscore: replaces the model's layers in place
 }
 
 
@@ -46,7 +45,7 @@ def floating_dtypes(fn, args, kwargs) -> set:
         if name == "self" and not isinstance(value, nn.Module):
             value = getattr(value, "__self__", None)  # a bound method's object
         for _, t in _tensors(name, value) if value is not None else ():
-            if t.is_floating_point():
+            if t.is_floating_point() and t.element_size() > 1:  # FP8 codes are data, as int8 ones are: no dtype computed in
                 found.add(str(t.dtype).removeprefix("torch."))
     return found
 

@@ -113,6 +113,16 @@ def expect_scales(module, linear, who):
            f"tensors: {[(k, tuple(t.shape), t.dtype) for k, t in tensors(module).items()]}")
 
 
+def expect_no_graph(module, who):
+    """No tensor of the layer carries an autograd graph: through it the layer would hold the float
+    nn.Linear it came from (its weight included) alive."""
+    held = [k for k, t in tensors(module).items() if t.grad_fn is not None]
+    expect(not held, f"{who} holds an autograd graph back to the nn.Linear it came from, which keeps its float weight alive: copy "
+           "detached tensors (linear.weight.detach(), linear.bias.detach()) or copy under torch.no_grad().",
+           f"{who} 保留了一张通向其来源 nn.Linear 的自动求导计算图，这会让它的浮点权重一直留在内存中：请复制分离后的张量"
+           "（linear.weight.detach()、linear.bias.detach()），或在 torch.no_grad() 下复制。", f"tensors with a grad_fn: {held}")
+
+
 def reference_linear(linear, x, per_channel=True, bias=True):
     q, s = ref.absmax_quantize(linear.weight.detach(), dim=-1 if per_channel else None)
     y = x @ (q.float() * s).T

@@ -70,7 +70,8 @@ def check_absmax_quantize(absmax_quantize):
                                                     (zeros, nan_all, lambda q: q, lambda s: s, ("tensor", "张量"))]:
         qp.expect_zero_guarded(qz, sz, zero_q(qz), zero_s(sz), made_nan, who, *what)
     with own_work(absmax_quantize, "absmax_quantize"):
-        same_as_reference(absmax_quantize, ref.absmax_quantize, FAMILIES["absmax_quantize"], "absmax_quantize")
+        same_as_reference(absmax_quantize, ref.absmax_quantize, FAMILIES["absmax_quantize"], "absmax_quantize",
+                          explain=qp.explain_scale("absmax_quantize", 127), view=qp.scale_first)
 
 
 def check_dequantize(dequantize):
@@ -119,6 +120,7 @@ def check_fp8_block_quantize(fp8_block_quantize):
         _, right = ref.fp8_block_quantize(w, b)
         live = right * 448 > 2 * ref.AMAX_FLOOR  # the zero block's scale is any guard's choice
         amax = right * 448
+        qp.expect_no_added_floor(scale.float()[live], right[live], 448, who)
         expect_known(scale.float()[live], right[live], [(m[live], en, zh) for m, en, zh in qp.fp8_scale_mistakes(right, amax, w)],
                      "Every block's scale must be the max of |w| in that block / 448.", "每个块的 scale 必须是该块内 |w| 的最大值除以 448。", atol=1e-9)
         full = ref._expand(right, (n, k), b)
@@ -128,7 +130,8 @@ def check_fp8_block_quantize(fp8_block_quantize):
                f"largest difference {float((w_fp8.float() * full - w).abs().max()):.4g}")
     qp.expect_scale_in_float32(qp.expect_fp8_pair(in_bf16, half, who, "w_fp8")[1], ref.fp8_block_quantize(half, 32)[1], "scale", "scale", who)
     with own_work(fp8_block_quantize, "fp8_block_quantize"):
-        same_as_reference(fp8_block_quantize, ref.fp8_block_quantize, FAMILIES["fp8_block_quantize"], "fp8_block_quantize")
+        same_as_reference(fp8_block_quantize, ref.fp8_block_quantize, FAMILIES["fp8_block_quantize"], "fp8_block_quantize",
+                          explain=qp.explain_scale("fp8_block_quantize", 448), view=qp.scale_first)
 
 
 def check_fp8_block_dequantize(fp8_block_dequantize):
@@ -175,6 +178,7 @@ def check_fp8_activation_quantize(fp8_activation_quantize):
             qp.expect_zero_guarded(x_fp8, scale, x_fp8[1, 0], scale[1, 0], made_nan, who, "tile (a padding token)", "分块（填充词元）")
         _, right = ref.fp8_activation_quantize(inp, b)
         live = right * 448 > 2 * ref.AMAX_FLOOR  # the padding token's scale is any guard's choice
+        qp.expect_no_added_floor(scale.float()[live], right[live], 448, who)
         expect_known(scale.float()[live], right[live], [
             (right[live] * 448 / 127, "The FP8 scale is amax / 127, the int8 one: e4m3's largest value is 448, so scale = amax / 448.",
              "FP8 的 scale 用了 int8 的 amax / 127：e4m3 的最大值是 448，所以 scale = amax / 448。"),
@@ -186,7 +190,8 @@ def check_fp8_activation_quantize(fp8_activation_quantize):
                "x_fp8 * scale 必须在 FP8 的舍入误差内还原 x：把每个词元的每个块除以它自己的 scale。")
     qp.expect_scale_in_float32(qp.expect_fp8_pair(in_bf16, half, who, "x_fp8")[1], ref.fp8_activation_quantize(half, 32)[1], "scale", "scale", who)
     with own_work(fp8_activation_quantize, "fp8_activation_quantize"):
-        same_as_reference(fp8_activation_quantize, ref.fp8_activation_quantize, FAMILIES["fp8_activation_quantize"], "fp8_activation_quantize")
+        same_as_reference(fp8_activation_quantize, ref.fp8_activation_quantize, FAMILIES["fp8_activation_quantize"], "fp8_activation_quantize",
+                          explain=qp.explain_scale("fp8_activation_quantize", 448), view=qp.scale_first)
 
 
 # int8 weight-only linear ---------------------------------------------------------------------
@@ -205,9 +210,12 @@ def _expect_forward(layer, linear, d_in, seed, who):
         changed = [k for k, t in layer.state_dict().items() if k not in kept or t.dtype != kept[k].dtype or not torch.equal(t, kept[k])]
         expect(not changed, f"{who}'s forward changes the layer's buffers: leave the int8 weight, the scales and the bias as from_linear made them.",
                f"{who} 的 forward 修改了层的缓冲区：int8 权重、scale 和偏置应保持 from_linear 生成时的样子。", f"changed: {changed}")
-        linear.weight.mul_(-1.0)  # the original layer changes; the quantized one must not notice
+        originals = [p for p in (linear.weight, linear.bias) if p is not None]
+        for p in originals:  # the original layer changes; the quantized one must not notice (a bias kept by reference does)
+            p.mul_(-1.0)
         again = call(layer, x, name=f"{who}.forward")
-        linear.weight.mul_(-1.0)
+        for p in originals:
+            p.mul_(-1.0)
     expect(torch.equal(again, out), f"{who} still reads the nn.Linear it was made from: from_linear must copy what it needs (the int8 weight, scales, bias) into the new layer.",
            f"{who} 仍在读取它所来自的 nn.Linear：from_linear 必须把需要的东西（int8 权重、scale、偏置）复制到新层中。")
 
@@ -233,6 +241,7 @@ def check_Int8WeightOnlyLinear(Int8WeightOnlyLinear):
                    f"{who}.from_linear(linear) 必须返回一个 {who}。", f"got {type(layer).__name__}")
             il.expect_int8_storage(layer, d_in, d_out, who)
             il.expect_scales(layer, linear, who)
+            il.expect_no_graph(layer, who)
             hidden = il.copies_elsewhere(Int8WeightOnlyLinear, linear.weight.detach())
             expect(not hidden, f"{who} keeps a floating-point copy of the whole weight outside the layer (a class attribute or a container of the notebook): keep only the int8 weight and its scales, in the layer.",
                    f"{who} 在层之外（类属性或笔记本中的容器里）保留了整个权重的浮点副本：只在层中保留 int8 权重和它的 scale。", f"found in {hidden}")

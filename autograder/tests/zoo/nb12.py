@@ -591,7 +591,7 @@ WRONG = {
         "half-precision-arithmetic": (NormHalfArithmetic, "65504"),
         "weight-data": (NormWeightData, "No gradient reaches RMSNorm's weight"),
         "nn-rmsnorm": (NormTorch, "nn.RMSNorm"),
-        "f-rms-norm": (NormFunctional, "write RMSNorm yourself"),
+        "f-rms-norm": (NormFunctional, "do not allow F.rms_norm"),
         "has-bias": (NormWithBias, "exactly one parameter"),
     },
     "Block": {
@@ -682,4 +682,11 @@ from autograder.tests.zoo import nb12_adversary2  # noqa: E402
 for _exercise, _entries in nb12_adversary2.WRONG.items():
     WRONG[_exercise].update(_entries)
 for _exercise, _entries in nb12_adversary2.RIGHT.items():
+    RIGHT[_exercise].update(_entries)
+
+from autograder.tests.zoo import nb12_contracts  # noqa: E402
+
+for _exercise, _entries in nb12_contracts.WRONG.items():
+    WRONG[_exercise].update(_entries)
+for _exercise, _entries in nb12_contracts.RIGHT.items():
     RIGHT[_exercise].update(_entries)
