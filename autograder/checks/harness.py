@@ -158,7 +158,8 @@ def generated(space, points, seeds) -> list:
             label = describe(point) + (f", seed {seed}" if seed else "")
             build = functools.partial(Point(point, space).build, 7919 * seed + 104729)
             no_grads = bool(space.no_grads(point)) if space.no_grads else False
-            probes.append(Probe("space", label, build, label, grads=not no_grads, dtype=point.get("dtype")))
+            tolerance = functools.partial(space.tolerance, point) if getattr(space, "tolerance", None) else None
+            probes.append(Probe("space", label, build, label, tolerance=tolerance, grads=not no_grads, dtype=point.get("dtype")))
     return probes
 
 

@@ -54,12 +54,15 @@ class Space:
     """axes: {name: levels} (levels are printable: str, int, float, bool, tuple); build(point,
     seed) -> (args, kwargs), or a Steps sequence; valid(point) -> False for points the contract
     excludes (a precondition); no_grads(point) -> True where gradients are not compared (extreme
-    values saturate a softmax). For a module, the harness also moves it with `.to(dtype)`."""
+    values saturate a softmax); tolerance(point) -> {dtype: (atol, rtol)} over the family's, for a
+    point whose own arithmetic rounds more (scores in the hundreds; a float32 result of bfloat16
+    inputs), read at grading time. For a module, the harness also moves it with `.to(dtype)`."""
     __slotnames__ = []
     axes: dict
     build: Callable
     valid: Callable = None
     no_grads: Callable = None
+    tolerance: Callable = None
     seeds: tuple = (0, 1)  # the oracle's seeds; grading uses the first
 
     def __post_init__(self):
