@@ -118,18 +118,18 @@ def point_tolerance(point):
 # Scores in the hundreds are graded in float32: a bf16 kernel may round q * scale to bf16 first (Triton's
 # 2023 tutorial does), which at that size moves each score by about one, more than bf16's tolerance of out.
 _NOT_BF16_HUNDREDS = lambda p: not (p["values"] == "scores in the hundreds" and p["dtype"] == "bfloat16")  # noqa: E731
-_LAYOUTS = ("contiguous", "strided", "mixed")  # column-major: k in "mixed", q in the check's own runs
+_LAYOUTS = ("contiguous", "strided", "mixed")  # column-major: k in "mixed" (q.stride(-1) != 1: "strided")
 SPACES = {
     "softmax_rows_kernel": Space({"shape": ((5, 23), (1, 1), (3, 64), (2, 300)),
                                   "values": ("normal", "rows far from 0", "-inf entries"),
                                   "dtype": CONTRACTS["softmax_rows_kernel"].dtypes,
                                   "layout:x": ("contiguous", "column-major", "strided")}, softmax_point),
-    "flash_forward_kernel": Space({"shape": ((2, 2, 11, 27, 16), (1, 1, 32, 45, 32), (1, 2, 1, 23, 64)),
+    "flash_forward_kernel": Space({"shape": ((2, 1, 11, 27, 16), (1, 1, 32, 45, 32), (1, 2, 1, 23, 64)),
                                    "blocks": ((16, 32), (32, 16), "default (64, 64)"), "flag:causal": (False, True),
                                    "values": ("normal", "scores in the hundreds", "scores all near -200"),
                                    "dtype": CONTRACTS["flash_forward_kernel"].dtypes, "layout:q,k,v": _LAYOUTS},
                                   forward_point, valid=_NOT_BF16_HUNDREDS, tolerance=point_tolerance),
-    "TritonFlashAttention": Space({"shape": ((2, 2, 9, 20, 16), (1, 1, 1, 17, 32)), "flag:causal": (False, True),
+    "TritonFlashAttention": Space({"shape": ((2, 1, 9, 20, 16), (1, 2, 1, 17, 32)), "flag:causal": (False, True),
                                    "values": ("normal", "scores in the hundreds"),  # the forward's own regimes are exercise 2's
                                    "dtype": CONTRACTS["TritonFlashAttention"].dtypes, "layout:q,k,v": _LAYOUTS},
                                   apply_point, valid=_NOT_BF16_HUNDREDS, tolerance=point_tolerance,
@@ -163,4 +163,23 @@ FAMILIES = {
               "q 是转置的视图，k 和 v 是另外的布局，因果"),
     ], compares=("values", "shape", "dtype", "device", "inputs", "grads"), tolerance=_tolerance, grad_tolerance=_grad_tolerance,
        space=SPACES["TritonFlashAttention"]),
+}
+
+
+# Mutants of the model answers that no input of the spaces can tell apart (python -m autograder mutants 15) ----
+_AXIS = "the row is a 1-d block: a reduction over all of its axes, or over axis -1, is the one over axis 0"
+EQUIVALENT = {
+    "softmax_rows_kernel": {
+        "line 7: .to(...) dropped (an alias or the old dtype)":
+            "a no-op in float32; in bfloat16 Triton computes exp, max and sum in float32 and rounds each result to bf16 (the "
+            "interpreter, as utils.flash_triton repairs it, does the same), which stays within bf16's tolerance of the output",
+        "line 8: keyword axis= dropped": _AXIS,
+        "line 8: constant 0 -> -1": _AXIS,
+        "line 9: keyword axis= dropped": _AXIS,
+        "line 9: constant 0 -> -1": _AXIS,
+        "line 16: if x.stride(1) != 1 -> if True": "a copy of an x that is contiguous already: the same values, one copy more",
+        "line 16: constant 1 -> 0": "x.stride(1) != 0 copies every x of the space (a copy of a contiguous x changes nothing); "
+                                    "only an expanded x, whose columns are one element (stride 0), is left as it is, and the "
+                                    "contract's inputs hold no such x",
+    },
 }
