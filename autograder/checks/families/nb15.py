@@ -182,4 +182,13 @@ EQUIVALENT = {
                                     "only an expanded x, whose columns are one element (stride 0), is left as it is, and the "
                                     "contract's inputs hold no such x",
     },
+    "TritonFlashAttention": {
+        "line 17: .float(...) dropped (an alias or the old dtype)":
+            "the one of the five that survives is out's: notebook 14's backward uses out only in D = rowsum(grad_out * out), "
+            "where PyTorch promotes a bf16 out to grad_out's float32 (without q's, k's, v's or grad_out's .float() a bf16 "
+            "product of the backward fails, and grading kills those four)",
+        "line 18: .to(...) dropped (an alias or the old dtype)":
+            "autograd casts each gradient a Function returns to its input's dtype (validate_outputs in "
+            "torch/csrc/autograd/engine.cpp), so the float32 gradients of bf16 inputs arrive as bf16 all the same",
+    },
 }
