@@ -164,14 +164,32 @@ if not GPU:
 #
 # The grader calls `triton_softmax` and watches your kernel run. `x` may be any 2-d tensor or view:
 # rows not `N` apart, columns not adjacent (`x = y.T`, where `x.stride(1) != 1`: make `x` contiguous
-# in the launcher, or pass the column stride too), rows of a few columns to a few hundred, in
-# float32 and bfloat16. The kernel must be launched, one program per row; no load or store may
-# leave `x` or the output; a masked load without `other=` reads NaN (undefined values); and the
-# result must be what your kernel stored: the launcher allocates, launches and returns the output
-# (casting it to `x`'s dtype at most), with no arithmetic in PyTorch after the launch, and
-# `torch.softmax` is not called.
+# in the launcher, or pass the column stride too), rows of a few columns to a few hundred, rows far
+# from 0 and `-inf` entries.
 #
-# 评分程序调用 `triton_softmax` 并观察你的内核运行。`x` 可以是任何二维张量或视图：相邻两行相距不是 `N`，列不相邻（`x = y.T`，此时 `x.stride(1) != 1`：请在启动函数中把 `x` 变成连续的，或者把列步长也传给内核），每行几列到几百列，float32 和 bfloat16。内核必须被启动、每行一个程序；任何载入或存储都不能越出 `x` 或输出；不带 `other=` 的带掩码载入读到的是 NaN（未定义的值）；结果必须是你的内核存储的内容：启动函数分配输出、启动内核并返回输出（至多把它转换为 `x` 的 dtype），启动之后不能再用 PyTorch 做任何运算，也不能调用 `torch.softmax`。
+# 评分程序调用 `triton_softmax` 并观察你的内核运行。`x` 可以是任何二维张量或视图：相邻两行相距不是 `N`，列不相邻（`x = y.T`，此时 `x.stride(1) != 1`：请在启动函数中把 `x` 变成连续的，或者把列步长也传给内核），每行几列到几百列，远离 0 的行，以及 `-inf` 元素。
+#
+# <!-- rules: softmax_rows_kernel -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`softmax_rows_kernel`)
+#
+# - Not allowed: `torch.softmax` (the softmax itself); `Tensor.softmax` (the softmax itself); `F.softmax` (the softmax itself); `torch.log_softmax` (its logarithm); `F.log_softmax` (its logarithm); `utils.flash_triton.triton_softmax` (the course's launcher: yours allocates and launches); `utils.flash_attention.online_softmax` (notebook 14's softmax, in PyTorch).
+# - Not graded (the caller guarantees it): `x` is 2-d and every row holds a finite value.
+# - Graded in float32 and bfloat16: the output has `x`'s dtype; float32 exactly, bfloat16 within its rounding.
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Your kernel is launched by the launcher (`kernel[grid](...)`), one program per row, grid `(M,)`; no load or store leaves the tensors of its launch; a masked `tl.load` without `other=` reads NaN (its lanes are undefined).
+# - The results are the values your kernel stored: the launcher allocates, launches and returns them (casting to the inputs' dtype at most), with no arithmetic in PyTorch after the launch.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`torch.softmax`（就是 softmax 本身）；`Tensor.softmax`（就是 softmax 本身）；`F.softmax`（就是 softmax 本身）；`torch.log_softmax`（softmax 的对数）；`F.log_softmax`（softmax 的对数）；`utils.flash_triton.triton_softmax`（课程的启动函数：你的启动函数自己分配输出并启动内核）；`utils.flash_attention.online_softmax`（笔记本 14 的 softmax，用 PyTorch 写成）。
+# - 不评分（由调用者保证）：`x` 是二维的，且每一行都有一个有限值。
+# - 在 float32、bfloat16 下评分：输出与 `x` 的 dtype 相同；float32 要精确，bfloat16 在其舍入误差之内。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 你的内核由启动函数以 `kernel[grid](...)` 的方式启动，每行一个程序，grid 为 `(M,)`；任何载入或存储都不能越出这次启动的张量；不带 `other=` 的带掩码 `tl.load` 读到的是 NaN（这些位置的值是未定义的）。
+# - 结果是你的内核存储的值：启动函数分配输出、启动内核并返回它们（至多转换为输入的 dtype），启动之后不再用 PyTorch 做任何运算。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "softmax_rows_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @triton.jit
@@ -271,30 +289,50 @@ print(f"key tiles visited: {sum(min(T_k, (t + 1) * BLOCK_Q) // BLOCK_K for t in 
 # Write `flash_forward_kernel` and its launcher `triton_flash_attention_forward(q, k, v, causal,
 # block_q, block_k)`, which returns `(out, lse)` as notebook 14's `flash_attention_forward` does:
 # `out` of shape `(B, H, T_q, d)` in the inputs' dtype and `lse` of shape `(B, H, T_q)` in float32,
-# the natural log-sum-exp `m + log(l)` of each query's scaled scores over the keys it sees. `q`,
-# `k` and `v` share one dtype and one width `d`, a power of two from 16. The launcher makes `q`,
-# `k`, `v` contiguous (split heads give views), so that head `bh` of `q` starts `bh * T_q * d`
-# elements in and row `i` of it `i * d` further; it allocates `out` and `lse` and launches the
-# grid `(triton.cdiv(T_q, block_q), B * H)` with `scale = 1 / sqrt(d)`, `causal`, `d` and the
-# blocks as `tl.constexpr`s. `tl.program_id` is a 32-bit integer: cast it to int64
+# the natural log-sum-exp `m + log(l)` of each query's scaled scores over the keys it sees. The
+# launcher makes `q`, `k`, `v` contiguous (split heads give views), so that head `bh` of `q` starts
+# `bh * T_q * d` elements in and row `i` of it `i * d` further; it allocates `out` and `lse` and
+# launches the grid `(triton.cdiv(T_q, block_q), B * H)` with `scale = 1 / sqrt(d)`, `causal`, `d`
+# and the blocks as `tl.constexpr`s. `tl.program_id` is a 32-bit integer: cast it to int64
 # (`.to(tl.int64)`) before multiplying it by `T * d`, which passes 2^31 for 256 heads of 128K tokens
 # of width 128.
 #
-# 写出 `flash_forward_kernel` 及其启动函数 `triton_flash_attention_forward(q, k, v, causal, block_q, block_k)`，它像笔记本 14 的 `flash_attention_forward` 一样返回 `(out, lse)`：`out` 的形状为 `(B, H, T_q, d)`，dtype 与输入相同；`lse` 的形状为 `(B, H, T_q)`，为 float32，是每个查询在它能看到的键上缩放后分数的自然对数 log-sum-exp，即 `m + log(l)`。`q`、`k` 和 `v` 的 dtype 相同，宽度 `d` 也相同，是从 16 起的 2 的幂。启动函数让 `q`、`k`、`v` 变成连续的（拆分的头给出的是视图），这样 `q` 的第 `bh` 个头从第 `bh * T_q * d` 个元素开始，其中第 `i` 行再往后 `i * d` 个元素；它分配 `out` 和 `lse`，并以 `scale = 1 / sqrt(d)` 启动网格 `(triton.cdiv(T_q, block_q), B * H)`，`causal`、`d` 和分块大小作为 `tl.constexpr` 传入。`tl.program_id` 是 32 位整数：在把它乘以 `T * d` 之前先转换为 int64（`.to(tl.int64)`），对 256 个头、128K 个词元、宽度 128 来说，这个乘积超过 2^31。
+# 写出 `flash_forward_kernel` 及其启动函数 `triton_flash_attention_forward(q, k, v, causal, block_q, block_k)`，它像笔记本 14 的 `flash_attention_forward` 一样返回 `(out, lse)`：`out` 的形状为 `(B, H, T_q, d)`，dtype 与输入相同；`lse` 的形状为 `(B, H, T_q)`，为 float32，是每个查询在它能看到的键上缩放后分数的自然对数 log-sum-exp，即 `m + log(l)`。启动函数让 `q`、`k`、`v` 变成连续的（拆分的头给出的是视图），这样 `q` 的第 `bh` 个头从第 `bh * T_q * d` 个元素开始，其中第 `i` 行再往后 `i * d` 个元素；它分配 `out` 和 `lse`，并以 `scale = 1 / sqrt(d)` 启动网格 `(triton.cdiv(T_q, block_q), B * H)`，`causal`、`d` 和分块大小作为 `tl.constexpr` 传入。`tl.program_id` 是 32 位整数：在把它乘以 `T * d` 之前先转换为 int64（`.to(tl.int64)`），对 256 个头、128K 个词元、宽度 128 来说，这个乘积超过 2^31。
 #
-# The grader calls your launcher and watches the launches: your kernel, that grid, no address
-# outside the tensors, no key tile above the diagonal, no `F.scaled_dot_product_attention`, and
-# `out` and `lse` as your kernel stored them (the launcher allocates, launches and returns, casting
-# to the inputs' dtype at most; no arithmetic in PyTorch after the launch). It covers: blocks of 16
-# and 32 with `block_q` smaller, equal or larger than `block_k`; lengths that are not multiples of
-# the blocks, and `T_q` a multiple of `block_q` while `T_k` is not; causal and not; `d` from 16 to
-# 64; `q`, `k` and `v` in any layout (split heads, a transposed view whose last dimension is not
+# The grader calls your launcher and watches the launches. Its inputs cover: blocks of 16 to 64
+# with `block_q` smaller, equal or larger than `block_k`; lengths that are not multiples of the
+# blocks, and `T_q` a multiple of `block_q` while `T_k` is not; causal and not; `d` from 16 to 64;
+# `q`, `k` and `v` in any layout (split heads, a transposed view whose last dimension is not
 # contiguous, `k` and `v` laid out differently: make them contiguous, or pass and use every
-# dimension's stride); scores in the hundreds and scores all near -200; float32 exactly, bf16
-# within its rounding (`out` within 3e-2 of the exact answer, `lse` within two bf16 roundings of the
-# scores). A masked load without `other=` reads NaN (undefined values).
+# dimension's stride); scores in the hundreds and scores all near -200.
 #
-# 评分程序调用你的启动函数并观察每次启动：启动的是你的内核、网格如上、没有越出张量的地址、没有访问对角线之上的键分块、没有调用 `F.scaled_dot_product_attention`，而且 `out` 和 `lse` 就是你的内核存储的内容（启动函数分配、启动并返回，至多转换为输入的 dtype；启动之后不能再用 PyTorch 做运算）。它覆盖：16 和 32 的分块，`block_q` 小于、等于或大于 `block_k`；长度不是分块的倍数，以及 `T_q` 是 `block_q` 的倍数而 `T_k` 不是；因果与非因果；`d` 从 16 到 64；任何布局的 `q`、`k`、`v`（拆分的头、最后一维不连续的转置视图、`k` 和 `v` 布局不同：把它们变成连续的，或者传入并使用每一维的步长）；达到几百的分数，以及全都接近 -200 的分数；float32 要精确，bf16 在它的舍入误差之内（`out` 与精确答案相差不超过 3e-2，`lse` 不超过分数的两次 bf16 舍入）。不带 `other=` 的带掩码载入读到的是 NaN（未定义的值）。
+# 评分程序调用你的启动函数并观察每次启动。它的输入覆盖：16 到 64 的分块，`block_q` 小于、等于或大于 `block_k`；长度不是分块的倍数，以及 `T_q` 是 `block_q` 的倍数而 `T_k` 不是；因果与非因果；`d` 从 16 到 64；任何布局的 `q`、`k`、`v`（拆分的头、最后一维不连续的转置视图、`k` 和 `v` 布局不同：把它们变成连续的，或者传入并使用每一维的步长）；达到几百的分数，以及全都接近 -200 的分数。
+#
+# <!-- rules: flash_forward_kernel -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`flash_forward_kernel`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the attention your kernel computes); `utils.flash_triton.triton_flash_attention_forward` (the course's launcher: yours allocates and launches); `utils.flash_triton.flash_forward` (the course's launcher of any kernel it is given); `utils.flash_attention.flash_attention_forward` (notebook 14's forward, in PyTorch); `utils.flash_attention.naive_attention` (the course's attention, in PyTorch).
+# - Not graded (the caller guarantees it): `q`, `k` and `v` share one dtype and one width `d`, a power of two from 16.
+# - Not graded (the caller guarantees it): `block_q` and `block_k` are powers of two from 16.
+# - Not graded (the caller guarantees it): with causal=True, T_q <= T_k (the queries are the last positions).
+# - Graded in float32 and bfloat16: `out` in the inputs' dtype, `lse` float32; float32 exactly, bfloat16 within its rounding (`out` within 3e-2 of the exact answer, `lse` within two bf16 roundings of the scores).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Your kernel is launched by the launcher (`kernel[grid](...)`), one program per query tile and (batch item, head), grid `(cdiv(T_q, block_q), B * H)`; no load or store leaves the tensors of its launch; a masked `tl.load` without `other=` reads NaN (its lanes are undefined). With causal=True no key tile entirely above the diagonal is loaded.
+# - The results are the values your kernel stored: the launcher allocates, launches and returns them (casting to the inputs' dtype at most), with no arithmetic in PyTorch after the launch.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会直接算出你的内核要算的注意力）；`utils.flash_triton.triton_flash_attention_forward`（课程的启动函数：你的启动函数自己分配输出并启动内核）；`utils.flash_triton.flash_forward`（课程的启动函数，可以启动传给它的任何内核）；`utils.flash_attention.flash_attention_forward`（笔记本 14 的前向计算，用 PyTorch 写成）；`utils.flash_attention.naive_attention`（课程的注意力，用 PyTorch 写成）。
+# - 不评分（由调用者保证）：`q`、`k`、`v` 的 dtype 相同，宽度 `d` 也相同，是从 16 起的 2 的幂。
+# - 不评分（由调用者保证）：`block_q` 和 `block_k` 是从 16 起的 2 的幂。
+# - 不评分（由调用者保证）：causal=True 时 T_q <= T_k（查询是最后几个位置）。
+# - 在 float32、bfloat16 下评分：`out` 与输入的 dtype 相同，`lse` 为 float32；float32 要精确，bfloat16 在其舍入误差之内（`out` 与精确答案相差不超过 3e-2，`lse` 不超过分数的两次 bf16 舍入）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 你的内核由启动函数以 `kernel[grid](...)` 的方式启动，每个查询分块、每个（样本，头）各一个程序，grid 为 `(cdiv(T_q, block_q), B * H)`；任何载入或存储都不能越出这次启动的张量；不带 `other=` 的带掩码 `tl.load` 读到的是 NaN（这些位置的值是未定义的）。causal=True 时不载入完全位于对角线之上的键分块。
+# - 结果是你的内核存储的值：启动函数分配输出、启动内核并返回它们（至多转换为输入的 dtype），启动之后不再用 PyTorch 做任何运算。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "flash_forward_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @triton.jit
@@ -433,11 +471,34 @@ for dtype in () if GRADING else (torch.float32, torch.bfloat16):  # grading read
 # in the first cell). That backward multiplies tensors that must share one dtype, and `lse` is
 # float32: call it on float32 copies (`q.float()`, ..., `grad_out.float()`; FlashAttention-2 too
 # accumulates its gradients in float32, though it feeds its products 16-bit tiles), and return each
-# gradient in its input's dtype (`.to(q.dtype)`). The grader checks every gradient against autograd
-# through `F.scaled_dot_product_attention`, in float32 and bf16, with two calls in flight at once,
-# and that `out` is what your kernel stored (not recomputed in PyTorch).
+# gradient in its input's dtype (`.to(q.dtype)`). The grader compares every gradient with
+# autograd's through `F.scaled_dot_product_attention`.
 #
-# 写出一个 `torch.autograd.Function`：它的 `forward(ctx, q, k, v, causal=False)` 调用你的 `triton_flash_attention_forward`（使用默认分块），用 `ctx.save_for_backward` 保存 `q, k, v, out, lse`，把 `causal` 放在 `ctx` 上，并返回 `out`；它的 `backward(ctx, grad_out)` 用笔记本 14 的 `flash_attention_backward`（已在第一个单元格中导入）返回 `(dq, dk, dv, None)`。这个反向计算相乘的张量必须是同一个 dtype，而 `lse` 是 float32：请在 float32 副本上调用它（`q.float()`、……、`grad_out.float()`；FlashAttention-2 也在 float32 中累加梯度，尽管它的乘法用的是 16 位的分块）；再把每个梯度以其输入的 dtype 返回（`.to(q.dtype)`）。评分程序在 float32 和 bf16 下把每个梯度与 autograd 通过 `F.scaled_dot_product_attention` 求出的梯度相比较，同时让两次调用处于进行中，并检查 `out` 就是你的内核存储的内容（而不是用 PyTorch 重新算的）。
+# 写出一个 `torch.autograd.Function`：它的 `forward(ctx, q, k, v, causal=False)` 调用你的 `triton_flash_attention_forward`（使用默认分块），用 `ctx.save_for_backward` 保存 `q, k, v, out, lse`，把 `causal` 放在 `ctx` 上，并返回 `out`；它的 `backward(ctx, grad_out)` 用笔记本 14 的 `flash_attention_backward`（已在第一个单元格中导入）返回 `(dq, dk, dv, None)`。这个反向计算相乘的张量必须是同一个 dtype，而 `lse` 是 float32：请在 float32 副本上调用它（`q.float()`、……、`grad_out.float()`；FlashAttention-2 也在 float32 中累加梯度，尽管它的乘法用的是 16 位的分块）；再把每个梯度以其输入的 dtype 返回（`.to(q.dtype)`）。评分程序把每个梯度与 autograd 通过 `F.scaled_dot_product_attention` 求出的梯度相比较。
+#
+# <!-- rules: TritonFlashAttention -->
+#
+# #### Rules that grading checks · 评分检查的规则 (`TritonFlashAttention`)
+#
+# - Not allowed: `F.scaled_dot_product_attention` (it computes the attention your kernel computes); `utils.flash_triton.triton_flash_attention_forward` (the course's launcher: yours allocates and launches); `utils.flash_triton.flash_forward` (the course's launcher of any kernel it is given); `utils.flash_triton.flash_forward_kernel` (the course's kernel: launch yours); `utils.flash_attention.flash_attention_forward` (notebook 14's forward, in PyTorch); `utils.flash_attention.naive_attention` (the course's attention, in PyTorch); `utils.flash_attention.FlashAttention` (notebook 14's Function, in PyTorch).
+# - Not graded (the caller guarantees it): `q`, `k` and `v` share one dtype and one width `d`, a power of two from 16.
+# - Not graded (the caller guarantees it): with causal=True, T_q <= T_k (the queries are the last positions).
+# - Graded in float32 and bfloat16: `out` and each gradient in its input's dtype (notebook 14's backward run on float32 copies).
+# - Device: the output on the input's device; a tensor you create gets `device=x.device` (x: an input).
+# - Calls your own earlier exercises of this notebook (the text asks for them): a mistake there shows here too.
+# - The `out` forward returns is what your kernel stored; forward saves lse, not the probabilities, and neither forward nor backward builds an intermediate larger than one 64 x 64 tile of every head or than an input or output; causal and the saved tensors live on `ctx`, so two calls in flight keep their own.
+# - And the course-wide rules hold too (notebook 00, "How grading works").
+#
+# - 不允许使用：`F.scaled_dot_product_attention`（它会直接算出你的内核要算的注意力）；`utils.flash_triton.triton_flash_attention_forward`（课程的启动函数：你的启动函数自己分配输出并启动内核）；`utils.flash_triton.flash_forward`（课程的启动函数，可以启动传给它的任何内核）；`utils.flash_triton.flash_forward_kernel`（课程的内核：请启动你自己的）；`utils.flash_attention.flash_attention_forward`（笔记本 14 的前向计算，用 PyTorch 写成）；`utils.flash_attention.naive_attention`（课程的注意力，用 PyTorch 写成）；`utils.flash_attention.FlashAttention`（笔记本 14 的 Function，用 PyTorch 写成）。
+# - 不评分（由调用者保证）：`q`、`k`、`v` 的 dtype 相同，宽度 `d` 也相同，是从 16 起的 2 的幂。
+# - 不评分（由调用者保证）：causal=True 时 T_q <= T_k（查询是最后几个位置）。
+# - 在 float32、bfloat16 下评分：`out` 和每个梯度都与其输入的 dtype 相同（笔记本 14 的反向计算在 float32 副本上运行）。
+# - 设备：输出在输入所在的设备上；你新建的张量要加 `device=x.device`（x 是某个输入）。
+# - 调用你自己在本笔记本中更早完成的练习（正文要求如此）：那里的错误在这里也会体现。
+# - forward 返回的 `out` 是你的内核存储的值；forward 保存 lse 而不是概率，forward 和 backward 都不构造比每个头的一个 64 x 64 分块以及任何输入和输出更大的中间张量；causal 和保存的张量放在 `ctx` 上，这样同时进行中的两次调用各自保留自己的。
+# - 另外，全课程通用的规则同样适用（笔记本 00，“评分如何进行”）。
+#
+# <!-- /rules -->
 
 # %% nbgrader={"grade": false, "grade_id": "TritonFlashAttention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class TritonFlashAttention(torch.autograd.Function):

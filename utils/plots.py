@@ -1,5 +1,7 @@
-"""Figures the notebooks share: attention heatmaps first, more as the course grows."""
-import matplotlib.pyplot as plt
+"""Figures the notebooks share: attention heatmaps first, more as the course grows.
+
+matplotlib.pyplot is imported when a figure is drawn, not with the module: grading imports every
+utils module (the shortcut rule guards them all), and pyplot costs most of a second there."""
 import torch
 
 
@@ -14,6 +16,7 @@ def attention_heatmap(weights, query_labels=None, key_labels=None, ax=None, titl
     if w.dim() != 2:
         raise ValueError(f"attention_heatmap draws one (T_q, T_k) matrix, got shape {tuple(w.shape)}")
     if ax is None:
+        import matplotlib.pyplot as plt
         size = 1.0 + 0.55 * max(w.shape)
         _, ax = plt.subplots(figsize=(size + 1.2, size))
     image = ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=max(float(w.max()), 1e-9))

@@ -15,15 +15,14 @@ usual mistake computes (`triton_variants`), so that the message names the mistak
 cannot show is probed: NaN planted in keys that a causal query tile never needs shows whether the
 key loop skips the tiles above the diagonal.
 """
+import contextlib
 import math
 import warnings
 
 import torch
-import torch.nn.functional as F
 
-import utils.flash_attention as fa
 import utils.flash_triton as ref
-from autograder.checks import graded_checks, Shortcut, expect, expect_close, expect_known, expect_tensor, fail, forbid, own_work, randn, unwrap
+from autograder.checks import graded_checks, Shortcut, expect, expect_close, expect_known, expect_tensor, fail, own_work, randn
 from autograder.checks.families.nb15 import FAMILIES, attention, attention_out, softmax
 from autograder.checks.flash_variants import autograd_grads, heads_layout, scaled_scores, sdpa
 from autograder.checks.harness import same_as_reference
@@ -32,15 +31,18 @@ from autograder.checks.grad_probes import (apply_and_backward, apply_without_cau
 from autograder.checks.tile_watch import TileWatch, elements, expect_tiles
 from autograder.checks.triton_forward import BF16_TOL, expect_forward_runs, forward_inputs
 from autograder.checks.triton_variants import softmax_mistakes
-from autograder.checks.triton_runs import expect_kernel, expect_out_and_lse, expect_stored, f32_tol, launched, not_stored, on_device, run
+from autograder.checks.triton_runs import (expect_kernel, expect_out_and_lse, expect_stored, f32_tol, launched, layout_explained, not_stored,
+                                          on_device, run)
 from autograder.checks.triton_watch import KernelWatch
 import autograder.checks.triton_probes as probes
 
-_SDPA = [(F, "scaled_dot_product_attention")]
-_SOFTMAX = [(torch, "softmax"), (torch.Tensor, "softmax"), (F, "softmax"), (torch, "log_softmax"), (F, "log_softmax")]
-_REFERENCE = [(ref, "triton_softmax"), (ref, "softmax_rows_kernel"), (ref, "triton_flash_attention_forward"),
-              (ref, "flash_forward"), (ref, "flash_forward_kernel"), (fa, "flash_attention_forward"), (fa, "naive_attention"),
-              (fa, "online_softmax")]
+
+
+@contextlib.contextmanager
+def _own_work(kernel, launcher, who, launcher_name, en, zh):
+    """own_work for the kernel and for its launcher (its closures and defaults too): the contract's forbids."""
+    with own_work(kernel, who, en=en, zh=zh), own_work(launcher, launcher_name, en=en, zh=zh):
+        yield
 
 
 # triton_softmax ------------------------------------------------------------------------------
@@ -57,8 +59,7 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
     en = "This exercise asks you to write the softmax yourself, in softmax_rows_kernel, not to call torch's softmax or the course's kernels in utils."
     zh = "本练习要求你在 softmax_rows_kernel 中自己实现 softmax，而不是调用 torch 的 softmax 或 utils 中课程的内核。"
     runs, unstored, one_per_row = {}, [], ("one program per row, grid (M,)", "每行一个程序，grid 为 (M,)")
-    with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
-            own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch:
+    with _own_work(softmax_rows_kernel, triton_softmax, who, "triton_softmax", en, zh), KernelWatch() as watch:
         for name, arg in (("view", x), ("contiguous", contiguous), ("square", square), ("bf16", contiguous.bfloat16()),
                           ("columns", columns), ("long", long)):
             before = len(watch.launches)
@@ -105,9 +106,9 @@ def check_softmax_rows_kernel(softmax_rows_kernel, triton_softmax):
                  "triton_softmax is wrong on bf16 input: load, convert to float32 (.to(tl.float32)), compute, store in the output's dtype.",
                  "triton_softmax 在 bf16 输入上不对：载入后转换为 float32（.to(tl.float32)），计算，再以输出的 dtype 存储。", atol=4e-3, rtol=0)
     expect_stored(unstored, "triton_softmax")
-    with forbid([*_SOFTMAX, *_REFERENCE], [unwrap(triton_softmax)], en, zh), \
-            own_work(softmax_rows_kernel, who, extra=[*_SOFTMAX, *_REFERENCE], en=en, zh=zh), KernelWatch():
-        same_as_reference(triton_softmax, softmax, FAMILIES[who], "triton_softmax")
+    with _own_work(softmax_rows_kernel, triton_softmax, who, "triton_softmax", en, zh), KernelWatch():
+        same_as_reference(triton_softmax, softmax, FAMILIES[who], "triton_softmax",
+                          explain=layout_explained(triton_softmax, FAMILIES[who], "layout:x", "triton_softmax's result", "triton_softmax 的结果"))
 
 
 # triton_flash_attention_forward --------------------------------------------------------------
@@ -121,9 +122,7 @@ def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forw
     en = f"This exercise asks you to write the FlashAttention forward yourself, in {who}, not to call F.scaled_dot_product_attention or the course's code in utils."
     zh = f"本练习要求你在 {who} 中自己实现 FlashAttention 的前向计算，而不是调用 F.scaled_dot_product_attention 或 utils 中课程的代码。"
     runs, unstored = {}, []
-    with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), \
-            own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), KernelWatch() as watch, \
-            warnings.catch_warnings():
+    with _own_work(kernel, fn, who, "triton_flash_attention_forward", en, zh), KernelWatch() as watch, warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the poisoned probe's last query tile is NaN, legitimately
         for label, (args, causal, blocks, dtype) in inputs.items():
             before = len(watch.launches)
@@ -138,9 +137,10 @@ def check_flash_forward_kernel(flash_forward_kernel, triton_flash_attention_forw
            "triton_flash_attention_forward 原地修改了 q、k 或 v：请保持输入不变。")
     expect_forward_runs(runs, inputs, fn)
     expect_stored(unstored, "triton_flash_attention_forward")
-    with forbid([*_SDPA, *_REFERENCE], [unwrap(fn)], en, zh), own_work(kernel, who, extra=[*_SDPA, *_REFERENCE], en=en, zh=zh), \
-            KernelWatch():
-        same_as_reference(fn, attention, FAMILIES[who], "triton_flash_attention_forward")
+    with _own_work(kernel, fn, who, "triton_flash_attention_forward", en, zh), KernelWatch():
+        same_as_reference(fn, attention, FAMILIES[who], "triton_flash_attention_forward",
+                          explain=layout_explained(fn, FAMILIES[who], "layout:q,k,v", "triton_flash_attention_forward's result",
+                                                   "triton_flash_attention_forward 的结果"))
 
 
 # TritonFlashAttention ------------------------------------------------------------------------
@@ -150,16 +150,14 @@ def check_TritonFlashAttention(TritonFlashAttention):
           "triton_flash_attention_forward), not F.scaled_dot_product_attention or the course's code in utils.")
     zh = (f"本练习要求你自己实现 {who}：它的 forward 通过你的 triton_flash_attention_forward 启动你的内核，"
           "而不是调用 F.scaled_dot_product_attention 或 utils 中课程的代码。")
-    extra = [*_SDPA, *_REFERENCE, (ref, "TritonFlashAttention"), (fa, "FlashAttention")]
-    expect_autograd_function(cls, who, extra, en, zh)
+    expect_autograd_function(cls, who, (), en, zh)  # the contract's forbids
     B, H, T_q, T_k, d = 1, 2, 20, 37, 16
     q, k, v = (randn(B, H, T, d, seed=170 + i) for i, T in enumerate((T_q, T_k, T_k)))
     g = randn(B, H, T_q, d, seed=173)
     q, k, v, g = on_device(q, k, v, g)
     big = [t.requires_grad_() for t in on_device(*(randn(1, 1, 130, 16, seed=174 + i) for i in range(3)))]
     runs, forward_watch, watch, unstored = {}, TileWatch(), TileWatch(), []
-    methods = [unwrap(m) for m in vars(cls).values() if isinstance(m, (staticmethod, classmethod))]
-    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch() as kernels:
+    with own_work(cls, who, en=en, zh=zh), KernelWatch() as kernels:  # its methods' names, closures and defaults too
         for causal in (False, True):
             before = len(kernels.launches)
             runs[causal] = apply_and_backward(cls, (q, k, v), g, causal, who)
@@ -227,9 +225,9 @@ def check_TritonFlashAttention(TritonFlashAttention):
                  f"{who}.apply(q, k, v) 的默认值必须是 causal=False。", **f32_tol())
     expect_tiles(forward_watch, max(elements(*big), 64 * 64), f"{who}.forward", 64, 64)
     expect_tiles(watch, max(elements(*big), 64 * 64), f"{who}.backward", 64, 64)
-    with forbid(extra, methods, en, zh), own_work(cls, who, extra=extra, en=en, zh=zh), KernelWatch():
-        same_as_reference(cls.apply, attention_out, FAMILIES[who], who, grads=True)
+    with own_work(cls, who, en=en, zh=zh), KernelWatch():
+        same_as_reference(cls.apply, attention_out, FAMILIES[who], who, grads=True,
+                          explain=layout_explained(cls.apply, FAMILIES[who], "layout:q,k,v", f"{who}.apply's out", f"{who}.apply 的 out"))
 
 
-OWN_EARLIER = ("TritonFlashAttention",)  # graded with the learner's earlier exercises: its forward launches the learner's kernel, its backward is notebook 14's
 graded_checks(globals())  # device findings are said last (checks/elsewhere.py)

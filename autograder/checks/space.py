@@ -56,16 +56,17 @@ class Space:
     seed) -> (args, kwargs), or a Steps sequence; valid(point) -> False for points the contract
     excludes (a precondition); no_grads(point) -> True where gradients are not compared (extreme
     values saturate a softmax); tolerance(point) -> {dtype: (atol, rtol)} over the family's for
-    that point's outputs, or None (a float32 angle at position 4000 carries 2^-24 * 4000 radians of
-    rounding, so two right orders of computation differ by more than float32's tolerance there).
-    For a module, the harness also moves it with `.to(dtype)`."""
+    that point's outputs, or None, read at grading time: for a point whose own arithmetic rounds
+    more (a float32 angle at position 4000 carries 2^-24 * 4000 radians of rounding; scores in the
+    hundreds; a float32 result of bfloat16 inputs), so two right orders of computation differ by
+    more than the family's tolerance there. For a module, the harness also moves it with `.to(dtype)`."""
     __slotnames__ = []
     axes: dict
     build: Callable
     valid: Callable = None
     no_grads: Callable = None
-    seeds: tuple = (0, 1)  # the oracle's seeds; grading uses the first
     tolerance: Callable = None
+    seeds: tuple = (0, 1)  # the oracle's seeds; grading uses the first
 
     def __post_init__(self):
         for name, levels in self.axes.items():

@@ -8,6 +8,8 @@ import torch
 
 from autograder.checks import randn
 from autograder.checks.flash_variants import heads_layout
+from autograder.checks.space import column_major, strided
+from autograder.checks.triton_runs import device
 
 
 def softmax_view():
@@ -50,3 +52,60 @@ def poisoned(T, d, seed):
     q, k, v = (randn(1, 1, T, d, seed=seed + i) for i in range(3))
     k[..., T - 16:, :], v[..., T - 16:, :] = float("nan"), float("nan")
     return q, k, v
+
+
+# Points of the declared input spaces (families/nb15.py) -------------------------------------------
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def laid_out(t, how: str):
+    """The same values in another memory layout: column-major (the last two dimensions' strides
+    swapped), strided (every other element of a buffer whose gaps hold NaN), or, for heads,
+    "split heads" (a view of (B, T, H, d), as splitting a projection gives it)."""
+    if how == "contiguous":
+        return t.contiguous()
+    if how == "split heads":
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return column_major(t) if how == "column-major" else strided(t)
+
+
+def _qkv_layouts(how: str):
+    """The layouts of q, k and v: all three alike, or "mixed": q contiguous, k column-major
+    (k.stride(-1) != 1) and v as split heads give it, three layouts at once (a launcher that looks
+    at q's layout only, or addresses v with k's strides, shows)."""
+    return ("contiguous", "column-major", "split heads") if how == "mixed" else (how,) * 3
+
+
+def softmax_point(p, seed):
+    """x (M, N) in the point's dtype and layout: values of order 2, rows far from 0 (in the hundreds,
+    shifted by +500 and -1000 in turn: exp overflows, or underflows to 0 / 0 without the row's
+    maximum), or -inf in every fourth column (column 0 stays finite)."""
+    M, N = p["shape"]
+    x = randn(M, N, seed=seed) * 2
+    if p["values"] == "rows far from 0":
+        x = x * 150 + torch.tensor([500.0, -1000.0]).repeat(M)[:M, None]
+    elif p["values"] == "-inf entries":
+        x = x.masked_fill(torch.arange(N) % 4 == 3, float("-inf"))
+    x = laid_out(x.to(_DTYPES[p["dtype"]]), p["layout:x"])  # cast first: a cast would make a strided tensor contiguous
+    return (x.to(device()),), {}
+
+
+def _point_qkv(p, seed):
+    B, H, T_q, T_k, d = p["shape"]
+    q, k, v = (randn(B, H, T, d, seed=seed + i) for i, T in enumerate((T_q, T_k, T_k)))
+    if p["values"] == "scores in the hundreds":
+        q = q * 40.0
+    elif p["values"] == "scores all near -200":  # exp(s - 0) underflows to 0 below about -104: a running maximum started at 0 gives 0 / 0
+        q[..., 0], k[..., 0] = -40.0, 200.0 * d ** 0.5 / 40.0
+    dtype = _DTYPES[p["dtype"]]
+    return [laid_out(t.to(dtype), how).to(device()) for t, how in zip((q, k, v), _qkv_layouts(p["layout:q,k,v"]))]
+
+
+def forward_point(p, seed):
+    blocks = {} if isinstance(p["blocks"], str) else dict(block_q=p["blocks"][0], block_k=p["blocks"][1])
+    return tuple(_point_qkv(p, seed)), dict(causal=p["flag:causal"], **blocks)
+
+
+def apply_point(p, seed):
+    """Function.apply takes its arguments by position only: (q, k, v, causal)."""
+    return (*_point_qkv(p, seed), p["flag:causal"]), {}

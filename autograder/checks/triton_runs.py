@@ -150,3 +150,39 @@ def expect_out_and_lse(result, who, out_shape, dtype):
     expect(lse.dtype == torch.float32, "lse must be float32 whatever the inputs' dtype (the contract): allocate it with dtype=torch.float32.",
            "无论输入是什么 dtype，lse 都必须是 float32（约定）：用 dtype=torch.float32 分配它。", f"{dtype} inputs gave lse {lse.dtype}")
     return out.detach().cpu(), lse.detach().cpu()
+
+
+def layout_explained(fn, family, axis, what_en, what_zh):
+    """An `explain` for a family whose generated points lay out their inputs along `axis`: when a
+    value is wrong on a point whose inputs are not contiguous and the same call on contiguous copies
+    gives the right value, the layout is the mistake, and the sentence says so (else None: the
+    harness's own words)."""
+    def explain(probe, out, expected):
+        level = next((part.split("=", 1)[1] for part in probe.label.split(", ") if part.startswith(f"{axis}=")), "contiguous")
+        if level == "contiguous" or not isinstance(expected, torch.Tensor):
+            return None
+        args, kwargs = probe.build()
+        plain = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            again = fn(*plain, **kwargs)
+        except Exception:
+            return None
+        again = [t for t in (again if isinstance(again, (tuple, list)) else (again,))
+                 if isinstance(t, torch.Tensor) and t.shape == expected.shape and t.dtype == expected.dtype]
+        atol, rtol = family.tolerances(probe=probe).get(expected.dtype, (0, 0))
+        if not again or not torch.allclose(again[0].detach().cpu().double(), expected.detach().cpu().double(), atol=atol, rtol=rtol):
+            return None
+        return (f"{what_en} is wrong when its inputs are not contiguous ({axis} = {level}: {LAYOUTS_EN[level]}) and right on "
+                "contiguous copies of them: make them contiguous in the launcher (t.contiguous()), or pass every dimension's "
+                "stride of each tensor to the kernel and use them all.",
+                f"{what_zh} 在输入不连续时不对（{axis} = {level}：{LAYOUTS_ZH[level]}），在它们的连续副本上却是对的："
+                "请在启动函数中把它们变成连续的（t.contiguous()），或者把每个张量每一维的步长都传给内核并全部用上。")
+    return explain
+
+
+LAYOUTS_EN = {"column-major": "the last dimension's elements far apart, stride(-1) != 1",
+              "strided": "every other element of a wider buffer, stride(-1) == 2",
+              "mixed": "q contiguous, k a transposed view, v as split heads give it: three layouts at once"}
+LAYOUTS_ZH = {"column-major": "最后一维的元素在内存中相距很远，stride(-1) != 1",
+              "strided": "取自更宽缓冲区的每隔一个元素，stride(-1) == 2",
+              "mixed": "q 是连续的，k 是转置的视图，v 是拆分的头给出的布局：三种布局同时出现"}

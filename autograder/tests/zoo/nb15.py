@@ -433,9 +433,10 @@ RIGHT = {
 }
 
 
-from autograder.tests.zoo import nb15_kinds  # noqa: E402
+from autograder.tests.zoo import nb15_kinds, nb15_spaces  # noqa: E402  (they use this module's kernels)
 
-for _exercise, _entries in nb15_kinds.WRONG.items():
-    WRONG[_exercise].update(_entries)
-for _exercise, _entries in nb15_kinds.RIGHT.items():
-    RIGHT[_exercise].update(_entries)
+for _more in (nb15_kinds, nb15_spaces):
+    for _exercise, _entries in _more.WRONG.items():
+        WRONG[_exercise].update(_entries)
+    for _exercise, _entries in _more.RIGHT.items():
+        RIGHT.setdefault(_exercise, {}).update(_entries)

@@ -349,7 +349,7 @@ WRONG = {
     },
     "flash_forward_kernel": {
         "strides passed, the last one taken as 1": (_flash_with(contiguous=False, UNIT_D=True), "every dimension"),
-        "v addressed with k's strides": (_flash_with(contiguous=False, v_like_k=True), "different layouts"),
+        "v addressed with k's strides": (_flash_with(contiguous=False, v_like_k=True), "three layouts at once"),
         "causal loop's end counted in BLOCK_K": (_flash_with(END_BY_K=True), "counts queries"),
         "no masks when T_q is a multiple of block_q": (_flash_with(even_from_q=True), "outside the tensors"),
         "running maximum started at 0": (_flash_with(M_FROM_ZERO=True), "start the running maximum at -inf"),
