@@ -51,7 +51,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hub import limits, runtime  # noqa: E402
+from hub import disks, limits, private, runtime  # noqa: E402
 from hub.accounts import _exists_user, _pids_of, _remove_user, private_log  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +60,8 @@ CHP = REPO / "build" / "hub" / "node_modules" / ".bin" / "configurable-http-prox
 COURSE_ID = "attention-course"
 DATABASE = "attention"
 LOCK = "/tmp/attention-course-hub.lock"
+DISK_MB = {"learner": 2048, "instructor": 8192, "exchange": 2048}
+GRADING_RUN_MB = 16
 
 
 def free_port() -> int:
@@ -100,17 +102,21 @@ def run(*cmd, user=None, check=True, **kw):
 class CourseHub:
     """Set up with start(), taken down with stop(); stop() undoes whatever start() got to."""
 
-    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None, server_limits=None):
+    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None, server_limits=None,
+                 disk_mb: dict | None = None):
         self.state, self.prefix = Path(state), prefix
         self.runtime = self.state / "runtime"
         self.limits = {**limits.DEFAULTS, **(server_limits or {})}
+        # Each learner's home, the instructor's (the course folder and everything grading writes), the exchange.
+        self.disk_mb = {**DISK_MB, **(disk_mb or {})}
         self.cgroup = f"attention-hub-{prefix}"
         self.instructor = f"{prefix}-teacher"
         self.grader = f"{prefix}-grader"  # runs the learners' code while the instructor grades (autograder/sandbox.py)
         self.sudoers = Path("/etc/sudoers.d") / f"attention-hub-{prefix}"
         self.learners = [f"{prefix}-learner{i}" for i in range(1, learners + 1)]
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.domain = "localhost"  # the hub at http://localhost:PORT, each server at http://<name>.localhost:PORT
+        self.url = f"http://{self.domain}:{self.port}"
         self.service_token = secrets.token_hex(16)
         self.passwords = {name: secrets.token_urlsafe(9) for name in [self.instructor, *self.learners]}
         self.exchange = self.state / "exchange"
@@ -118,12 +124,13 @@ class CourseHub:
         self.pg_port = free_port()
 
     # Accounts and permissions -------------------------------------------------------------
-    def _add_user(self, name: str, shell: str = "/bin/bash", home: bool = True):
-        where = ["--create-home"] if home else ["--no-create-home", "--home-dir", "/nonexistent"]
+    def _add_user(self, name: str, shell: str = "/bin/bash", disk_mb: int = 0):
+        """An account; with `disk_mb`, a home on a disk of its own of that size (hub/disks.py)."""
+        where = ["--create-home"] if disk_mb else ["--no-create-home", "--home-dir", "/nonexistent"]
         run("useradd", *where, "--shell", shell, "--user-group", name)
         self.created_users.append(name)
-        if home:
-            os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
+        if disk_mb:
+            self.disk_kind = disks.home(self.state, name, disk_mb)
 
     def _seal_repo(self):
         """The accounts' only way to the course is STATE/runtime: the checkout closed (0700), the folders
@@ -143,6 +150,8 @@ class CourseHub:
         """Made here, before any account exists, so that no learner makes the course folder first."""
         teacher = pwd.getpwnam(self.instructor)
         self.exchange.mkdir(mode=0o755)
+        disks.make(self.state, "exchange", self.exchange, self.disk_mb["exchange"], inode_bytes=4096)  # bounded as a whole
+        os.chmod(self.exchange, 0o755)
         course = self.exchange / COURSE_ID
         for folder, mode in ((course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o3733),
                              (course / "feedback", 0o711)):
@@ -155,7 +164,7 @@ class CourseHub:
         may start autograder/sandbox.py as it through sudo (that command only) and shares a group
         with it for the kernel's connection file."""
         from autograder.sandbox import sudoers_rule
-        self._add_user(self.grader, shell="/usr/sbin/nologin", home=False)
+        self._add_user(self.grader, shell="/usr/sbin/nologin")
         run("usermod", "--append", "--groups", self.grader, self.instructor)
         draft = self.state / "sudoers"
         draft.write_text(sudoers_rule(self.instructor, self.grader, self.runtime))
@@ -168,6 +177,13 @@ class CourseHub:
         from autograder.prestart import DEFAULT_MEMORY_MB
         self.grading_cgroups = limits.grading_cgroup(self.cgroup, self.grader, {
             "memory_mb": 2 * DEFAULT_MEMORY_MB, "cpus": float(os.cpu_count() or 1), "processes": 512, "file_mb": 256})
+        # The grading kernels' connection folders (sockets, kernel.json): the one place graded code may
+        # write outside its own tmpfs, here a small tmpfs of the class's, not the machine's disk.
+        self.grading_run = self.state / "grading-run"
+        self.grading_run.mkdir(mode=0o750)
+        grader = pwd.getpwnam(self.grader)
+        run("mount", "-t", "tmpfs", "-o", f"size={GRADING_RUN_MB}m,nodev,nosuid,noexec,mode=0750,"
+            f"uid={pwd.getpwnam(self.instructor).pw_uid},gid={grader.pw_gid}", "tmpfs", str(self.grading_run))
 
     # PostgreSQL -----------------------------------------------------------------------------
     def _start_postgres(self):
@@ -217,11 +233,17 @@ class CourseHub:
             self._lock = None
             raise RuntimeError(f"another class is running on this machine (make hub or test_hub holds {LOCK}): stop it first")
         self.state.mkdir(mode=0o711)
+        # Each server's private tmpfs goes on every folder anyone may write (hub/private.py), found
+        # before the class makes its own; the class's state must not lie in one of them.
+        self.private_folders = private.world_writable(outside=[self.state])
+        if any(self.state == Path(f) or Path(f) in self.state.parents for f in self.private_folders):
+            raise RuntimeError(f"{self.state} lies in a folder every server gets a private copy of: choose another")
+        (self.state / "logs").mkdir(mode=0o700)  # each server's output (hub/private.py)
         self._seal_repo()
-        self._add_user(self.instructor)
+        self._add_user(self.instructor, disk_mb=self.disk_mb["instructor"])
         self._exchange()  # before any learner exists
         for name in self.learners:
-            self._add_user(name)
+            self._add_user(name, disk_mb=self.disk_mb["learner"])
             run("usermod", "--append", "--groups", name, self.instructor)  # how the instructor reads their submissions
         self._add_grader()
         self._start_postgres()
@@ -231,7 +253,8 @@ class CourseHub:
         accounts.write_text(json.dumps(self.passwords))
         (self.state / "hub.json").write_text(json.dumps({
             "repo": str(REPO), "runtime": str(self.runtime), "limits": self.limits, "cgroup": self.cgroup,
-            "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
+            "port": self.port, "domain": self.domain, "hub_port": free_port(), "proxy_api_port": free_port(),
+            "private_folders": self.private_folders, "grading_run": str(self.grading_run),
             "chp": str(CHP), "instructor": self.instructor, "learners": self.learners, "grader": self.grader,
             "exchange": str(self.exchange), "gradebook": self.gradebook, "grading_cgroups": self.grading_cgroups,
             "course_root": str(self.course_root),
@@ -258,10 +281,24 @@ class CourseHub:
         return path.read_text(errors="replace") if path.exists() else ""
 
     # The hub's REST API ---------------------------------------------------------------------
+    def host_of(self, name: str) -> str:
+        """The origin of `name`'s server (JupyterHub's subdomain scheme)."""
+        from jupyterhub.utils import subdomain_hook_idna
+        return f"{subdomain_hook_idna(name, self.domain, 'user')}:{self.port}"
+
+    def request(self, path: str, data=None, method=None, headers=None) -> urllib.request.Request:
+        """A request through the hub's proxy: /user/<name>/... to that server's origin (sent to the
+        loopback with its Host header: Python does not resolve *.localhost as browsers do)."""
+        host = f"{self.domain}:{self.port}"
+        if path.startswith("/user/"):
+            host = self.host_of(path.split("/")[2])
+        return urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                      headers={"Host": host, **(headers or {})})
+
     def api(self, method: str, path: str, body=None, timeout=300):
         """A request through the hub's proxy with the course-admin service's token; the JSON answer."""
         data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+        request = self.request(path, data=data, method=method, headers={
             "Authorization": f"token {self.service_token}", "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             text = answer.read().decode()
@@ -294,15 +331,20 @@ class CourseHub:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        shared = getattr(self, "private_folders", None) or ["/tmp", "/var/tmp", "/dev/shm", "/run/lock"]
         for name in self.created_users:
-            _remove_user(name)
+            _remove_user(name, shared)  # what it left in shared folders and IPC, its home's disk, the account
+        for mount in (getattr(self, "grading_run", None), self.exchange):
+            if mount is not None:
+                disks.unmount(mount)
         with contextlib.suppress(OSError):
             limits.remove_cgroups(self.cgroup)
         self.sudoers.unlink(missing_ok=True)
         for path, mode in reversed(self._undo):
             os.chmod(path, mode)
         self._undo.clear()
-        unmounted = runtime.unmount(self.runtime)
+        unmounted = runtime.unmount(self.runtime) and not any(
+            disks.mounted(p) for p in (self.exchange, self.state / "grading-run"))
         if getattr(self, "_lock", None):
             if unmounted:  # never rmtree through a mount: it would delete the checkout's venv
                 shutil.rmtree(self.state, ignore_errors=True)

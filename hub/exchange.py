@@ -10,10 +10,13 @@ instructor, and each class below takes one of nbgrader's steps:
 - every step (`FixedRoot`): the exchange's root is the administrator's, never created or re-moded
   by nbgrader (nbgrader wants it writable by all, which lets a learner make the course folder).
 - Collect (`SafeCollect`): a submission counts only if its folder and everything in it is a plain
-  folder or file owned by the learner it names (lstat, never following a link: hub/safe_copy.py);
-  its time is the file system's change time, never the learner's folder name or timestamp.txt;
-  anything else is skipped with a warning, for that submission only, and nothing collected
-  before is deleted unless a valid newer submission replaces it.
+  folder or file owned by the learner it names (lstat, never following a link: hub/safe_copy.py),
+  within bounds measured before anything else (files and folders, depth, bytes apparent or real),
+  and holds what the pipeline needs (its secret, the assignment's notebooks, checked in the copy);
+  its time is the file system's change time, never the learner's folder name or timestamp.txt.
+  Anything else is refused, for that submission only, whatever the error: a warning in collect's
+  log and a line in the course folder's collect-refused.log; nothing collected before is deleted
+  unless a valid newer submission replaces it.
 - Submit (`PrivateSubmit`): nbgrader makes a submission's files readable by everyone (0644) in a
   folder anyone may write (0777), hidden only by an unlisted inbound folder and a random name. Here
   they are shared with groups only: each learner has a group of their own that the instructor is a
@@ -22,9 +25,12 @@ instructor, and each class below takes one of nbgrader's steps:
 - Release feedback (`PrivateFeedback`): nbgrader copies each learner's feedback page into one
   folder with the page's own mode (0644), hidden only by a secret name. Here each page belongs to
   its learner's group, 0640: the learner and the instructor read it, nobody else, even knowing the name.
+  Learner by learner: one whose feedback cannot be released is warned about, the others get theirs.
 """
+import contextlib
 import datetime
 import fnmatch
+import glob
 import grp
 import os
 import pwd
@@ -41,7 +47,12 @@ import nbgrader.exchange.default.release_assignment as base_release
 import nbgrader.exchange.default.release_feedback as base_feedback
 import nbgrader.exchange.default.submit as base_submit
 
+from traitlets import Integer
+
 from hub import safe_copy
+
+SECRET = "submission_secret.txt"
+REFUSED_LOG = "collect-refused.log"  # in the course folder: one line per submission collect refused
 
 
 def _utc(seconds: float) -> datetime.datetime:
@@ -62,6 +73,23 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
         except KeyError:
             return None
 
+    max_entries = Integer(safe_copy.Bounds().entries, help="files and folders in one submission, at most").tag(config=True)
+    max_depth = Integer(safe_copy.Bounds().depth, help="levels of folders in one submission, at most").tag(config=True)
+    max_bytes = Integer(safe_copy.Bounds().bytes, help="bytes in one submission (apparent or real), at most").tag(config=True)
+
+    @property
+    def bounds(self) -> safe_copy.Bounds:
+        return safe_copy.Bounds(self.max_entries, self.max_depth, self.max_bytes)
+
+    def refused(self, name: str, student: str, why) -> None:
+        """A submission left in inbound, for that learner only: a warning in collect's log (the
+        formgrader shows it) and a line in the course folder's collect-refused.log, to read later."""
+        self.log.warning("refused %s (claims to be %s's): %s", name, student, why)
+        line = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC\t{student}\t{name}\t{why}\n"
+        with contextlib.suppress(OSError):
+            with open(os.path.join(self.coursedir.root, REFUSED_LOG), "a") as f:
+                f.write(line)
+
     def _records(self):
         """One record per submission that holds: learner, folder name, server time."""
         wanted = self.coursedir.student_id or "*"  # nbgrader's default: every learner
@@ -77,16 +105,29 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
             try:
                 if uid is None:
                     raise safe_copy.Refused(f"no account named {student}")
-                when = safe_copy.submission_time(os.path.join(self.inbound_path, name), uid)
-                # nbgrader's submit writes it, and release_feedback names the feedback page after it:
-                # a submission without it would abort the release for the whole class.
-                if not stat.S_ISREG(os.lstat(os.path.join(self.inbound_path, name, "submission_secret.txt")).st_mode):
-                    raise safe_copy.Refused("its submission_secret.txt is not a file")
-            except (safe_copy.Refused, OSError) as e:
-                self.log.warning("skipped %s (claims to be %s's): %s", name, student, e)
+                # Measured before anything else reads it: bounded, a folder at a time, no link followed.
+                when = safe_copy.measure(os.path.join(self.inbound_path, name), uid, self.bounds,
+                                         ignore=[*self.coursedir.ignore, "timestamp.txt"])
+                # nbgrader's submit writes it, and release_feedback names the feedback page after it.
+                secret = os.lstat(os.path.join(self.inbound_path, name, SECRET))
+                if not stat.S_ISREG(secret.st_mode) or not 0 < secret.st_size <= 1024:
+                    raise safe_copy.Refused(f"its {SECRET} is not a small file")
+            except Exception as e:  # whatever it is, it stops this submission only
+                self.refused(name, student, f"{type(e).__name__}: {e}")
                 continue
             yield {"username": student, "filename": name, "uid": uid,
                    "timestamp": _utc(when)}
+
+    def _required(self, folder: str) -> None:
+        """What the rest of the pipeline needs, checked in the copy: the secret, and each of the
+        assignment's released notebooks."""
+        secret = os.path.join(folder, SECRET)
+        if not os.path.isfile(secret) or not 0 < os.path.getsize(secret) <= 1024:
+            raise safe_copy.Refused(f"no {SECRET} of at most 1024 bytes in the copy")
+        released = self.coursedir.format_path(self.coursedir.release_directory, ".", self.coursedir.assignment_id)
+        for notebook in glob.glob(os.path.join(released, "*.ipynb")):
+            if not os.path.isfile(os.path.join(folder, os.path.basename(notebook))):
+                raise safe_copy.Refused(f"no {os.path.basename(notebook)} in the copy")
 
     def init_src(self):
         if self.coursedir.course_id == "":
@@ -125,10 +166,10 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
             shutil.rmtree(fresh, ignore_errors=True)
             try:
                 when = safe_copy.copy_submission(os.path.join(self.inbound_path, name), fresh, self._uids[name],
-                                                 ignore=[*self.coursedir.ignore, "timestamp.txt"],
-                                                 max_file_bytes=self.coursedir.max_file_size * 1000)
-            except (safe_copy.Refused, OSError) as e:
-                self.log.warning("skipped %s (claims to be %s's): %s", name, student, e)
+                                                 ignore=[*self.coursedir.ignore, "timestamp.txt"], bounds=self.bounds)
+                self._required(fresh)
+            except Exception as e:  # refused, never skipped in part: the copy is removed, the earlier one kept
+                self.refused(name, student, f"{type(e).__name__}: {e}")
                 shutil.rmtree(fresh, ignore_errors=True)
                 continue
             when = max(_utc(when), rec["timestamp"])
@@ -171,6 +212,19 @@ class PrivateSubmit(FixedRoot, base_submit.ExchangeSubmit):
 
 class PrivateFeedback(FixedRoot, base_feedback.ExchangeReleaseFeedback):
     def copy_files(self):
+        # One learner at a time: a learner whose feedback cannot be released (no secret, say) gets a
+        # warning, and the others theirs (nbgrader's loop stops at the first error, for the class).
+        pattern = self.src_path
+        for folder in sorted(glob.glob(pattern)):
+            self.src_path = folder
+            try:
+                self._copy_one()
+            except Exception as e:
+                self.log.warning("feedback of %s not released: %s: %s", Path(folder).parts[-2], type(e).__name__, e)
+            finally:
+                self.src_path = pattern
+
+    def _copy_one(self):
         # nbgrader copies feedback/<learner>/<assignment>/<notebook>.html to a temporary name with
         # shutil.copy, then renames it: give the copy to the learner's group as it is made.
         def copy(src, dest):

@@ -42,6 +42,10 @@ def build(repo: Path, runtime: Path) -> None:
             if found:
                 (runtime / "bin" / script.name).write_bytes(f"#!{venv / 'bin'}/".encode() + found[1] + head[found.end() - 1:])
                 (runtime / "bin" / script.name).chmod(0o755)
+    # The roles' folders are also the servers' user configuration folders (JUPYTER_CONFIG_DIR, read-only:
+    # hub/jupyterhub_config.py); jupyter_core's marker that there is nothing of IPython's to migrate there.
+    for role in (runtime / "hub" / "roles").glob("*"):
+        (role / "migrated").write_text("")
     # Compiled once by root, so that no account needs (or gets) a writable __pycache__.
     subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", *(str(runtime / n) for n in SOURCES)],
                    capture_output=True)

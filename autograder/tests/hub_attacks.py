@@ -43,13 +43,29 @@ def succeeded(name, attempts: dict) -> dict:
     return done
 
 
-# 1 ---------------------------------------------------------------------------------------------
+# 1, W1, N8 --------------------------------------------------------------------------------------
 PWNED = "document.body.setAttribute('data-pwned', '{}')"
-XSS_MARKDOWN = f'xss-probe <img src=x onerror="{PWNED.format("markdown")}">'
-XSS_OUTPUT = ("from IPython.display import HTML, Javascript, display\n"
+# N8: a markdown link to javascript: (bleach saw the source, where it is text), which the instructor clicks.
+XSS_MARKDOWN = (f'xss-probe <img src=x onerror="{PWNED.format("markdown")}">\n\n'
+                f"[click A](javascript:{PWNED.format('md-js-link')})\n")
+PROOF = "xss5-proof-by-learner.txt"  # W1's script writes this file in the instructor's home, as the instructor
+# W1: what an 8-byte PNG's `width` metadata became in nbconvert's template (an unquoted attribute: onerror),
+# and the same through `height` and a JPEG; the script puts a file in the instructor's home through
+# the instructor's own API, as the review's did.
+W1_SCRIPT = ("var m=document.cookie.match(/_xsrf=([^;]+)/);"
+             "fetch(location.pathname.split('/formgrader')[0]+'/api/contents/" + PROOF + "',{method:'PUT',"
+             "headers:{'Content-Type':'application/json','X-XSRFToken':m?decodeURIComponent(m[1]):''},"
+             "body:JSON.stringify({type:'file',format:'text',content:'written by a learner script in the formgrader'})})"
+             ".then(function(r){document.body.setAttribute('data-pwned','png-width-takeover-'+r.status)});")
+XSS_OUTPUT = ("import base64\n"
+              "from IPython.display import HTML, Javascript, display\n"
               f"display(HTML('<img src=x onerror=\"{PWNED.format('html output')}\"><script>"
               f"{PWNED.format('script output')}</script>'))\n"
-              f"display(Javascript(\"{PWNED.format('javascript output')}\"))\n")
+              f"display(Javascript(\"{PWNED.format('javascript output')}\"))\n"
+              f"js = base64.b64encode({W1_SCRIPT!r}.encode()).decode()\n"
+              "for mime, key in (('image/png', 'width'), ('image/png', 'height'), ('image/jpeg', 'width')):\n"
+              "    display({mime: 'iVBORw0KGgo=', 'text/plain': 'plot'}, raw=True,\n"
+              "            metadata={mime: {key: '1 onerror=eval(atob(this.alt))', 'alt': js}})\n")
 
 
 def submission_id(hub, call, stem, learner) -> str:
@@ -61,8 +77,9 @@ def formgrader_page_has_no_script(page: str) -> list[str]:
     """The learner's script that survived as markup in the formgrader's page of their submission (the
     cell's source is shown too, escaped: `&lt;img ... onerror=` there is text, not an element)."""
     import re
-    found = re.findall(r"<img[^>]*onerror[^>]*>", page, flags=re.I)
+    found = re.findall(r"<[a-z]+[^>]*\son[a-z]+\s*=[^>]*>", page, flags=re.I)  # any element with a handler
     found += re.findall(r"<script[^>]*>[^<]*data-pwned[^<]*</script>", page, flags=re.I)
+    found += re.findall(r"<a[^>]*href=[\"']?\s*javascript:[^>]*>", page, flags=re.I)
     return found
 
 
@@ -290,9 +307,9 @@ async def _run_in_kernel(hub, user, code, timeout):
     from tornado.websocket import websocket_connect
     kernel = hub.api("POST", f"/user/{user}/api/kernels", {"name": "python3"})
     try:
-        ws = await websocket_connect(HTTPRequest(
-            f"{hub.url.replace('http', 'ws')}/user/{user}/api/kernels/{kernel['id']}/channels",
-            headers={"Authorization": f"token {hub.service_token}"}))
+        request = hub.request(f"/user/{user}/api/kernels/{kernel['id']}/channels")
+        ws = await websocket_connect(HTTPRequest(request.full_url.replace("http", "ws", 1), headers={
+            "Host": request.get_header("Host"), "Authorization": f"token {hub.service_token}"}))
         msg_id = uuid.uuid4().hex
         ws.write_message(json.dumps({
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user, "session": uuid.uuid4().hex,
