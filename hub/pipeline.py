@@ -47,6 +47,11 @@ def is_ignored(filename: str, ignore_globs=None) -> bool:
                for pattern in ignore_globs or ())
 
 
+def install() -> None:
+    """The linear is_ignored in nbgrader (find_all_files looks it up there at each call)."""
+    nbgrader.utils.is_ignored = is_ignored
+
+
 def api():
     app = NbGrader()
     app.load_config_file()  # the instructor's role folder (JUPYTER_CONFIG_PATH), as the formgrader loads it
@@ -111,12 +116,14 @@ def child(answer, step: str, args) -> None:
     """What the forkserver's child runs: confined, in a session of its own; the answer sent back."""
     os.setsid()
     confine()
+    install()
     answer.send(run(step, args))
     answer.close()
 
 
 def main(argv: list[str]) -> int:
     confine()
+    install()
     step, *rest = argv
     if step == "render" and len(rest) == 2:
         rest[1] = json.loads(rest[1])
@@ -125,7 +132,7 @@ def main(argv: list[str]) -> int:
 
 
 # Imported once by the forkserver (and by the formgrader's server, which has them already): each step's
-# child starts with nbgrader, nbconvert and the exchange ready, and with the linear is_ignored.
+# child starts with nbgrader, nbconvert and the exchange ready.
 import nbformat  # noqa: E402
 import nbgrader.utils  # noqa: E402
 from nbgrader.apps.api import NbGraderAPI  # noqa: E402
@@ -136,7 +143,6 @@ from traitlets.config import Config  # noqa: E402
 import hub.exchange  # noqa: E402,F401
 from hub.render_safe import SafeFormgradeExporter  # noqa: E402
 
-nbgrader.utils.is_ignored = is_ignored  # find_all_files looks it up there at each call
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -2,4 +2,5 @@
 formgrader's exporter made and used once, so that each page's child starts with it ready."""
 from hub import pipeline
 
+pipeline.install()
 pipeline.warm()

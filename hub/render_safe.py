@@ -40,6 +40,7 @@ BASE64 = re.compile(r"^[A-Za-z0-9+/=\s]*$")
 TEXTS = ("text/plain", "text/html", "text/markdown", "text/latex")
 IMAGES = ("image/png", "image/jpeg")
 ATTACHMENTS = ("image/png", "image/jpeg", "image/gif")
+EMPTY_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=")
 NBGRADER = {"grade": bool, "solution": bool, "locked": bool, "task": bool, "points": float,
             "schema_version": int, "cell_type": str, "checksum": str, "grade_id": str}
 # 'unsafe-eval': MathJax 2 (the formulas, served by the Jupyter server: jupyter-server-mathjax) evaluates
@@ -142,12 +143,16 @@ def _cell(cell) -> NotebookNode | None:
         count = cell.get("execution_count")
         kept.execution_count = count if isinstance(count, int) else None
         kept.outputs = [o for o in map(_output, cell.get("outputs") or []) if o is not None]
-    elif isinstance(cell.get("attachments"), dict):
+    elif kind == "markdown":
         attachments = {}
-        for name, bundle in cell["attachments"].items():
+        for name, bundle in (cell.get("attachments") if isinstance(cell.get("attachments"), dict) else {}).items():
             images = {m: _text(v) for m, v in (bundle or {}).items() if m in ATTACHMENTS and _base64(v) is not None}
             if images and NAME.match(name):
                 attachments[name] = images
+        # A reference to an attachment that is not kept (or never was) would stop nbconvert for the whole
+        # page: it shows an empty image instead.
+        for name in re.findall(r"attachment:([^\s)\"'<>]+)", kept.source):
+            attachments.setdefault(name, {"image/png": EMPTY_PNG})
         if attachments:
             kept.attachments = NotebookNode(attachments)
     return kept
