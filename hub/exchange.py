@@ -16,7 +16,8 @@ instructor, and each class below takes one of nbgrader's steps:
   its time is the file system's change time, never the learner's folder name or timestamp.txt.
   Anything else is refused, for that submission only, whatever the error: a warning in collect's
   log and a line in the course folder's collect-refused.log; nothing collected before is deleted
-  unless a valid newer submission replaces it.
+  unless a valid newer submission replaces it, and where the latest is refused, the learner's
+  earlier submissions are tried in turn (a bad one costs its learner that one, not the honest one).
 - Submit (`PrivateSubmit`): nbgrader makes a submission's files readable by everyone (0644) in a
   folder anyone may write (0777), hidden only by an unlisted inbound folder and a random name. Here
   they are shared with groups only: each learner has a group of their own that the instructor is a
@@ -138,7 +139,7 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
             self.fail(f"Course not found: {self.inbound_path}")
         # nbgrader's choice (the latest, or the latest before the due date) over honest records only:
         # its init_src lists the folder with glob.glob; hand it ours.
-        records = list(self._records())
+        records = self._all = list(self._records())
         self._uids = {r["filename"]: r["uid"] for r in records}
         real_glob, real_record = base.glob, self._path_to_record
         by_name = {r["filename"]: r for r in records}
@@ -154,33 +155,44 @@ class SafeCollect(FixedRoot, base.ExchangeCollect):
             self.log.warning("No submissions of '%s' for course '%s' to collect", self.coursedir.assignment_id,
                              self.coursedir.course_id)
         for rec in self.src_records:
-            student, name = rec["username"], rec["filename"]
-            dest = self.coursedir.format_path(self.coursedir.submitted_directory, student, self.coursedir.assignment_id)
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            existing = self.coursedir.get_existing_timestamp(dest) if os.path.isdir(dest) else None
-            if existing is not None and not (self.update and rec["timestamp"] > existing) and not (
-                    self.before_duedate and rec["timestamp"] != existing):
-                self.log.info("No newer submission to collect: %s %s", student, self.coursedir.assignment_id)
-                continue
-            fresh = f"{dest}.collecting"
+            # nbgrader's choice first; if the copy refuses it, the learner's earlier submissions in turn:
+            # a bad submission costs its learner that submission, not the honest one before it.
+            earlier = sorted((r for r in self._all if r["username"] == rec["username"] and r["timestamp"] < rec["timestamp"]),
+                             key=lambda r: r["timestamp"], reverse=True)
+            for candidate in [rec, *earlier]:
+                if self._collect(candidate):
+                    break
+
+    def _collect(self, rec) -> bool:
+        """Collect one submission; False when it is refused (then an earlier one may be tried)."""
+        student, name = rec["username"], rec["filename"]
+        dest = self.coursedir.format_path(self.coursedir.submitted_directory, student, self.coursedir.assignment_id)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        existing = self.coursedir.get_existing_timestamp(dest) if os.path.isdir(dest) else None
+        if existing is not None and not (self.update and rec["timestamp"] > existing) and not (
+                self.before_duedate and rec["timestamp"] != existing):
+            self.log.info("No newer submission to collect: %s %s", student, self.coursedir.assignment_id)
+            return True
+        fresh = f"{dest}.collecting"
+        shutil.rmtree(fresh, ignore_errors=True)
+        try:
+            when = safe_copy.copy_submission(os.path.join(self.inbound_path, name), fresh, self._uids[name],
+                                             ignore=[*self.coursedir.ignore, "timestamp.txt"], bounds=self.bounds)
+            self._required(fresh)
+        except Exception as e:  # refused, never skipped in part: the copy is removed, the earlier one kept
+            self.refused(name, student, f"{type(e).__name__}: {e}")
             shutil.rmtree(fresh, ignore_errors=True)
-            try:
-                when = safe_copy.copy_submission(os.path.join(self.inbound_path, name), fresh, self._uids[name],
-                                                 ignore=[*self.coursedir.ignore, "timestamp.txt"], bounds=self.bounds)
-                self._required(fresh)
-            except Exception as e:  # refused, never skipped in part: the copy is removed, the earlier one kept
-                self.refused(name, student, f"{type(e).__name__}: {e}")
-                shutil.rmtree(fresh, ignore_errors=True)
-                continue
-            when = max(_utc(when), rec["timestamp"])
-            stamp = when.replace(tzinfo=datetime.timezone.utc).strftime(self.timestamp_format)
-            with open(os.path.join(fresh, "timestamp.txt"), "w") as f:
-                f.write(stamp)  # the server's time: what autograde compares with the due date
-            self.log.info("%s submission: %s %s (received %s)", "Updating" if existing else "Collecting",
-                          student, self.coursedir.assignment_id, stamp)
-            if os.path.isdir(dest):
-                shutil.rmtree(dest)
-            os.rename(fresh, dest)
+            return False
+        when = max(_utc(when), rec["timestamp"])
+        stamp = when.replace(tzinfo=datetime.timezone.utc).strftime(self.timestamp_format)
+        with open(os.path.join(fresh, "timestamp.txt"), "w") as f:
+            f.write(stamp)  # the server's time: what autograde compares with the due date
+        self.log.info("%s submission: %s %s (received %s)", "Updating" if existing else "Collecting",
+                      student, self.coursedir.assignment_id, stamp)
+        if os.path.isdir(dest):
+            shutil.rmtree(dest)
+        os.rename(fresh, dest)
+        return True
 
 
 class Fetch(FixedRoot, base_fetch.ExchangeFetchAssignment):

@@ -246,7 +246,8 @@ class Safe:
         html, nonce = seal(self.local_scripts(html, resources), resources.get("boundary"))
         resources["csp_nonce"] = nonce
         if self.meta_policy:
-            meta = f'<meta http-equiv="Content-Security-Policy" content="{policy(nonce)}">'
+            meta_policy = policy(nonce).replace("; frame-ancestors 'self'", "")  # a <meta> policy cannot say it
+            meta = f'<meta http-equiv="Content-Security-Policy" content="{meta_policy}">'
             html = re.sub(r"<head>", "<head>\n" + meta, html, count=1)
         return html, resources
 
