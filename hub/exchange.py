@@ -226,15 +226,18 @@ class PrivateFeedback(FixedRoot, base_feedback.ExchangeReleaseFeedback):
     def copy_files(self):
         # One learner at a time: a learner whose feedback cannot be released (no secret, say) gets a
         # warning, and the others theirs (nbgrader's loop stops at the first error, for the class).
-        pattern = self.src_path
+        pattern, failed = self.src_path, []
         for folder in sorted(glob.glob(pattern)):
             self.src_path = folder
             try:
                 self._copy_one()
             except Exception as e:
-                self.log.warning("feedback of %s not released: %s: %s", Path(folder).parts[-2], type(e).__name__, e)
+                failed.append(f"{Path(folder).parts[-2]}: {type(e).__name__}: {e}")
+                self.log.warning("feedback of %s", failed[-1])
             finally:
                 self.src_path = pattern
+        if failed:  # reported once every other learner's feedback is out
+            self.fail("feedback not released for " + "; ".join(failed))
 
     def _copy_one(self):
         # nbgrader copies feedback/<learner>/<assignment>/<notebook>.html to a temporary name with

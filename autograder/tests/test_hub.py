@@ -130,7 +130,10 @@ def hub(tmp_path_factory):
     course = CourseHub(state, prefix, learners=4, server_limits=LIMITS, disk_mb=DISKS)  # the fourth: the browser
     course.planted, course.ipc_keys = [], []
     try:
+        started = time.perf_counter()
         course.start()
+        print(f"test_hub: the class started in {time.perf_counter() - started:.0f} s", flush=True)
+        course._lap = time.perf_counter()
         yield course
     finally:
         course.stop()
@@ -251,7 +254,6 @@ def lap(hub, what: str):
 
 def test_a_class_through_the_exchange(hub):
     teacher, (good, wrong, idle) = hub.instructor, hub.learners[:3]
-    lap(hub, "start")
     hub.spawn([teacher, good, wrong, idle])
     lap(hub, "four servers")
     # Each role its tools: the formgrader for the instructor only; Create Assignment off in a learner's lab.
