@@ -12,23 +12,30 @@ hub/KUBERNETES.md and the README's instructor section.
 What is where (STATE and everything in it root's, 0600/0700, but runtime/ and exchange/):
     STATE/hub.json, accounts.json          ports, accounts, paths; passwords
     STATE/jupyterhub.log, .sqlite, ...     the hub's log, database, cookie secret (the hub runs with umask 077)
+    STATE/logs/<name>.log                  each server's output, never the hub's log (hub/private.py)
     STATE/runtime/                         all the accounts may read of the course (hub/runtime.py):
                                            the venv (bound read-only), utils/, autograder/, hub/
+    STATE/disks/<name>.img                 each home's disk, and the exchange's (hub/disks.py: ext4
+                                           on a loop device, mounted at the home and at STATE/exchange)
     STATE/exchange/                        nbgrader's exchange, made here and not by nbgrader
                                            (hub/exchange.py): root's 0755; the course folder, outbound
                                            (0755), inbound (3733: sticky, set-group-ID, not listable)
                                            and feedback (0711) the instructor's
+    STATE/grading-run/                     a 16 MiB tmpfs: the grading kernels' connection folders
     PREFIX-grader, /etc/sudoers.d/attention-hub-PREFIX
                                            the account grading kernels run as (no home), and the one
                                            sudo rule that lets the instructor start them as it
     STATE/pg/, STATE/pg-run/               PostgreSQL: data (postgres), socket (peer authentication)
     ~INSTRUCTOR/attention-course/          the course folder: source/ from solutions/, release/, ...
     cgroups attention-hub-PREFIX/<user>    each learner's server's memory, CPU and process limits, and
-            attention-hub-PREFIX/grading   all grading kernels' together (hub/limits.py)
+            attention-hub-PREFIX/grading   all grading work's together (hub/limits.py)
+Each server (hub/private.py) has a private tmpfs on every folder that all accounts may write (so
+STATE must lie in none of them: not in /tmp) and an IPC namespace of its own; the hub is at
+http://localhost:PORT and each server at http://<name>.localhost:PORT, an origin of its own.
 While the hub runs, the checkout is readable by root only (0700: its solutions/, .git, build/ and
 feedback/ hold the answers), and the folders above the venv's Python (e.g. /root for pyenv) are
-made traversable (o+x) so that the accounts can run it; both are restored at the end, and the
-accounts' files in /tmp, /var/tmp and /dev/shm are removed with the accounts.
+made traversable (o+x) so that the accounts can run it; both are restored at the end, and what the
+accounts left in world-writable folders and System V IPC is removed with the accounts.
 """
 import argparse
 import contextlib
@@ -376,6 +383,8 @@ def main(argv=None) -> int:
         for name, password in hub.passwords.items():
             print(f"  {'instructor' if name == hub.instructor else 'learner':<10}  {name:<24} password {password}")
         print(f"  grading kernels run as {hub.grader} (no log-in), through /etc/sudoers.d/{hub.sudoers.name}")
+        print(f"  each server at http://<name>.{hub.domain}:{hub.port}; homes and the exchange on disks of their own "
+              f"({getattr(hub, 'disk_kind', 'ext4')}: {hub.disk_mb} MiB)")
         while all(p.poll() is None for p in hub.procs):
             time.sleep(1)
         print("JupyterHub or PostgreSQL stopped; see the log above", file=sys.stderr)

@@ -452,14 +452,14 @@ def browser_part(hub):
         assignments()
         page.get_by_text("Fetch Feedback", exact=True).click()
         expect(page.get_by_text("(view feedback)")).to_be_visible()
-        # The feedback page carries its own policy, and its formulas still render under it (MathJax 2).
-        with page.context.expect_page() as opened:
-            page.get_by_text("(view feedback)").first.click()
-        feedback = opened.value
-        feedback.wait_for_load_state()
+        # The feedback page (opened as a page of its own, as JupyterLab's "Open in New Browser Tab" does)
+        # carries its own policy, and its formulas still render under it (MathJax 2).
+        page.get_by_text("(view feedback)").first.click()
+        folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
+        feedback = page
+        feedback.goto(f"http://{hub.host_of(learner)}/user/{learner}/files/{quote(folder[0]['path'])}/{STEM}.html")
         assert feedback.locator('meta[http-equiv="Content-Security-Policy"]').count() == 1, "feedback without its policy"
         expect(feedback.locator(".MathJax, .MathJax_Display").first).to_be_attached()
-        feedback.close()
         instructor_browser(hub, page)
     folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
     page_html = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
