@@ -12,14 +12,20 @@ course_hub.py creates the account (no password, no login shell, no home it can w
 sudoers rule that lets the instructor run exactly this command as it. This file is both ends:
 
     SandboxKernelManager (kernel_manager_class())   the instructor's side: writes the connection
-        file into a fresh folder shared with the account's group only, asks for Unix sockets
-        (ipc) instead of TCP, and builds the command above
+        file into a fresh folder shared with the account's group only (on the course's hub, in
+        a small tmpfs of the class: ATTENTION_GRADING_RUN), asks for Unix sockets (ipc) instead
+        of TCP, and builds the command above
     main()                                          the account's side, before ipykernel starts:
         refuses to run as root; dies with sudo (PR_SET_PDEATHSIG: nbclient stops a kernel with
         SIGKILL, which sudo cannot relay); enters namespaces of its own (autograder/isolate.py: its
         own processes, a read-only file system with private /tmp and HOME, no network); sets the
         limits (memory, processes, file size); starts ipykernel as the first process of its PID
-        namespace, so that nothing it starts outlives it
+        namespace, so that nothing it starts outlives it, with /dev/null for its output (no
+        descriptor of the grader's reaches it); once the kernel has ended, removes what the
+        account left in the connection folder
+    main(["--clean", FOLDER])                       the same, asked for by the instructor's side
+        after a kernel (whose launcher dies unheard when the kernel is killed): run through
+        the same sudo rule, as the account, on a connection folder only
 
 Signals: sudo keeps the instructor's real uid, so the instructor may signal it. A cell over its
 time gets SIGINT, which sudo relays to the launcher and the launcher to the kernel; SIGKILL kills

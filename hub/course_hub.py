@@ -40,7 +40,6 @@ accounts left in world-writable folders and System V IPC is removed with the acc
 import argparse
 import contextlib
 import fcntl
-import glob
 import json
 import os
 import pwd
@@ -52,13 +51,13 @@ import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hub import disks, limits, private, runtime  # noqa: E402
+from hub import disks, limits, postgres, private, runtime  # noqa: E402
+from hub.hub_api import HubAPI  # noqa: E402
+from hub.postgres import pg_bin  # noqa: E402,F401
 from hub.accounts import _exists_user, _pids_of, _remove_user, private_log  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,11 +74,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    return Path(found[-1]).parent if found else None
 
 
 def missing() -> str | None:
@@ -106,7 +100,7 @@ def run(*cmd, user=None, check=True, **kw):
     return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=kw.pop("timeout", 120), **kw)
 
 
-class CourseHub:
+class CourseHub(HubAPI):
     """Set up with start(), taken down with stop(); stop() undoes whatever start() got to."""
 
     def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None, server_limits=None,
@@ -194,28 +188,8 @@ class CourseHub:
 
     # PostgreSQL -----------------------------------------------------------------------------
     def _start_postgres(self):
-        bindir, data, sockets = pg_bin(), self.state / "pg", self.state / "pg-run"
-        for folder in (data, sockets):
-            folder.mkdir()
-            shutil.chown(folder, "postgres", "postgres")
-        data.chmod(0o700)
-        run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth-local=peer", "--auth-host=reject",
-            user="postgres", timeout=180)
-        proc = subprocess.Popen(["runuser", "-u", "postgres", "--", str(bindir / "postgres"), "-D", str(data),
-                                 "-k", str(sockets), "-p", str(self.pg_port), "-c", "listen_addresses="],
-                                stdout=subprocess.DEVNULL, stderr=private_log(self.state / "postgres.log"),
-                                start_new_session=True, umask=0o077)
+        proc, self.gradebook = postgres.start(self.state, self.pg_port, self.instructor, DATABASE)
         self.procs.append(proc)
-        psql = [str(bindir / "psql"), "-h", str(sockets), "-p", str(self.pg_port), "-d", "postgres", "-v",
-                "ON_ERROR_STOP=1", "-c"]
-        deadline = time.monotonic() + 60
-        while run(*psql, "SELECT 1", user="postgres", check=False).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("PostgreSQL did not start: " + (self.state / "postgres.log").read_text()[-1000:])
-            time.sleep(0.5)
-        run(*psql, f'CREATE ROLE "{self.instructor}" LOGIN', user="postgres")
-        run(*psql, f'CREATE DATABASE {DATABASE} OWNER "{self.instructor}"', user="postgres")
-        self.gradebook = f"postgresql+psycopg://{self.instructor}@/{DATABASE}?host={sockets}&port={self.pg_port}"
 
     # The course -----------------------------------------------------------------------------
     def _course_folder(self, stems):
@@ -282,50 +256,6 @@ class CourseHub:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("JupyterHub did not start: " + self.log()[-2000:])
                 time.sleep(0.5)
-
-    def log(self) -> str:
-        path = self.state / "jupyterhub.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    # The hub's REST API ---------------------------------------------------------------------
-    def host_of(self, name: str) -> str:
-        """The origin of `name`'s server (JupyterHub's subdomain scheme)."""
-        from jupyterhub.utils import subdomain_hook_idna
-        return f"{subdomain_hook_idna(name, self.domain, 'user')}:{self.port}"
-
-    def request(self, path: str, data=None, method=None, headers=None) -> urllib.request.Request:
-        """A request through the hub's proxy: /user/<name>/... to that server's origin (sent to the
-        loopback with its Host header: Python does not resolve *.localhost as browsers do)."""
-        host = f"{self.domain}:{self.port}"
-        if path.startswith("/user/"):
-            host = self.host_of(path.split("/")[2])
-        return urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                      headers={"Host": host, **(headers or {})})
-
-    def api(self, method: str, path: str, body=None, timeout=300):
-        """A request through the hub's proxy with the course-admin service's token; the JSON answer."""
-        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-        request = self.request(path, data=data, method=method, headers={
-            "Authorization": f"token {self.service_token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            text = answer.read().decode()
-        return json.loads(text) if text.strip() else None
-
-    def spawn(self, names, timeout=240):
-        """Start the named users' servers and wait until each is ready."""
-        for name in names:
-            try:
-                self.api("POST", f"/hub/api/users/{name}/server")
-            except urllib.error.HTTPError as e:
-                if e.code != 400:  # 400: already running
-                    raise RuntimeError(f"starting {name}'s server: {e.code} {e.read().decode()[:500]}") from e
-        deadline = time.monotonic() + timeout
-        waiting = list(names)
-        while waiting:
-            waiting = [n for n in waiting if not self.api("GET", f"/hub/api/users/{n}")["servers"].get("", {}).get("ready")]
-            if waiting and time.monotonic() > deadline:
-                raise RuntimeError(f"servers not ready after {timeout} s: {waiting}\n" + self.log()[-3000:])
-            time.sleep(1)
 
     # Taking it down -------------------------------------------------------------------------
     def stop(self):
