@@ -80,9 +80,11 @@ def missing() -> str | None:
     """What this machine lacks to run a class, in one line (None: nothing)."""
     if os.name != "posix" or os.geteuid() != 0:
         return "not root (accounts are created and servers spawned as them)"
-    for tool in ("useradd", "userdel", "runuser", "sudo", "visudo"):
+    for tool in ("useradd", "userdel", "runuser", "sudo", "visudo", "unshare", "ipcrm", "find", "mount"):
         if not shutil.which(tool):
             return f"no `{tool}` program"
+    if subprocess.run(["unshare", "--mount", "--ipc", "true"], capture_output=True).returncode != 0:
+        return "cannot make mount and IPC namespaces (each server's private /tmp: hub/private.py)"
     if not CHP.exists():
         return f"no configurable-http-proxy at {CHP.relative_to(REPO)} (make hub-proxy: npm install)"
     if not (REPO / ".venv" / "bin" / "jupyterhub-singleuser").exists():
