@@ -6,6 +6,7 @@ in Chromium; this runs in a second, without root."""
 import base64
 import os
 import re
+import subprocess
 import time
 
 import nbformat
@@ -141,18 +142,24 @@ def plant(folder, files=(), dirs=0, sparse=()):
     (folder / "submission_secret.txt").write_text("s" * 64)
     for name in files:
         (folder / name).write_text("")
-    deep = folder
-    for _ in range(dirs):
-        deep = deep / "d"
-        deep.mkdir()
+    if dirs:
+        subprocess.run(["mkdir", "-p", str(folder.joinpath(*["d"] * dirs))], check=True)
     for name, size in sparse:
         with open(folder / name, "wb") as f:
             f.truncate(size)
     return str(folder)
 
 
-def test_collect_bounds_refuse_at_once(tmp_path):
-    uid = os.getuid()
+@pytest.fixture
+def inbound(tmp_path):
+    """A folder for planted submissions, removed with coreutils at the end: pytest's own clean-up of old
+    temporary folders (shutil.rmtree, recursive) would stop at 1 100 nested folders, in any later session."""
+    yield tmp_path
+    subprocess.run(["rm", "-rf", "--one-file-system", str(tmp_path)], check=True)
+
+
+def test_collect_bounds_refuse_at_once(inbound):
+    uid, tmp_path = os.getuid(), inbound
     cases = {"20 000 files": plant(tmp_path / "many", files=[f"f{i:05d}" for i in range(20_000)]),
              "1 100 folders deep": plant(tmp_path / "deep", dirs=1100),
              "sparse files": plant(tmp_path / "sparse", sparse=[(f"d{i}.bin", 95_000_000) for i in range(3)]),

@@ -168,8 +168,12 @@ def test_clean_removes_what_the_account_left_in_a_connection_folder_and_nothing_
         others.append(folder / "kernel.json")
         others[0].write_text("{}")
         os.chown(others[0], 65534, -1)
-    sandbox.clean(str(folder))
-    assert sorted(p.name for p in folder.iterdir()) == [p.name for p in others]
+    try:
+        sandbox.clean(str(folder))
+        assert sorted(p.name for p in folder.iterdir()) == [p.name for p in others]
+    finally:  # pytest's own clean-up of old temporary folders is recursive: never leave it a deep one
+        subprocess.run(["chmod", "-R", "u+rwx", str(folder)], capture_output=True)
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
 
 
 def test_clean_refuses_root_and_other_folders():
