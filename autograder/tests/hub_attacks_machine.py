@@ -6,14 +6,16 @@ from inside a graded notebook, is in hub_attacks.graded_probe.
 
     N1  the hub's log, writable from every server     LOG_FDS: no descriptor of a kernel or its server
                                                       names the hub's log, nor another server's
-    N6  /tmp/torchinductor_<other>, made first        squat_tmp, then TMP_OF_VICTIM in the other's kernel
+    N6  /tmp/torchinductor_<other>, made first        squat_code, then TMP_OF_VICTIM in the other's kernel
     W7  no disk limit per learner                     DISK: home and /tmp end at their size (ENOSPC)
-    W10 IPC objects and /run/lock files outlive       IPC: made in a kernel and in a shell; after stop,
-        the class                                     none is left (ipc_left, checked by the fixture)
+    W10 IPC objects and /run/lock files outlive       ipc_code in a kernel and in a shell; after stop,
+        the class                                     none is left (ipc_seen, checked by the fixture)
+    (attempts() makes N1, N6, W7 and W10 with one run of each learner's kernel)
     N9  the learner's ~/.jupyter changes what their   plant_server_config, then config_ignored after a
         server serves (a page for the instructor)     restart: no static page, no startup code ran
 """
 import json
+import secrets
 import sys
 import urllib.error
 import urllib.request
@@ -32,7 +34,7 @@ LOG_FDS = (
     "        except OSError:\n"
     "            pass\n"
     "    return out\n"
-    "print(json.dumps({'kernel': fds(os.getpid()), 'server': fds(os.getppid())}))\n")
+    "print('@N1', json.dumps({'kernel': fds(os.getpid()), 'server': fds(os.getppid())}))\n")
 
 
 def logs_held(out: dict, hub, learner: str) -> list[str]:
@@ -43,15 +45,11 @@ def logs_held(out: dict, hub, learner: str) -> list[str]:
 
 
 # N6 -----------------------------------------------------------------------------------------------
-def squat_tmp(hub, intruder: str, victim: str) -> list[Path]:
-    """The victim's torch cache folder, made first by the intruder (0777, a module in it), in their
-    kernel's /tmp and with their account's shell; the paths made outside any server."""
+def squat_code(victim: str) -> str:
+    """The victim's torch cache folder, made first by the intruder (0777, a module in it)."""
     path = f"/tmp/torchinductor_{victim}"
-    code = (f"import os\nos.makedirs({path!r}, exist_ok=True)\nos.chmod({path!r}, 0o777)\n"
-            f"open({path!r} + '/planted.py', 'w').write('import os')\nprint('made')\n")
-    assert "made" in run_in_kernel(hub, intruder, code)
-    assert as_user(intruder, "sh", "-c", f"mkdir -m 0777 -p {path} && touch {path}/planted.py").returncode == 0
-    return [Path(path)]
+    return (f"os.makedirs({path!r}, exist_ok=True)\nos.chmod({path!r}, 0o777)\n"
+            f"open({path!r} + '/planted.py', 'w').write('import os')\n")
 
 
 TMP_OF_VICTIM = (
@@ -59,7 +57,7 @@ TMP_OF_VICTIM = (
     "from torch._inductor.runtime.cache_dir_utils import default_cache_dir\n"
     "path = default_cache_dir()\n"
     "st = os.stat(path) if os.path.exists(path) else None\n"
-    "print(json.dumps({'path': path, 'owner': st and st.st_uid, 'me': os.getuid(),\n"
+    "print('@N6', json.dumps({'path': path, 'owner': st and st.st_uid, 'me': os.getuid(),\n"
     "                  'planted': os.path.exists(os.path.join(path, 'planted.py')), 'tmp': sorted(os.listdir('/tmp'))}))\n")
 
 
@@ -77,7 +75,6 @@ def disk_code(home_mb: int, tmp_mb: int) -> str:
     """Run in the learner's kernel: fill the home and /tmp past their sizes, 16 MiB at a time (each
     file under the file-size limit); what was written where, and the error that stopped it."""
     return (
-        "import json, os\n"
         "out = {}\n"
         f"for where, limit in ((os.path.expanduser('~'), {home_mb}), ('/tmp', {tmp_mb})):\n"
         "    written, error, chunk = 0, None, b'\\0' * (16 << 20)\n"
@@ -92,7 +89,7 @@ def disk_code(home_mb: int, tmp_mb: int) -> str:
         "        if name.startswith('attention-fill'):\n"
         "            os.remove(os.path.join(where, name))\n"
         "    out[where] = [written, error]\n"
-        "print(json.dumps(out))\n")
+        "print('@W7', json.dumps(out))\n")
 
 
 def disk_held(out: dict, home_mb: int, tmp_mb: int) -> list[str]:
@@ -120,14 +117,28 @@ def ipc_code(key: int, lock: str) -> str:
         f"open({lock!r}, 'w').write('left')\n")
 
 
-def plant_ipc(hub, learner: str, key: int) -> tuple[list[int], list[Path]]:
-    """The objects of ipc_code, from the learner's kernel and from their shell; keys and lock files."""
+def attempts(hub, victim: str, intruder: str, home_mb: int, tmp_mb: int) -> tuple[list[str], list[Path], list[int]]:
+    """N1, N6, W7, W10 from the intruder's kernel (one run) and shell, then seen from the victim's
+    kernel: what went wrong, the paths and IPC keys made outside any server (for after the class)."""
+    key = 0x4C310000 + secrets.randbelow(1 << 16) * 32
     locks = [Path(f"/run/lock/attention-left-{hub.prefix}-{where}") for where in ("kernel", "shell")]
-    said = run_in_kernel(hub, learner, ipc_code(key, str(locks[0])))
-    assert "ids" in said and " -1" not in said, said
-    made = as_user(learner, "python3", "-c", ipc_code(key + 16, str(locks[1])))
-    assert made.returncode == 0 and " -1" not in made.stdout, made.stderr + made.stdout
-    return [key + i for i in (0, 1, 2, 16, 17, 18)], locks
+    squat = Path(f"/tmp/torchinductor_{victim}")
+    said = run_in_kernel(hub, intruder, "import json, os\n" + LOG_FDS + squat_code(victim) + disk_code(home_mb, tmp_mb)
+                         + ipc_code(key, str(locks[0])))
+    shell = as_user(intruder, "sh", "-c", f"mkdir -m 0777 -p {squat} && touch {squat}/planted.py && python3 -c \"$0\"",
+                    ipc_code(key + 16, str(locks[1])))
+    seen = run_in_kernel(hub, victim, TMP_OF_VICTIM + "print('@W10', json.dumps(open('/proc/sysvipc/shm').read()))\n")
+    out = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1]) for line in (said + seen).splitlines()
+           if line.startswith("@")}
+    wrong = [f"N1: {held}" for held in logs_held(out.get("@N1", {}), hub, intruder)] if "@N1" in out else ["N1: no answer"]
+    wrong += tmp_held(out["@N6"]) if "@N6" in out else [f"N6: no answer: {seen[-500:]}"]
+    wrong += disk_held(out["@W7"], home_mb, tmp_mb) if "@W7" in out else [f"W7: no answer: {said[-500:]}"]
+    if "ids" not in said or " -1" in said.split("ids", 1)[1].splitlines()[0] or shell.returncode != 0:
+        wrong.append(f"W10: the IPC objects were not even made: {said[-300:]} {shell.stderr[-300:]}")
+    keys = [key + i for i in (0, 1, 2, 16, 17, 18)]
+    if any(f" {k} " in f" {out.get('@W10', '')} " for k in keys):
+        wrong.append("W10: a learner sees another's shared memory")
+    return wrong, [squat, *locks], keys
 
 
 def ipc_seen(keys) -> list[str]:

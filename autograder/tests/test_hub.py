@@ -346,20 +346,10 @@ def test_a_class_through_the_exchange(hub):
 def machine_attempts(hub, victim, intruder):
     """N1, N6, W7, W10: from the intruder's kernel and shell, each must fail; what is left for after
     the class is checked by the fixture."""
-    out = json.loads(attack.run_in_kernel(hub, intruder, machine.LOG_FDS).strip().splitlines()[-1])
-    assert not machine.logs_held(out, hub, intruder), f"N1: {machine.logs_held(out, hub, intruder)}"
-    hub.planted += machine.squat_tmp(hub, intruder, victim)
-    said = attack.run_in_kernel(hub, victim, machine.TMP_OF_VICTIM)
-    out = json.loads(said.strip().splitlines()[-1])
-    assert not machine.tmp_held(out), (machine.tmp_held(out), out)
-    said = attack.run_in_kernel(hub, intruder, machine.disk_code(DISKS["learner"], LIMITS["private_mb"]))
-    out = json.loads(said.strip().splitlines()[-1])
-    assert not machine.disk_held(out, DISKS["learner"], LIMITS["private_mb"]), (machine.disk_held(out, DISKS["learner"], LIMITS["private_mb"]), out)
-    keys, locks = machine.plant_ipc(hub, intruder, 0x4C310000 + secrets.randbelow(1 << 16) * 32)
+    wrong, planted, keys = machine.attempts(hub, victim, intruder, DISKS["learner"], LIMITS["private_mb"])
+    hub.planted += planted
     hub.ipc_keys += keys
-    hub.planted += locks
-    seen = attack.run_in_kernel(hub, victim, "print(open('/proc/sysvipc/shm').read())")
-    assert not any(f" {k} " in f" {seen} " for k in keys[:1]), "W10: a learner sees another's shared memory"
+    assert not wrong, wrong
 
 
 def forbidden_attempts(hub, victim, intruder):
