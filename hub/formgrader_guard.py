@@ -6,8 +6,8 @@ autograde, feedback, and the rendering of a submission's page, however long a su
 them take, and all of it runs in the instructor's server, which has no limits. Here those handlers
 (the same URLs, the same answers) hand the work to a child process (hub/pipeline.py) and wait for
 it in a thread, without blocking: confined to the class's grading cgroup, ended after a time limit,
-one learner per process. "Generate feedback" and "release feedback" for the whole assignment run learner by learner:
-one learner's failure is reported with the others' successes, and never stops them.
+one learner per process. "Generate feedback" and "release feedback" for the whole assignment run
+learner by learner: one learner's failure is reported with the others' successes, and never stops them.
 
 The page of a submission is rendered by that process too (hub/render_safe.py), and sent with a
 Content-Security-Policy: only the template's scripts, which carry this page's nonce, may run.
@@ -51,6 +51,7 @@ def _wait(proc, answers, step: str, args) -> dict:
             return answers.recv()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the child's session: sudo and the grading kernel too
+        proc.kill()
         return {"success": False, "error": f"{what}: stopped after {TIMEOUTS[step]} s"}
     except EOFError:
         proc.join(5)
