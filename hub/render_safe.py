@@ -251,8 +251,8 @@ class Safe:
             html = re.sub(r"<head>", "<head>\n" + meta, html, count=1)
         return html, resources
 
-
     def local_scripts(self, html, resources):
+        """Scripts of the page's that load from elsewhere, replaced by the server's own (see below)."""
         return html
 
 

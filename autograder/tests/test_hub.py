@@ -499,7 +499,7 @@ def main(learners: int) -> int:
     try:
         t0 = time.perf_counter()
         hub.start()
-        hub.spawn([hub.instructor, *hub.learners])
+        hub.spawn([hub.instructor, *hub.learners], timeout=600)  # eleven servers at once: slow on a busy machine
         t1 = time.perf_counter()
         release(hub)
         kinds = {name: list(EDITS)[i % 3] for i, name in enumerate(hub.learners)}
