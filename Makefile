@@ -29,7 +29,7 @@ help:
 	@echo "make mutants [NB=\"04 05\"] mutate the model answers: grading must kill every mutant the broad oracle family sees (LIMIT=N per exercise)"
 	@echo "make grade-all DIR=PATH  grade DIR/<learner>/*.ipynb in parallel (JOBS=N, DB=URL) into grading/: grades.csv, feedback/, gradebook"
 	@echo "make check-env           OK/FAIL for every requirement of the environment"
-	@echo "make hub [LEARNERS=3]    (root) JupyterHub for a class on 127.0.0.1:8000: prints the URL and the accounts (hub/)"
+	@echo "make hub [LEARNERS=3]    (root) JupyterHub for a class on localhost:8000: prints the URL and the accounts (hub/)"
 
 # pip, not uv or poetry: torch==2.13.0 resolves to a locally provided CPU wheel where there is one.
 $(STAMP): requirements.txt pyproject.toml

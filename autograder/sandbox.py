@@ -12,14 +12,20 @@ course_hub.py creates the account (no password, no login shell, no home it can w
 sudoers rule that lets the instructor run exactly this command as it. This file is both ends:
 
     SandboxKernelManager (kernel_manager_class())   the instructor's side: writes the connection
-        file into a fresh folder shared with the account's group only, asks for Unix sockets
-        (ipc) instead of TCP, and builds the command above
+        file into a fresh folder shared with the account's group only (on the course's hub, in
+        a small tmpfs of the class: ATTENTION_GRADING_RUN), asks for Unix sockets (ipc) instead
+        of TCP, and builds the command above
     main()                                          the account's side, before ipykernel starts:
         refuses to run as root; dies with sudo (PR_SET_PDEATHSIG: nbclient stops a kernel with
         SIGKILL, which sudo cannot relay); enters namespaces of its own (autograder/isolate.py: its
         own processes, a read-only file system with private /tmp and HOME, no network); sets the
         limits (memory, processes, file size); starts ipykernel as the first process of its PID
-        namespace, so that nothing it starts outlives it
+        namespace, so that nothing it starts outlives it, with /dev/null for its output (no
+        descriptor of the grader's reaches it); once the kernel has ended, removes what the
+        account left in the connection folder
+    main(["--clean", FOLDER])                       the same, asked for by the instructor's side
+        after a kernel (whose launcher dies unheard when the kernel is killed): run through
+        the same sudo rule, as the account, on a connection folder only
 
 Signals: sudo keeps the instructor's real uid, so the instructor may signal it. A cell over its
 time gets SIGINT, which sudo relays to the launcher and the launcher to the kernel; SIGKILL kills
@@ -31,6 +37,7 @@ the CPU and memory within its limits. README "What grading guarantees" says so.
 import os
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,6 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv" / "bin" / "python"  # the path the sudoers rule names
 MAX_PROCESSES = 512  # processes and threads of the account (torch starts a thread per core)
 MAX_FILE_MB = 256
+PREFIX = "attention-grading-"  # of each kernel's connection folder
 
 
 def command(run_as: str, memory_mb: int, kernel_arguments: list[str], cgroups=()) -> list[str]:
@@ -50,6 +58,24 @@ def command(run_as: str, memory_mb: int, kernel_arguments: list[str], cgroups=()
     joined = [a for path in cgroups for a in ("--cgroup", str(path))]
     return ["sudo", "-n", "-u", run_as, "--", str(PYTHON), str(Path(__file__).resolve()),
             "--memory-mb", str(int(memory_mb)), *joined, "--", *kernel_arguments]
+
+
+def clean_command(run_as: str, folder: str) -> list[str]:
+    """The sudo command that removes, as `run_as`, what that account made in a connection folder."""
+    return ["sudo", "-n", "-u", run_as, "--", str(PYTHON), str(Path(__file__).resolve()), "--clean", str(folder)]
+
+
+def clean(folder: str) -> None:
+    """Everything this account owns at the top of `folder` (a grading connection folder), however deep
+    and however closed (chmod first, as the owner may; coreutils walk without recursion limits and
+    follow no link)."""
+    uid = os.geteuid()
+    for entry in os.scandir(folder):
+        if entry.stat(follow_symlinks=False).st_uid != uid:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            subprocess.run(["chmod", "-R", "u+rwx", "--", entry.path], capture_output=True)
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", entry.path], capture_output=True)
 
 
 def sudoers_rule(instructor: str, grader: str, root: Path = REPO) -> str:
@@ -84,8 +110,9 @@ def kernel_manager_class():
             gid = pwd.getpwnam(self.run_as).pw_gid
             if not getattr(self, "_shared", None):
                 # The kernel binds its sockets here (ipc: it has no network): group-writable, setgid so
-                # that they belong to the account's group, which the instructor is a member of.
-                self._shared = tempfile.mkdtemp(prefix="attention-grading-")
+                # that they belong to the account's group, which the instructor is a member of. On the
+                # course's JupyterHub, in a small tmpfs of the class's (ATTENTION_GRADING_RUN), never on a disk.
+                self._shared = tempfile.mkdtemp(prefix=PREFIX, dir=os.environ.get("ATTENTION_GRADING_RUN") or None)
                 os.chown(self._shared, -1, gid)
                 os.chmod(self._shared, 0o2770)
                 self.connection_file = os.path.join(self._shared, "kernel.json")
@@ -97,6 +124,9 @@ def kernel_manager_class():
         async def _async_cleanup_resources(self, restart: bool = False):  # what shutdown_kernel awaits
             await super()._async_cleanup_resources(restart)
             if not restart and getattr(self, "_shared", None):
+                # What the kernel's account made there (a folder it closed to others, say) is removed by
+                # that account; the launcher does it too, but it dies unheard when its kernel is killed.
+                subprocess.run(clean_command(self.run_as, self._shared), capture_output=True, timeout=60)
                 shutil.rmtree(self._shared, ignore_errors=True)
                 self._shared = None
 
@@ -131,6 +161,11 @@ def _relay(child: int) -> int:
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--clean"] and len(argv) == 2:  # after a kernel: its files in its connection folder
+        if os.geteuid() == 0 or not os.path.basename(os.path.normpath(argv[1])).startswith(PREFIX):
+            sys.exit("usage: sandbox.py --clean CONNECTION_FOLDER (as the grading account)")
+        clean(argv[1])
+        return
     if "--" not in argv:
         sys.exit("usage: sandbox.py --memory-mb N -- IPYKERNEL_ARGUMENTS")
     ours, kernel_arguments = argv[:argv.index("--")], argv[argv.index("--") + 1:]
@@ -154,7 +189,10 @@ def main(argv: list[str]) -> None:
         sys.exit(f"autograder/sandbox.py: cannot isolate the grading kernel ({e}); refusing to run it unconfined")
     child = os.fork()
     if child:
-        sys.exit(_relay(child))
+        status = _relay(child)
+        if connection:  # the kernel is gone: nothing it wrote in the connection folder outlives it
+            clean(os.path.dirname(os.path.abspath(connection)))
+        sys.exit(status)
     # The kernel: the PID namespace's first process, so every process it leaves dies with it.
     isolate.die_with_parent()
     isolate.seal_file_system(os.path.dirname(os.path.abspath(connection)) if connection else None, readable=[str(REPO)])
@@ -165,6 +203,10 @@ def main(argv: list[str]) -> None:
     os.chdir(home)
     env = {"HOME": home, "TMPDIR": "/tmp", "PATH": f"{PYTHON.parent}:/usr/bin:/bin", "PYTHONPATH": str(REPO),
            "MPLBACKEND": "agg", "NBGRADER_EXECUTION": "autograde", "LANG": "C.UTF-8"}
+    # Nothing of the grader's reaches the kernel: not its log (what sudo passed on as stderr), not a pipe.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
     os.execve(str(PYTHON), [str(PYTHON), "-m", "ipykernel_launcher", *kernel_arguments], env)
 
 

@@ -1,14 +1,15 @@
-"""The class's Unix accounts at the end: their processes killed, their files in the shared temporary
-folders removed, the accounts and homes deleted (hub/course_hub.py's stop())."""
+"""The class's Unix accounts at the end: their processes killed, what they left in the shared
+folders and System V IPC removed, their homes' disks taken away, the accounts and homes deleted
+(hub/course_hub.py's stop())."""
 import contextlib
 import os
 import pwd
-import shutil
 import signal
-import stat
 import subprocess
 import time
 from pathlib import Path
+
+from hub import disks, private
 
 
 def _exists_user(name: str) -> bool:
@@ -27,36 +28,21 @@ def private_log(path: Path):
     return open(path, "w", opener=lambda p, flags: os.open(p, flags, 0o600))
 
 
-def _remove_files_of(uid: int, tops=("/tmp", "/var/tmp", "/dev/shm")):
-    """The account's files and folders in the shared temporary folders (the next account that gets
-    its uid would own them), found with lstat: no link followed."""
-    for top in tops:
-        for folder, dirs, files in os.walk(top):
-            for name in [*files, *dirs]:
-                path = os.path.join(folder, name)
-                with contextlib.suppress(OSError):
-                    st = os.lstat(path)
-                    if st.st_uid != uid:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        shutil.rmtree(path, ignore_errors=True)
-                        dirs.remove(name)
-                    else:
-                        os.unlink(path)
-
-
-def _remove_user(name: str):
-    """Kill the account's processes (servers and kernels left by the hub), remove its files in /tmp,
+def _remove_user(name: str, shared=("/tmp", "/var/tmp", "/dev/shm", "/run/lock")):
+    """Kill the account's processes (servers and kernels left by the hub), remove what it left in the
+    `shared` (world-writable) folders and in System V IPC, take its home's disk away (hub/disks.py),
     then delete it and its home. userdel refuses while a process of the account is still going, so
     wait and retry."""
-    uid = pwd.getpwnam(name).pw_uid
+    entry = pwd.getpwnam(name)
+    uid = entry.pw_uid
     deadline = time.monotonic() + 30
     while True:
         for pid in _pids_of(uid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _pids_of(uid, settle=5)
-        _remove_files_of(uid)
+        private.remove_leftovers([uid], shared)
+        disks.unmount(Path(entry.pw_dir))
         result = run("userdel", "--remove", name, check=False)
         if not _exists_user(name) or time.monotonic() > deadline:
             return result

@@ -12,28 +12,34 @@ hub/KUBERNETES.md and the README's instructor section.
 What is where (STATE and everything in it root's, 0600/0700, but runtime/ and exchange/):
     STATE/hub.json, accounts.json          ports, accounts, paths; passwords
     STATE/jupyterhub.log, .sqlite, ...     the hub's log, database, cookie secret (the hub runs with umask 077)
+    STATE/logs/<name>.log                  each server's output, never the hub's log (hub/private.py)
     STATE/runtime/                         all the accounts may read of the course (hub/runtime.py):
                                            the venv (bound read-only), utils/, autograder/, hub/
+    STATE/disks/<name>.img                 each home's disk, and the exchange's (hub/disks.py: ext4
+                                           on a loop device, mounted at the home and at STATE/exchange)
     STATE/exchange/                        nbgrader's exchange, made here and not by nbgrader
                                            (hub/exchange.py): root's 0755; the course folder, outbound
                                            (0755), inbound (3733: sticky, set-group-ID, not listable)
                                            and feedback (0711) the instructor's
+    STATE/grading-run/                     a 16 MiB tmpfs: the grading kernels' connection folders
     PREFIX-grader, /etc/sudoers.d/attention-hub-PREFIX
                                            the account grading kernels run as (no home), and the one
                                            sudo rule that lets the instructor start them as it
     STATE/pg/, STATE/pg-run/               PostgreSQL: data (postgres), socket (peer authentication)
     ~INSTRUCTOR/attention-course/          the course folder: source/ from solutions/, release/, ...
     cgroups attention-hub-PREFIX/<user>    each learner's server's memory, CPU and process limits, and
-            attention-hub-PREFIX/grading   all grading kernels' together (hub/limits.py)
+            attention-hub-PREFIX/grading   all grading work's together (hub/limits.py)
+Each server (hub/private.py) has a private tmpfs on every folder that all accounts may write (so
+STATE must lie in none of them: not in /tmp) and an IPC namespace of its own; the hub is at
+http://localhost:PORT and each server at http://<name>.localhost:PORT, an origin of its own.
 While the hub runs, the checkout is readable by root only (0700: its solutions/, .git, build/ and
 feedback/ hold the answers), and the folders above the venv's Python (e.g. /root for pyenv) are
-made traversable (o+x) so that the accounts can run it; both are restored at the end, and the
-accounts' files in /tmp, /var/tmp and /dev/shm are removed with the accounts.
+made traversable (o+x) so that the accounts can run it; both are restored at the end, and what the
+accounts left in world-writable folders and System V IPC is removed with the accounts.
 """
 import argparse
 import contextlib
 import fcntl
-import glob
 import json
 import os
 import pwd
@@ -45,13 +51,13 @@ import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hub import limits, runtime  # noqa: E402
+from hub import disks, limits, postgres, private, runtime  # noqa: E402
+from hub.hub_api import HubAPI  # noqa: E402
+from hub.postgres import pg_bin  # noqa: E402,F401
 from hub.accounts import _exists_user, _pids_of, _remove_user, private_log  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +66,8 @@ CHP = REPO / "build" / "hub" / "node_modules" / ".bin" / "configurable-http-prox
 COURSE_ID = "attention-course"
 DATABASE = "attention"
 LOCK = "/tmp/attention-course-hub.lock"
+DISK_MB = {"learner": 2048, "instructor": 8192, "exchange": 2048}
+GRADING_RUN_MB = 16
 
 
 def free_port() -> int:
@@ -68,18 +76,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    return Path(found[-1]).parent if found else None
-
-
 def missing() -> str | None:
     """What this machine lacks to run a class, in one line (None: nothing)."""
     if os.name != "posix" or os.geteuid() != 0:
         return "not root (accounts are created and servers spawned as them)"
-    for tool in ("useradd", "userdel", "runuser", "sudo", "visudo"):
+    for tool in ("useradd", "userdel", "runuser", "sudo", "visudo", "unshare", "ipcrm", "find", "mount"):
         if not shutil.which(tool):
             return f"no `{tool}` program"
+    if subprocess.run(["unshare", "--mount", "--ipc", "true"], capture_output=True).returncode != 0:
+        return "cannot make mount and IPC namespaces (each server's private /tmp: hub/private.py)"
     if not CHP.exists():
         return f"no configurable-http-proxy at {CHP.relative_to(REPO)} (make hub-proxy: npm install)"
     if not (REPO / ".venv" / "bin" / "jupyterhub-singleuser").exists():
@@ -97,20 +102,24 @@ def run(*cmd, user=None, check=True, **kw):
     return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=kw.pop("timeout", 120), **kw)
 
 
-class CourseHub:
+class CourseHub(HubAPI):
     """Set up with start(), taken down with stop(); stop() undoes whatever start() got to."""
 
-    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None, server_limits=None):
+    def __init__(self, state: Path, prefix: str, learners: int, port: int | None = None, server_limits=None,
+                 disk_mb: dict | None = None):
         self.state, self.prefix = Path(state), prefix
         self.runtime = self.state / "runtime"
         self.limits = {**limits.DEFAULTS, **(server_limits or {})}
+        # Each learner's home, the instructor's (the course folder and everything grading writes), the exchange.
+        self.disk_mb = {**DISK_MB, **(disk_mb or {})}
         self.cgroup = f"attention-hub-{prefix}"
         self.instructor = f"{prefix}-teacher"
         self.grader = f"{prefix}-grader"  # runs the learners' code while the instructor grades (autograder/sandbox.py)
         self.sudoers = Path("/etc/sudoers.d") / f"attention-hub-{prefix}"
         self.learners = [f"{prefix}-learner{i}" for i in range(1, learners + 1)]
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.domain = "localhost"  # the hub at http://localhost:PORT, each server at http://<name>.localhost:PORT
+        self.url = f"http://{self.domain}:{self.port}"
         self.service_token = secrets.token_hex(16)
         self.passwords = {name: secrets.token_urlsafe(9) for name in [self.instructor, *self.learners]}
         self.exchange = self.state / "exchange"
@@ -118,12 +127,13 @@ class CourseHub:
         self.pg_port = free_port()
 
     # Accounts and permissions -------------------------------------------------------------
-    def _add_user(self, name: str, shell: str = "/bin/bash", home: bool = True):
-        where = ["--create-home"] if home else ["--no-create-home", "--home-dir", "/nonexistent"]
+    def _add_user(self, name: str, shell: str = "/bin/bash", disk_mb: int = 0):
+        """An account; with `disk_mb`, a home on a disk of its own of that size (hub/disks.py)."""
+        where = ["--create-home"] if disk_mb else ["--no-create-home", "--home-dir", "/nonexistent"]
         run("useradd", *where, "--shell", shell, "--user-group", name)
         self.created_users.append(name)
-        if home:
-            os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
+        if disk_mb:
+            self.disk_kind = disks.home(self.state, name, disk_mb)
 
     def _seal_repo(self):
         """The accounts' only way to the course is STATE/runtime: the checkout closed (0700), the folders
@@ -143,6 +153,8 @@ class CourseHub:
         """Made here, before any account exists, so that no learner makes the course folder first."""
         teacher = pwd.getpwnam(self.instructor)
         self.exchange.mkdir(mode=0o755)
+        disks.make(self.state, "exchange", self.exchange, self.disk_mb["exchange"], inode_bytes=4096)  # bounded as a whole
+        os.chmod(self.exchange, 0o755)
         course = self.exchange / COURSE_ID
         for folder, mode in ((course, 0o755), (course / "outbound", 0o755), (course / "inbound", 0o3733),
                              (course / "feedback", 0o711)):
@@ -155,7 +167,7 @@ class CourseHub:
         may start autograder/sandbox.py as it through sudo (that command only) and shares a group
         with it for the kernel's connection file."""
         from autograder.sandbox import sudoers_rule
-        self._add_user(self.grader, shell="/usr/sbin/nologin", home=False)
+        self._add_user(self.grader, shell="/usr/sbin/nologin")
         run("usermod", "--append", "--groups", self.grader, self.instructor)
         draft = self.state / "sudoers"
         draft.write_text(sudoers_rule(self.instructor, self.grader, self.runtime))
@@ -168,31 +180,18 @@ class CourseHub:
         from autograder.prestart import DEFAULT_MEMORY_MB
         self.grading_cgroups = limits.grading_cgroup(self.cgroup, self.grader, {
             "memory_mb": 2 * DEFAULT_MEMORY_MB, "cpus": float(os.cpu_count() or 1), "processes": 512, "file_mb": 256})
+        # The grading kernels' connection folders (sockets, kernel.json): the one place graded code may
+        # write outside its own tmpfs, here a small tmpfs of the class's, not the machine's disk.
+        self.grading_run = self.state / "grading-run"
+        self.grading_run.mkdir(mode=0o750)
+        grader = pwd.getpwnam(self.grader)
+        run("mount", "-t", "tmpfs", "-o", f"size={GRADING_RUN_MB}m,nodev,nosuid,noexec,mode=0750,"
+            f"uid={pwd.getpwnam(self.instructor).pw_uid},gid={grader.pw_gid}", "tmpfs", str(self.grading_run))
 
     # PostgreSQL -----------------------------------------------------------------------------
     def _start_postgres(self):
-        bindir, data, sockets = pg_bin(), self.state / "pg", self.state / "pg-run"
-        for folder in (data, sockets):
-            folder.mkdir()
-            shutil.chown(folder, "postgres", "postgres")
-        data.chmod(0o700)
-        run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth-local=peer", "--auth-host=reject",
-            user="postgres", timeout=180)
-        proc = subprocess.Popen(["runuser", "-u", "postgres", "--", str(bindir / "postgres"), "-D", str(data),
-                                 "-k", str(sockets), "-p", str(self.pg_port), "-c", "listen_addresses="],
-                                stdout=subprocess.DEVNULL, stderr=private_log(self.state / "postgres.log"),
-                                start_new_session=True, umask=0o077)
+        proc, self.gradebook = postgres.start(self.state, self.pg_port, self.instructor, DATABASE)
         self.procs.append(proc)
-        psql = [str(bindir / "psql"), "-h", str(sockets), "-p", str(self.pg_port), "-d", "postgres", "-v",
-                "ON_ERROR_STOP=1", "-c"]
-        deadline = time.monotonic() + 60
-        while run(*psql, "SELECT 1", user="postgres", check=False).returncode != 0:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("PostgreSQL did not start: " + (self.state / "postgres.log").read_text()[-1000:])
-            time.sleep(0.5)
-        run(*psql, f'CREATE ROLE "{self.instructor}" LOGIN', user="postgres")
-        run(*psql, f'CREATE DATABASE {DATABASE} OWNER "{self.instructor}"', user="postgres")
-        self.gradebook = f"postgresql+psycopg://{self.instructor}@/{DATABASE}?host={sockets}&port={self.pg_port}"
 
     # The course -----------------------------------------------------------------------------
     def _course_folder(self, stems):
@@ -217,11 +216,17 @@ class CourseHub:
             self._lock = None
             raise RuntimeError(f"another class is running on this machine (make hub or test_hub holds {LOCK}): stop it first")
         self.state.mkdir(mode=0o711)
+        # Each server's private tmpfs goes on every folder anyone may write (hub/private.py), found
+        # before the class makes its own; the class's state must not lie in one of them.
+        self.private_folders = private.world_writable(outside=[self.state])
+        if any(self.state == Path(f) or Path(f) in self.state.parents for f in self.private_folders):
+            raise RuntimeError(f"{self.state} lies in a folder every server gets a private copy of: choose another")
+        (self.state / "logs").mkdir(mode=0o700)  # each server's output (hub/private.py)
         self._seal_repo()
-        self._add_user(self.instructor)
+        self._add_user(self.instructor, disk_mb=self.disk_mb["instructor"])
         self._exchange()  # before any learner exists
         for name in self.learners:
-            self._add_user(name)
+            self._add_user(name, disk_mb=self.disk_mb["learner"])
             run("usermod", "--append", "--groups", name, self.instructor)  # how the instructor reads their submissions
         self._add_grader()
         self._start_postgres()
@@ -231,7 +236,8 @@ class CourseHub:
         accounts.write_text(json.dumps(self.passwords))
         (self.state / "hub.json").write_text(json.dumps({
             "repo": str(REPO), "runtime": str(self.runtime), "limits": self.limits, "cgroup": self.cgroup,
-            "port": self.port, "hub_port": free_port(), "proxy_api_port": free_port(),
+            "port": self.port, "domain": self.domain, "hub_port": free_port(), "proxy_api_port": free_port(),
+            "private_folders": self.private_folders, "grading_run": str(self.grading_run),
             "chp": str(CHP), "instructor": self.instructor, "learners": self.learners, "grader": self.grader,
             "exchange": str(self.exchange), "gradebook": self.gradebook, "grading_cgroups": self.grading_cgroups,
             "course_root": str(self.course_root),
@@ -253,36 +259,6 @@ class CourseHub:
                     raise RuntimeError("JupyterHub did not start: " + self.log()[-2000:])
                 time.sleep(0.5)
 
-    def log(self) -> str:
-        path = self.state / "jupyterhub.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    # The hub's REST API ---------------------------------------------------------------------
-    def api(self, method: str, path: str, body=None, timeout=300):
-        """A request through the hub's proxy with the course-admin service's token; the JSON answer."""
-        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
-            "Authorization": f"token {self.service_token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            text = answer.read().decode()
-        return json.loads(text) if text.strip() else None
-
-    def spawn(self, names, timeout=240):
-        """Start the named users' servers and wait until each is ready."""
-        for name in names:
-            try:
-                self.api("POST", f"/hub/api/users/{name}/server")
-            except urllib.error.HTTPError as e:
-                if e.code != 400:  # 400: already running
-                    raise RuntimeError(f"starting {name}'s server: {e.code} {e.read().decode()[:500]}") from e
-        deadline = time.monotonic() + timeout
-        waiting = list(names)
-        while waiting:
-            waiting = [n for n in waiting if not self.api("GET", f"/hub/api/users/{n}")["servers"].get("", {}).get("ready")]
-            if waiting and time.monotonic() > deadline:
-                raise RuntimeError(f"servers not ready after {timeout} s: {waiting}\n" + self.log()[-3000:])
-            time.sleep(1)
-
     # Taking it down -------------------------------------------------------------------------
     def stop(self):
         for proc in reversed(self.procs):  # the hub first (its spawned servers stop with it), then PostgreSQL
@@ -294,15 +270,20 @@ class CourseHub:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        shared = getattr(self, "private_folders", None) or ["/tmp", "/var/tmp", "/dev/shm", "/run/lock"]
         for name in self.created_users:
-            _remove_user(name)
+            _remove_user(name, shared)  # what it left in shared folders and IPC, its home's disk, the account
+        for mount in (getattr(self, "grading_run", None), self.exchange):
+            if mount is not None:
+                disks.unmount(mount)
         with contextlib.suppress(OSError):
             limits.remove_cgroups(self.cgroup)
         self.sudoers.unlink(missing_ok=True)
         for path, mode in reversed(self._undo):
             os.chmod(path, mode)
         self._undo.clear()
-        unmounted = runtime.unmount(self.runtime)
+        unmounted = runtime.unmount(self.runtime) and not any(
+            disks.mounted(p) for p in (self.exchange, self.state / "grading-run"))
         if getattr(self, "_lock", None):
             if unmounted:  # never rmtree through a mount: it would delete the checkout's venv
                 shutil.rmtree(self.state, ignore_errors=True)
@@ -334,6 +315,8 @@ def main(argv=None) -> int:
         for name, password in hub.passwords.items():
             print(f"  {'instructor' if name == hub.instructor else 'learner':<10}  {name:<24} password {password}")
         print(f"  grading kernels run as {hub.grader} (no log-in), through /etc/sudoers.d/{hub.sudoers.name}")
+        print(f"  each server at http://<name>.{hub.domain}:{hub.port}; homes and the exchange on disks of their own "
+              f"({getattr(hub, 'disk_kind', 'ext4')}: {hub.disk_mb} MiB)")
         while all(p.poll() is None for p in hub.procs):
             time.sleep(1)
         print("JupyterHub or PostgreSQL stopped; see the log above", file=sys.stderr)

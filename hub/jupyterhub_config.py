@@ -9,10 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from course_auth import CourseAuthenticator  # noqa: E402
-from limits import LimitedSpawner  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hub.course_auth import CourseAuthenticator  # noqa: E402
+from hub.limits import LimitedSpawner  # noqa: E402
 
 c = get_config()  # noqa: F821
 state = Path(os.environ["ATTENTION_HUB_STATE"])
@@ -22,6 +21,11 @@ cls = json.loads((state / "hub.json").read_text())
 runtime = Path(cls["runtime"])
 
 c.JupyterHub.bind_url = f"http://127.0.0.1:{cls['port']}"
+# Each server on an origin of its own, http://<name>.localhost:PORT (browsers resolve *.localhost to
+# the loopback): a page in one server's origin cannot read another's cookies, pages or API, the
+# instructor's formgrader included; the hub keeps http://localhost:PORT. A cluster uses a wildcard
+# DNS name and certificate instead (hub/KUBERNETES.md).
+c.JupyterHub.subdomain_host = f"http://{cls['domain']}:{cls['port']}"
 c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{cls['hub_port']}"
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{cls['proxy_api_port']}"
 c.ConfigurableHTTPProxy.command = [cls["chp"]]
@@ -47,8 +51,14 @@ c.JupyterHub.load_roles = [{"name": "course-admin", "services": ["course-admin"]
 c.JupyterHub.spawner_class = LimitedSpawner
 c.LimitedSpawner.limits = cls["limits"]
 c.LimitedSpawner.cgroup_parent = cls["cgroup"]
-c.LimitedSpawner.unlimited = {cls["instructor"]}  # grading kernels start from it, each with its own limits
-c.Spawner.cmd = [str(runtime / ".venv" / "bin" / "python"), "-m", "jupyterhub.singleuser"]
+c.LimitedSpawner.unlimited = {cls["instructor"]}  # its grading runs in the grading cgroup (hub/pipeline.py)
+# Every server: a private tmpfs on each world-writable folder, its own IPC and log (hub/private.py).
+c.LimitedSpawner.private_folders = cls["private_folders"]
+c.LimitedSpawner.private_mb = cls["limits"]["private_mb"]
+c.LimitedSpawner.log_folder = str(state / "logs")
+# -s: no packages from the account's ~/.local; -P: not the home folder (the server's working folder)
+# first on the module path: nothing the account writes changes the server's code.
+c.Spawner.cmd = [str(runtime / ".venv" / "bin" / "python"), "-s", "-P", "-m", "jupyterhub.singleuser"]
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
@@ -61,9 +71,16 @@ def role_environment(spawner):
     assignment list and feedback; instructor tools disabled)."""
     name = spawner.user.name
     role = "instructor" if name == cls["instructor"] else "learner"
+    home = Path("~" + name).expanduser()
     env = {
         "PATH": f"{runtime / 'bin'}:{runtime / '.venv' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "JUPYTER_CONFIG_PATH": str(runtime / "hub" / "roles" / role),
+        # The server's settings are the role's, not the account's: its user folder is the role's
+        # (root's) too, so ~/.jupyter (extra_static_paths, extensions, headers) is never read.
+        "JUPYTER_CONFIG_DIR": str(runtime / "hub" / "roles" / role),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / ".jupyter" / "lab" / "user-settings"),  # the lab's look: theirs
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / ".jupyter" / "lab" / "workspaces"),
+        "TMPDIR": "/tmp",  # the server's own (hub/private.py)
         "ATTENTION_REPO": str(runtime),
         "ATTENTION_EXCHANGE": cls["exchange"],
         "PYTHONPATH": str(runtime),
@@ -73,6 +90,7 @@ def role_environment(spawner):
         env["ATTENTION_GRADEBOOK"] = cls["gradebook"]
         env["ATTENTION_GRADER"] = cls["grader"]  # grading kernels run as this account (autograder/sandbox.py)
         env["ATTENTION_GRADING_CGROUPS"] = ":".join(cls["grading_cgroups"])  # and in this cgroup (hub/limits.py)
+        env["ATTENTION_GRADING_RUN"] = cls["grading_run"]  # their connection folders, on a small tmpfs
     spawner.environment.update(env)
 
 

@@ -1,4 +1,5 @@
-"""Limits on each learner's own server, enforced by the kernel: memory, CPU, processes, file size.
+"""Limits on each learner's own server, enforced by the kernel: memory, CPU, processes, file size
+(and, for every server, a machine of its own: hub/private.py; a disk of its own: hub/disks.py).
 
 JupyterHub's LocalProcessSpawner ignores `mem_limit` and `cpu_limit`: one learner's notebook could
 take the machine's memory and cores from the whole class, during an exam. LimitedSpawner starts each
@@ -16,14 +17,17 @@ per process, CPU not at all. What a deployment uses instead: The Littlest Jupyte
 singleuser.memory/cpu limits (the pod's cgroup). hub/course_hub.py removes the cgroups at the end."""
 import os
 import resource
+import subprocess
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Dict, Set, Unicode
+from traitlets import Dict, Int, List, Set, Unicode
+
+from hub import private
 
 CGROUP = Path("/sys/fs/cgroup")
 V1 = ("memory", "pids", "cpu")
-DEFAULTS = {"memory_mb": 4096, "cpus": 1.0, "processes": 512, "file_mb": 1024}
+DEFAULTS = {"memory_mb": 4096, "cpus": 1.0, "processes": 512, "file_mb": 1024, "private_mb": 1024}
 PERIOD_US = 100_000
 
 
@@ -70,17 +74,19 @@ def make_cgroup(parent: str, user: str, limits: dict) -> list[Path]:
 
 
 def grading_cgroup(parent: str, grader: str, limits: dict) -> list[str]:
-    """One cgroup for all grading kernels together, its cgroup.procs delegated to the grading account
-    so that autograder/sandbox.py, running as it, moves the kernel in; the files to write (none
+    """One cgroup for all grading work together, its cgroup.procs delegated to the grading account
+    and its group, so that autograder/sandbox.py, running as it, moves the kernel in, and the
+    instructor's pipeline (a member of that group: hub/pipeline.py) its steps; the files to write (none
     where this is not cgroup v1: under v2 moving a process also needs write access to the common
     ancestor, which the hub does not delegate, so there only the kernels' rlimits hold)."""
     if cgroup_version() != 1:
         return []
     import pwd
-    uid = pwd.getpwnam(grader).pw_uid
+    account = pwd.getpwnam(grader)
     procs = make_cgroup(parent, "grading", limits)
     for path in procs:
-        os.chown(path, uid, -1)
+        os.chown(path, account.pw_uid, account.pw_gid)
+        os.chmod(path, 0o664)
     return [str(p) for p in procs]
 
 
@@ -103,22 +109,40 @@ def set_rlimits(limits: dict) -> None:
 
 
 class LimitedSpawner(LocalProcessSpawner):
+    """Each server in its cgroup and under its rlimits (the learners'), and every server on a machine
+    of its own (hub/private.py: private /tmp and the like, its own IPC, its own log)."""
     limits = Dict(DEFAULTS, help="memory_mb, cpus, processes, file_mb of each user's server").tag(config=True)
     cgroup_parent = Unicode("attention-hub", help="the cgroup that holds one cgroup per user").tag(config=True)
     unlimited = Set(help="users whose servers get no limits (the instructor's, which grades)").tag(config=True)
+    private_folders = List(help="world-writable folders each server gets a tmpfs of its own on").tag(config=True)
+    private_mb = Int(private.PRIVATE_MB, help="size of each of those tmpfs").tag(config=True)
+    log_folder = Unicode("", help="where each server's output goes, one file per user").tag(config=True)
 
     def make_preexec_fn(self, name):
         drop_to_user = super().make_preexec_fn(name)
-        if name in self.unlimited:
-            return drop_to_user
+        limited = name not in self.unlimited
         limits = {**DEFAULTS, **self.limits}
-        join = make_cgroup(self.cgroup_parent, name, limits)  # in the hub, as root
+        join = make_cgroup(self.cgroup_parent, name, limits) if limited else []  # in the hub, as root
+        folders, size = list(self.private_folders), self.private_mb
 
         def preexec():  # in the server's process, still root: the account cannot undo any of it
             for procs in join:
                 with open(procs, "w") as f:
                     f.write(str(os.getpid()))
-            set_rlimits(limits)
+            private.enter(folders, size)
+            if limited:
+                set_rlimits(limits)
             os.umask(0o022)
             drop_to_user()
         return preexec
+
+    async def start(self):
+        # The server's output to a file of its own: JupyterHub would hand it the hub's log.
+        log = private.server_log(Path(self.log_folder), self.user.name) if self.log_folder else None
+        if log is not None:
+            self.popen_kwargs = {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": log}
+        try:
+            return await super().start()
+        finally:
+            if log is not None:
+                os.close(log)

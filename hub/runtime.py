@@ -13,6 +13,7 @@ a deployment does with an image: the learners' image holds the runtime and never
 The interpreter the venv points at (e.g. pyenv's under /root) keeps its folders traversable (o+x,
 not listable): course_hub.py opens them, as before."""
 import contextlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,13 +33,19 @@ def build(repo: Path, runtime: Path) -> None:
     subprocess.run(["mount", "--bind", str(repo / ".venv"), str(venv)], check=True, capture_output=True)
     subprocess.run(["mount", "-o", "remount,bind,ro", str(venv)], check=True, capture_output=True)
     (runtime / "bin").mkdir()
-    old, new = f"#!{repo / '.venv' / 'bin' / 'python'}".encode(), f"#!{venv / 'bin' / 'python'}".encode()
+    # pip writes the interpreter it ran as: .venv/bin/python, python3 or python3.11 (how the venv was made)
+    shebang = re.compile(rb"#!" + re.escape(str(repo / ".venv" / "bin").encode()) + rb"/(python[0-9.]*)\n")
     for script in (repo / ".venv" / "bin").iterdir():
         with contextlib.suppress(OSError):
             head = script.read_bytes()
-            if script.is_file() and head.startswith(old + b"\n"):
-                (runtime / "bin" / script.name).write_bytes(new + head[len(old):])
+            found = script.is_file() and shebang.match(head)
+            if found:
+                (runtime / "bin" / script.name).write_bytes(f"#!{venv / 'bin'}/".encode() + found[1] + head[found.end() - 1:])
                 (runtime / "bin" / script.name).chmod(0o755)
+    # The roles' folders are also the servers' user configuration folders (JUPYTER_CONFIG_DIR, read-only:
+    # hub/jupyterhub_config.py); jupyter_core's marker that there is nothing of IPython's to migrate there.
+    for role in (runtime / "hub" / "roles").glob("*"):
+        (role / "migrated").write_text("")
     # Compiled once by root, so that no account needs (or gets) a writable __pycache__.
     subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", *(str(runtime / n) for n in SOURCES)],
                    capture_output=True)

@@ -1,10 +1,11 @@
-"""The ten ways one learner took the course's JupyterHub apart (issue "A class a learner cannot
-break"), each made again the way it was made, as a learner, by test_hub.py: with the learner's Unix
-account (a terminal, by `runuser`), through the learner's own Jupyter server (its kernels), or from
-inside the learner's graded notebook. Each must fail; a comment names the weakness (1-10).
+"""The ways one learner took the course's JupyterHub apart, each made again the way it was made, as a
+learner, by test_hub.py: with the learner's Unix account (a terminal, by `runuser`), through the
+learner's own Jupyter server (its kernels), from inside the learner's graded notebook, or in the
+instructor's Chromium. Each must fail; a comment names the weakness.
 
+The first probe (issue "A class a learner cannot break"), here:
     1 stored XSS in the formgrader      XSS_CELLS (in the graded notebook), formgrader_page_has_no_script,
-                                        and test_hub.browser_part (the instructor's Chromium)
+                                        and test_hub.instructor_browser (the instructor's Chromium)
     2 solutions readable                checkout_attempts (git history, build/, feedback/, the runtime)
     3 collect follows links             plant_in_inbound (links to source/ and to another's submission)
     4 one persistent grading account    GRADED_PROBE (startup file, daemon, /tmp, network), graded twice
@@ -14,6 +15,17 @@ inside the learner's graded notebook. Each must fail; a comment names the weakne
     8 course folder made by a learner   exchange_attempts
     9 learner chooses submission time   plant_in_inbound (a back-dated submission), checked after collect
    10 /tmp files survive the class      plant_tmp_files, checked after stop by the fixture
+The second (review hub-probe-2.md, issue 37):
+   W1 script through an image's width   XSS_OUTPUT (PNG and JPEG, width and height: the review's own
+                                        cell), in the formgrader page and in Chromium, PROOF not written
+   N8 a markdown javascript: link       XSS_MARKDOWN, clicked by the instructor in Chromium
+   N9 a learner's page, same origin     hub_attacks_machine.plant_server_config (served? ran?), and
+                                        ORIGIN_PROBE in the learner's origin, in the instructor's Chromium
+   N5, N3, N2, N10 the pipeline         hub_attacks_pipeline (20 000 files, 1 100 folders, a sparse
+                                        secret, sparse data; a missing secret at release; a busy server)
+   N1 the hub's log, N6 a shared /tmp,  hub_attacks_machine (from the learner's kernel and shell)
+   W7 no disk limit, W10 IPC left over
+   N4 graded code on the real disk      graded_probe (the connection folder), graded_probe_held
 """
 import asyncio
 import json
@@ -25,6 +37,10 @@ import uuid
 from pathlib import Path
 
 COURSE_ID = "attention-course"
+
+# 1, W1, N8, N9: script for the instructor's browser (in hub_attacks_browser, named here too).
+from autograder.tests.hub_attacks_browser import (  # noqa: E402,F401
+    ORIGIN_PROBE, ORIGIN_PROOF, PROOF, PWNED, XSS_MARKDOWN, XSS_OUTPUT, formgrader_page_has_no_script, submission_id)
 
 
 def as_user(name, *cmd, cwd="/"):
@@ -41,29 +57,6 @@ def succeeded(name, attempts: dict) -> dict:
         if result.returncode == 0:
             done[what] = result.stdout[:200]
     return done
-
-
-# 1 ---------------------------------------------------------------------------------------------
-PWNED = "document.body.setAttribute('data-pwned', '{}')"
-XSS_MARKDOWN = f'xss-probe <img src=x onerror="{PWNED.format("markdown")}">'
-XSS_OUTPUT = ("from IPython.display import HTML, Javascript, display\n"
-              f"display(HTML('<img src=x onerror=\"{PWNED.format('html output')}\"><script>"
-              f"{PWNED.format('script output')}</script>'))\n"
-              f"display(Javascript(\"{PWNED.format('javascript output')}\"))\n")
-
-
-def submission_id(hub, call, stem, learner) -> str:
-    listed = call(hub, hub.instructor, "GET", f"/formgrader/api/submitted_notebooks/{stem}/{stem}")
-    return next(s["id"] for s in listed if s["student"] == learner)
-
-
-def formgrader_page_has_no_script(page: str) -> list[str]:
-    """The learner's script that survived as markup in the formgrader's page of their submission (the
-    cell's source is shown too, escaped: `&lt;img ... onerror=` there is text, not an element)."""
-    import re
-    found = re.findall(r"<img[^>]*onerror[^>]*>", page, flags=re.I)
-    found += re.findall(r"<script[^>]*>[^<]*data-pwned[^<]*</script>", page, flags=re.I)
-    return found
 
 
 # 2 ---------------------------------------------------------------------------------------------
@@ -168,7 +161,29 @@ def graded_probe(hub) -> str:
         "        time.sleep(600)\n"
         "    os._exit(0)\n"
         "print('daemon left')\n"
-        "print('cgroups', open('/proc/self/cgroup').read().replace(chr(10), ' '))\n")
+        "print('cgroups', open('/proc/self/cgroup').read().replace(chr(10), ' '))\n"
+        # N4: the connection folder, the one place it may write outside its tmpfs: how much it takes, and a
+        # folder closed to the instructor (0700), which used to outlive the grading on the machine's disk.
+        "import json\n"
+        "conn = os.path.dirname([a for a in open('/proc/self/cmdline').read().split(chr(0)) if a.endswith('.json')][0])\n"
+        "taken = 0\n"
+        "try:\n"
+        "    os.makedirs(conn + '/keep', exist_ok=True)\n"
+        "    with open(conn + '/keep/fill', 'wb') as f:\n"
+        "        for _ in range(64):\n"
+        "            f.write(bytes(1 << 20)); f.flush(); taken += 1\n"
+        "except OSError:\n"
+        "    pass\n"
+        "os.path.isdir(conn + '/keep') and os.chmod(conn + '/keep', 0o700)\n"
+        "print('connection folder took MiB', taken)\n"
+        # N1: any descriptor it holds that names a file (the hub's log was one, writable)
+        "held = []\n"
+        "for fd in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        held.append(os.readlink(f'/proc/self/fd/{fd}'))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('files held', json.dumps(sorted(h for h in held if h.startswith('/') and not h.startswith((conn, '/dev/', '/proc/', '/tmp/')))))\n")
 
 
 def graded_probe_held(printed: str, hub) -> list[str]:
@@ -183,6 +198,15 @@ def graded_probe_held(printed: str, hub) -> list[str]:
         wrong.append("the grading kernel's /tmp file is visible outside it")
     if hub.grading_cgroups and f":/{hub.cgroup}/grading " not in printed:  # 7 for grading: its limits too
         wrong.append("the grading kernel is not in the class's grading cgroup: " + printed.split("cgroups")[-1][:300])
+    import re
+    taken = re.search(r"connection folder took MiB (\d+)", printed)
+    if not taken or int(taken[1]) > 16:
+        wrong.append(f"N4: the grading kernel wrote {taken and taken[1]} MiB outside its own tmpfs (at most 16)")
+    if list(hub.grading_run.iterdir()):
+        wrong.append(f"N4: a grading left {[p.name for p in hub.grading_run.iterdir()]} in the connection folders' tmpfs")
+    held = re.search(r"files held (\[.*\])", printed)
+    if not held or json.loads(held[1]):
+        wrong.append(f"N1: the grading kernel holds files of the grader's: {held and held[1]}")
     return wrong
 
 
@@ -290,9 +314,9 @@ async def _run_in_kernel(hub, user, code, timeout):
     from tornado.websocket import websocket_connect
     kernel = hub.api("POST", f"/user/{user}/api/kernels", {"name": "python3"})
     try:
-        ws = await websocket_connect(HTTPRequest(
-            f"{hub.url.replace('http', 'ws')}/user/{user}/api/kernels/{kernel['id']}/channels",
-            headers={"Authorization": f"token {hub.service_token}"}))
+        request = hub.request(f"/user/{user}/api/kernels/{kernel['id']}/channels")
+        ws = await websocket_connect(HTTPRequest(request.full_url.replace("http", "ws", 1), headers={
+            "Host": request.get_header("Host"), "Authorization": f"token {hub.service_token}"}))
         msg_id = uuid.uuid4().hex
         ws.write_message(json.dumps({
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user, "session": uuid.uuid4().hex,

@@ -18,6 +18,7 @@ Validate, Submit, fetch feedback. Ten learners, timed: `.venv/bin/python -m auto
 Skipped with one line where the machine cannot run a class (not root, no configurable-http-proxy:
 `make hub-proxy`, no PostgreSQL). Alone: `.venv/bin/python -m pytest -q autograder/tests/test_hub.py`.
 """
+import contextlib
 import json
 import pwd
 import re
@@ -46,6 +47,8 @@ if WHY:
 # Without Chromium: skipped with test_browser's one line (a failure in CI, as there).
 from autograder.tests.test_browser import chromium_page, expect, type_into  # noqa: E402
 from autograder.tests import hub_attacks as attack  # noqa: E402
+from autograder.tests import hub_attacks_machine as machine  # noqa: E402
+from autograder.tests import hub_attacks_pipeline as pipeline  # noqa: E402
 from hub.limits import cgroup_version  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -113,24 +116,34 @@ def gradebook_rows(hub) -> dict[str, dict[str, float]]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-# Each learner's server: small enough that going over it is quick to try (hub/limits.py).
-LIMITS = {"memory_mb": 2048, "cpus": 1.0, "processes": 256, "file_mb": 256}
+# Each learner's server: small enough that going over it is quick to try (hub/limits.py), as are its
+# private tmpfs and the disks of the homes and the exchange (hub/private.py, hub/disks.py).
+LIMITS = {"memory_mb": 2048, "cpus": 1.0, "processes": 256, "file_mb": 256, "private_mb": 256}
+DISKS = {"learner": 256, "instructor": 1024, "exchange": 512}
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     prefix = "t" + secrets.token_hex(3)  # a name of its own: two runs never meet
-    state = Path("/tmp") / f"attention-hub-{prefix}"
-    course = CourseHub(state, prefix, learners=4, server_limits=LIMITS)  # the fourth works in the browser
-    course.planted = []
+    state = Path("/srv") / f"attention-hub-{prefix}"  # not in /tmp: each server has a /tmp of its own
+    state.parent.mkdir(exist_ok=True)
+    course = CourseHub(state, prefix, learners=4, server_limits=LIMITS, disk_mb=DISKS)  # the fourth: the browser
+    course.planted, course.ipc_keys = [], []
     try:
+        started = time.perf_counter()
         course.start()
+        print(f"test_hub: the class started in {time.perf_counter() - started:.0f} s", flush=True)
+        course._lap = time.perf_counter()
         yield course
     finally:
         course.stop()
     left = [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(f"{prefix}-")]
     assert not left and not state.exists() and not course.sudoers.exists(), f"the class left {left or state}"
-    assert not attack.gone(course.planted), f"10: a learner's files in /tmp survived the class: {attack.gone(course.planted)}"
+    assert not attack.gone(course.planted), f"10, W10: a learner's files survived the class: {attack.gone(course.planted)}"
+    assert not machine.ipc_seen(course.ipc_keys), f"W10: IPC objects survived the class: {machine.ipc_seen(course.ipc_keys)}"
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(state) not in mounts and not any(f"/{prefix}-" in line for line in mounts.splitlines()), \
+        "a disk or tmpfs of the class is still mounted"
     assert ROOT.stat().st_mode & 0o005 == 0o005, "the checkout was not opened again"
 
 
@@ -177,12 +190,18 @@ def learners_work(hub, kinds: dict[str, str], validate: list[str]):
         ok(call(hub, learner, "POST", "/assignments/submit", body), "submit")
 
 
-def grade(hub, learners):
-    """The instructor collects, autogrades each learner with the course's grader, and releases feedback."""
+def grade(hub, learners, watch=None):
+    """The instructor collects, autogrades each learner with the course's grader, and releases feedback;
+    while `watch`'s submission is autograded, the instructor's server is asked for its status
+    (hub_attacks_pipeline.responsive, kept as hub.watched)."""
     teacher = hub.instructor
+    started = time.perf_counter()
     ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/collect"), "collect")
+    hub.collect_s = time.perf_counter() - started
     for learner in learners:
-        ok(call(hub, teacher, "POST", f"/formgrader/api/submission/{STEM}/{learner}/autograde"), f"autograde {learner}")
+        with pipeline.responsive(hub) if learner == watch else contextlib.nullcontext() as watched:
+            ok(call(hub, teacher, "POST", f"/formgrader/api/submission/{STEM}/{learner}/autograde"), f"autograde {learner}")
+        hub.watched = watched or getattr(hub, "watched", None)
     ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/generate_feedback"), "generate_feedback")
     ok(call(hub, teacher, "POST", f"/formgrader/api/assignment/{STEM}/release_feedback"), "release_feedback")
 
@@ -217,23 +236,36 @@ def check_grades(hub, kinds: dict[str, str]) -> dict:
 
 
 def page_status(hub, user, path) -> tuple[int, str]:
-    request = urllib.request.Request(f"{hub.url}/user/{user}{path}", headers={"Authorization": f"token {hub.service_token}"})
+    request = hub.request(f"/user/{user}{path}", headers={"Authorization": f"token {hub.service_token}"})
     try:
         with urllib.request.urlopen(request, timeout=120) as answer:
+            hub.last_headers = answer.headers
             return answer.status, answer.read().decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, ""
 
 
+def lap(hub, what: str):
+    """Seconds since the last lap, printed (pytest shows them with -s, and with a failure)."""
+    now = time.perf_counter()
+    print(f"test_hub: {what} {now - getattr(hub, '_lap', now):.0f} s", flush=True)
+    hub._lap = now
+
+
 def test_a_class_through_the_exchange(hub):
     teacher, (good, wrong, idle) = hub.instructor, hub.learners[:3]
     hub.spawn([teacher, good, wrong, idle])
+    lap(hub, "four servers")
     # Each role its tools: the formgrader for the instructor only; Create Assignment off in a learner's lab.
     assert page_status(hub, teacher, "/formgrader/api/status")[0] == 200
     assert page_status(hub, good, "/formgrader/api/status")[0] == 404
     code, lab = page_status(hub, good, "/lab")
     assert code == 200 and '"@jupyter/nbgrader:create-assignment"' in lab.split("disabledExtensions", 1)[-1][:2000], \
         "a learner's JupyterLab still loads nbgrader's Create Assignment"
+    # N9: what the learner's home says about their server (a page to serve, code to run at start) is ignored.
+    wrong_now = machine.config_ignored(hub, wrong, machine.plant_server_config(hub, wrong))
+    assert not wrong_now, wrong_now
+    lap(hub, "N9: a learner's server restarted")
 
     refused = attack.succeeded(wrong, attack.exchange_attempts(hub, STEM))  # 8, before the release
     assert not refused, f"a learner could: {refused}"
@@ -251,10 +283,20 @@ def test_a_class_through_the_exchange(hub):
     assert forged.returncode == 0 and any(p.name.startswith(f"{good}+") and p.owner() == wrong
                                           for p in inbound.iterdir()), forged.stderr[-2000:]
 
+    lap(hub, "release, fetch, edit, validate, submit")
     planted = attack.plant_in_inbound(hub, good, wrong, STEM)  # 3, 5, 9
-    grade(hub, kinds)
-    check_grades(hub, kinds)
+    heavy = pipeline.plant_heavy(hub, wrong, STEM)  # N5, N3, N2, N10: later than the honest one
+    lap(hub, "planted in inbound")
+    grade(hub, kinds, watch=wrong)
+    lap(hub, "collect, autograde, feedback")
+    check_grades(hub, kinds)  # the learner's honest submission counts, and every other learner's
     attack.after_collect(hub, planted, good, wrong, STEM, "BEGIN HIDDEN TESTS")
+    assert not pipeline.refused_all(hub, heavy), f"collect took these for submissions: {pipeline.refused_all(hub, heavy)}"
+    assert hub.collect_s < 60, f"N5: collect took {hub.collect_s:.0f} s"
+    assert pipeline.course_folder_mb(hub) < 50, f"N10: the course folder takes {pipeline.course_folder_mb(hub)} MiB"
+    # N5: a step on a submission runs outside the instructor's server (in the class's grading cgroup).
+    assert hub.watched.worst < 10, f"the instructor's server took {hub.watched.worst:.1f} s to answer during an autograde"
+    assert hub.watched.confined or not hub.grading_cgroups, "no step of the instructor's ran in the grading cgroup"
 
     # The learner's code ran as the throwaway account, and none of the grader's files were open to it.
     graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
@@ -263,18 +305,23 @@ def test_a_class_through_the_exchange(hub):
     assert f"memory limit MiB {DEFAULT_MEMORY_MB}\n" in printed, printed[-800:]  # the course config's, kept through sudo
     assert printed.count("refused ") == 7 + 3 and "\nread " not in printed, printed[-1500:]
     assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "a grading kernel outlived its grading"
-    # 4: graded again, the same notebook finds nothing that its first grading left (startup file, files, daemon).
+    # 4: graded again, the same notebook finds nothing that its first grading left (startup file, files, daemon);
+    # N4, N1: nor in its connection folder (a small tmpfs, emptied), and it holds no file of the grader's.
     ok(call(hub, teacher, "POST", f"/formgrader/api/submission/{STEM}/{wrong}/autograde"), "autograde again")
     graded = nbformat.read(hub.course_root / "autograded" / wrong / STEM / f"{STEM}.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
     assert not attack.graded_probe_held(printed, hub), attack.graded_probe_held(printed, hub)
     assert not _pids_of(pwd.getpwnam(hub.grader).pw_uid, settle=5), "4: a daemon outlived its grading"
 
-    # 1: the formgrader's page of that submission carries none of the learner's script (Chromium: browser_part).
+    # 1, W1, N8: the formgrader's page of that submission carries none of the learner's script, and is sent
+    # with a policy that would stop any that got through (Chromium: browser_part).
     code, page = page_status(hub, teacher, f"/formgrader/submissions/{attack.submission_id(hub, call, STEM, wrong)}/?index=0")
     assert code == 200 and "xss-probe" in page and not attack.formgrader_page_has_no_script(page), \
         attack.formgrader_page_has_no_script(page)
+    scripts = re.search(r"script-src[^;]*", hub.last_headers.get("Content-Security-Policy", ""))
+    assert scripts and "'nonce-" in scripts[0] and "'unsafe-inline'" not in scripts[0], hub.last_headers
 
+    lap(hub, "graded again, formgrader page")
     forbidden_attempts(hub, good, wrong)
     refused = attack.succeeded(wrong, attack.checkout_attempts(hub, ROOT, STEM))  # 2
     refused |= attack.succeeded(wrong, attack.state_attempts(hub))  # 6
@@ -284,8 +331,25 @@ def test_a_class_through_the_exchange(hub):
     said = attack.run_in_kernel(hub, wrong, attack.limits_code(LIMITS))
     out = json.loads(said.strip().splitlines()[-1])
     assert not attack.limits_held(out, LIMITS, cgroup_version() > 0), (attack.limits_held(out, LIMITS, cgroup_version() > 0), out)
+    lap(hub, "forbidden reads and writes, limits")
+    machine_attempts(hub, good, wrong)
+    lap(hub, "N1, N6, W7, W10 in kernels")
+    # N2: one learner's feedback that cannot be released stops no one else's.
+    isolated = pipeline.release_isolated(hub, call, STEM, idle, [good, wrong])
+    assert not isolated, isolated
     hub.planted += attack.plant_tmp_files(hub, wrong)  # 10: checked after the class stops (the fixture)
+    lap(hub, "N2 release isolated")
     browser_part(hub)
+    lap(hub, "Chromium: learner, instructor")
+
+
+def machine_attempts(hub, victim, intruder):
+    """N1, N6, W7, W10: from the intruder's kernel and shell, each must fail; what is left for after
+    the class is checked by the fixture."""
+    wrong, planted, keys = machine.attempts(hub, victim, intruder, DISKS["learner"], LIMITS["private_mb"])
+    hub.planted += planted
+    hub.ipc_keys += keys
+    assert not wrong, wrong
 
 
 def forbidden_attempts(hub, victim, intruder):
@@ -352,7 +416,7 @@ def browser_part(hub):
         page.get_by_role("button", name="Fetch", exact=True).click()
         expect(page.get_by_role("button", name="Submit", exact=True)).to_be_visible()
 
-        page.goto(f"{hub.url}/user/{learner}/lab/tree/{NB}")
+        page.goto(f"http://{hub.host_of(learner)}/user/{learner}/lab/tree/{NB}")
         expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle")
         type_into(page, "attention_scores", RIGHT)
         page.keyboard.press("Control+s")
@@ -378,35 +442,64 @@ def browser_part(hub):
         assignments()
         page.get_by_text("Fetch Feedback", exact=True).click()
         expect(page.get_by_text("(view feedback)")).to_be_visible()
-
-        # 1: the instructor opens learner2's submission in the formgrader: none of the script in its
-        # markdown and outputs runs (it would act as the instructor: same origin, the _xsrf cookie).
-        submission = attack.submission_id(hub, call, STEM, hub.learners[1])
-        page.context.clear_cookies()
-        page.goto(f"{hub.url}/hub/login")
-        page.locator("input[name=username]").fill(hub.instructor)
-        page.locator("input[name=password]").fill(hub.passwords[hub.instructor])
-        page.locator("input[type=submit], button[type=submit]").first.click()
-        page.wait_for_url(f"**/user/{hub.instructor}/lab**")
-        page.goto(f"{hub.url}/user/{hub.instructor}/formgrader/submissions/{submission}/?index=0")
-        expect(page.get_by_text("xss-probe")).to_be_visible()
-        page.wait_for_timeout(2000)  # an onerror fires once the broken image has failed to load
-        assert page.evaluate("document.body.getAttribute('data-pwned')") is None, "1: a learner's script ran in the formgrader"
+        # The feedback page (opened as a page of its own, as JupyterLab's "Open in New Browser Tab" does)
+        # carries its own policy, and its formulas still render under it (MathJax 2).
+        page.get_by_text("(view feedback)").first.click()
+        folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
+        feedback = page
+        feedback.goto(f"http://{hub.host_of(learner)}/user/{learner}/files/{quote(folder[0]['path'])}/{STEM}.html")
+        assert feedback.locator('meta[http-equiv="Content-Security-Policy"]').count() == 1, "feedback without its policy"
+        expect(feedback.locator(".MathJax, .MathJax_Display").first).to_be_attached()
+        instructor_browser(hub, page)
     folder = call(hub, learner, "GET", f"/api/contents/{STEM}/feedback")["content"]
     page_html = call(hub, learner, "GET", f"/api/contents/{quote(folder[0]['path'])}/{STEM}.html")["content"]
     score = re.search(r"\(Score: ([\d.]+) / ([\d.]+)\)", page_html)
     assert score and float(score[1]) == 3.0, score and score.group(0)  # attention_scores' 1 + 2 points
 
 
+def instructor_browser(hub, page):
+    """1, W1, N8, N9 in the instructor's Chromium: the attacker's submission opened in the formgrader
+    (its script would act as the instructor: the same origin, the _xsrf cookie), a link in it
+    clicked; then a page in the attacker's origin tries to reach the instructor's server."""
+    wrong = hub.learners[1]
+    submission = attack.submission_id(hub, call, STEM, wrong)
+    page.context.clear_cookies()
+    page.goto(f"{hub.url}/hub/login")
+    page.locator("input[name=username]").fill(hub.instructor)
+    page.locator("input[name=password]").fill(hub.passwords[hub.instructor])
+    page.locator("input[type=submit], button[type=submit]").first.click()
+    page.wait_for_url(f"**/user/{hub.instructor}/lab**")
+    teacher = f"http://{hub.host_of(hub.instructor)}/user/{hub.instructor}"
+    page.goto(f"{teacher}/formgrader/submissions/{submission}/?index=0")
+    expect(page.get_by_text("xss-probe").first).to_be_visible()
+    page.wait_for_timeout(4000)  # an onerror fires once the broken image has failed to load; W1's PUT returns
+    assert page.evaluate("document.body.getAttribute('data-pwned')") is None, "1, W1: a learner's script ran in the formgrader"
+    proof = Path(home_of(hub.instructor)) / attack.PROOF
+    assert not proof.exists(), "W1: a learner's script wrote into the instructor's home"
+    # The formgrader's own scripts still run under the policy: they filled in each cell's score.
+    expect(page.locator("input.score").first).to_have_attribute("placeholder", re.compile(r"\d"))
+    page.get_by_text("click A").first.click()  # N8: the instructor clicks a link in the learner's markdown
+    page.wait_for_timeout(1000)
+    assert page.evaluate("document.body.getAttribute('data-pwned')") is None, "N8: a javascript: link ran"
+    # N9: a page in the learner's origin (what they serve, or a script of theirs there) opens the
+    # formgrader and reaches for the instructor's cookie and API.
+    page.goto(f"http://{hub.host_of(wrong)}/user/{wrong}/static/plot.html")
+    said = page.evaluate(attack.ORIGIN_PROBE, {"teacher": teacher, "proof": attack.ORIGIN_PROOF})
+    assert not said["cookie"] and said["put"] != 201, f"N9: a page in a learner's origin reached the instructor's: {said}"
+    assert not (Path(home_of(hub.instructor)) / attack.ORIGIN_PROOF).exists(), "N9: it wrote into the instructor's home"
+
+
+
+
 def main(learners: int) -> int:
     """`python -m autograder.tests.test_hub N`: N learners (solved, wrong softmax, untouched in turn)
     through fetch, submit, collect, autograde and feedback, timed; every grade checked."""
     prefix = "time" + secrets.token_hex(2)
-    hub = CourseHub(Path("/tmp") / f"attention-hub-{prefix}", prefix, learners=learners)
+    hub = CourseHub(Path("/srv") / f"attention-hub-{prefix}", prefix, learners=learners)
     try:
         t0 = time.perf_counter()
         hub.start()
-        hub.spawn([hub.instructor, *hub.learners])
+        hub.spawn([hub.instructor, *hub.learners], timeout=600)  # eleven servers at once: slow on a busy machine
         t1 = time.perf_counter()
         release(hub)
         kinds = {name: list(EDITS)[i % 3] for i, name in enumerate(hub.learners)}

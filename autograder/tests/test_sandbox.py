@@ -152,3 +152,32 @@ def test_kernel_as_another_account_is_interrupted_and_killed_through_sudo(tmp_pa
         if not mounted(hub.runtime / ".venv"):  # never through the mount: it would delete the checkout's venv
             shutil.rmtree(hub.state, ignore_errors=True)
         lock.close()
+
+
+def test_clean_removes_what_the_account_left_in_a_connection_folder_and_nothing_else(tmp_path):
+    """After a kernel (the launcher, or the instructor through sudo --clean): everything of the
+    kernel's account in its connection folder goes, a folder it closed (0000) and deep ones too."""
+    folder = tmp_path / f"{sandbox.PREFIX}x"
+    deep = folder / "keep" / "/".join(["d"] * 1200)  # deeper than Python's recursion limit
+    subprocess.run(["mkdir", "-p", str(deep)], check=True)
+    subprocess.run(["touch", str(deep / "f")], check=True)
+    (folder / "keep").chmod(0o000)
+    (folder / "kernel-1.json").write_text("{}")
+    others = []
+    if os.geteuid() == 0:  # a file of another account's (the instructor's kernel.json) is left to its owner
+        others.append(folder / "kernel.json")
+        others[0].write_text("{}")
+        os.chown(others[0], 65534, -1)
+    try:
+        sandbox.clean(str(folder))
+        assert sorted(p.name for p in folder.iterdir()) == [p.name for p in others]
+    finally:  # pytest's own clean-up of old temporary folders is recursive: never leave it a deep one
+        subprocess.run(["chmod", "-R", "u+rwx", str(folder)], capture_output=True)
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+
+
+def test_clean_refuses_root_and_other_folders():
+    for argv in (["--clean", "/etc"], ["--clean", f"/tmp/{sandbox.PREFIX}x"]):
+        result = subprocess.run([sys.executable, str(sandbox.REPO / "autograder" / "sandbox.py"), *argv],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0 and "usage" in result.stderr

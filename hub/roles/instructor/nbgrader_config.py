@@ -17,12 +17,20 @@ c.ExchangeFactory.release_assignment = "hub.exchange.Release"
 c.ExchangeFactory.collect = "hub.exchange.SafeCollect"
 c.ExchangeFactory.release_feedback = "hub.exchange.PrivateFeedback"
 c.ExchangeFactory.list = "hub.exchange.List"
-# What the formgrader shows of a submission (markdown and outputs the learner wrote) is sanitized: no
-# script runs in the instructor's browser, where it would act as the instructor. nbgrader's formgrade
-# template renders markdown without nbconvert's sanitize_html, so the notebook itself is cleaned first
-# (nbconvert's SanitizeHTML, bleach: raw HTML escaped, JavaScript outputs dropped); feedback pages too.
+# What the formgrader and the feedback pages show of a submission runs no script (hub/render_safe.py):
+# the notebook reduced to an allow-list first (no output metadata but a numeric width and height, no
+# cell metadata but nbgrader's), then cleaned (nbconvert's SanitizeHTML: raw HTML escaped, JavaScript
+# dropped; the markdown cleaned again as rendered, links to the web only), then marked so that only
+# the template's scripts get the page's nonce under a Content-Security-Policy. The formgrader's page
+# of a submission is rendered by hub/pipeline.py (hub/formgrader_guard.py); feedback by this exporter.
 c.HTMLExporter.sanitize_html = True
-c.HTMLExporter.preprocessors = ["nbconvert.preprocessors.sanitize.SanitizeHTML"]
+c.HTMLExporter.preprocessors = ["hub.render_safe.AllowList", "nbconvert.preprocessors.sanitize.SanitizeHTML",
+                                "hub.render_safe.Boundary"]
+c.GenerateFeedback.exporter_class = "hub.render_safe.SafeFeedbackExporter"
+# Collect's bounds on one submission (hub/safe_copy.py): over any, it is refused with a note.
+c.SafeCollect.max_entries = 200
+c.SafeCollect.max_depth = 4
+c.SafeCollect.max_bytes = 50_000_000
 # Grading kernels run the learners' code as a throwaway account, never as the instructor (who can read
 # the hidden tests, every submission and the gradebook): autograder/sandbox.py, through sudo.
 c.GradingExecute.run_as = os.environ["ATTENTION_GRADER"]
