@@ -190,7 +190,7 @@ print(f"largest difference: {'below 1e-5' if gap < 1e-5 else f'{gap:.2g}'}; equa
 # - `update` writes into the preallocated `self.k` and `self.v` and returns views of their filled part (not copies); `reset()` empties the cache for a new prompt; keys and values may come in any memory layout.
 # - And the course-wide rules hold too (notebook 00, "How grading works").
 #
-# - 一次写入放不下：`seq_len + T_new > max_seq_len`（恰好填满缓存的写入是可以的）时抛出 `ValueError`。
+# - 一次写入放不下时抛出 `ValueError`：`seq_len + T_new > max_seq_len`（恰好填满缓存的写入是可以的）。
 # - 在 float32、float64、bfloat16 下评分：键和值的 dtype 是传给缓存的 `dtype`。
 # - 设备：结果创建在参数 `device` 指定的设备上（把 `device=device` 传给你构造的张量）。
 # - `update` 写入预先分配的 `self.k` 和 `self.v`，并返回其已填部分的视图（不是副本）；`reset()` 为新的提示清空缓存；键和值可能以任何内存布局传入。
@@ -305,7 +305,7 @@ for t_new, t_total in [(1, 6), (2, 6)]:
 # - And the course-wide rules hold too (notebook 00, "How grading works").
 #
 # - 课程的 `cached_attention` 不能在你的代码中运行：本练习要你写的正是这部分工作。
-# - 新词元放不进缓存：缓存的 `update` 会抛出它（让它传出来）；恰好填满缓存的写入是可以的时抛出 `ValueError`。
+# - 新词元放不进缓存时抛出 `ValueError`：缓存的 `update` 会抛出它（让它传出来）；恰好填满缓存的写入是可以的。
 # - 不评分（由调用者保证）：已缓存的和新的词元加起来不超过 `context_length`。
 # - 不评分（由调用者保证）：`d_out` 能被 `num_heads` 整除。
 # - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换、配同一 dtype 缓存的层用该 dtype 计算。
@@ -924,7 +924,7 @@ print("group of each query head (4 heads, 2 groups):", [h // (4 // 2) for h in r
 # - And the course-wide rules hold too (notebook 00, "How grading works").
 #
 # - 课程的 `cached_attention` 不能在你的代码中运行：本练习要你写的正是这部分工作。
-# - 新词元放不进缓存：缓存的 `update` 会抛出它（让它传出来）；恰好填满缓存的写入是可以的时抛出 `ValueError`。
+# - 新词元放不进缓存时抛出 `ValueError`：缓存的 `update` 会抛出它（让它传出来）；恰好填满缓存的写入是可以的。
 # - 不评分（由调用者保证）：已缓存的和新的词元加起来不超过 `context_length`。
 # - 不评分（由调用者保证）：`d_out` 能被 `num_heads` 整除，`num_heads` 能被 `num_kv_groups` 整除。
 # - 在 float32、float64、bfloat16 下评分：用 `.to(dtype)` 转换、配同一 dtype 缓存的层用该 dtype 计算。

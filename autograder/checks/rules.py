@@ -211,7 +211,8 @@ def lines(c: Contract) -> list[tuple[str, str]]:
     for r in c.raises:
         what = "an error (any exception)" if r.error == "Exception" else f"`{r.error}`"
         zh_what = "错误（任何异常都可以）" if r.error == "Exception" else f" `{r.error}`"
-        out.append((f"Raises {what} when {r.when}.", f"{r.zh}时抛出{zh_what}。"))
+        cond, _, note = r.zh.partition("：")  # "条件：说明" reads as "条件时抛出 X：说明"
+        out.append((f"Raises {what} when {r.when}.", f"{cond}时抛出{zh_what}" + (f"：{note}。" if note else "。")))
     for en, zh in c.preconditions:
         out.append((f"Not graded (the caller guarantees it): {en}.", f"不评分（由调用者保证）：{zh}。"))
     if c.may_change:
