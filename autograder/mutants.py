@@ -1,5 +1,5 @@
 """`python -m autograder mutants [NN ...]`: tests of the tests. Each model answer is mutated
-(autograder/checks/mutation.py); a mutant is run through its exercise's real hidden check,
+(autograder/checks/core/mutation.py); a mutant is run through its exercise's real hidden check,
 first with the grading family (killed?), and, when it survives, with the oracle family
 (`Family.oracle()`: the whole declared input space, two seeds), which tells whether any input the
 contract allows can see the change at all. A mutant the oracle sees and grading does not is a
@@ -39,7 +39,7 @@ def _alarm(signum, frame):
 def _fails(hidden: str, namespace: dict, oracle: bool) -> str | None:
     """Why the hidden check rejects what `namespace` holds (None: it passes; "timeout": it ran
     out of time)."""
-    from autograder.checks import harness
+    from autograder.checks.core import harness
     harness.ORACLE[0] = oracle
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(ORACLE_TIMEOUT_S if oracle else TIMEOUT_S)
@@ -60,7 +60,7 @@ def _fails(hidden: str, namespace: dict, oracle: bool) -> str | None:
 
 def _sizes(source: str, hidden: str, namespace: dict) -> dict:
     """The value each size site of the model answer had the first time the check ran it."""
-    from autograder.checks import mutation
+    from autograder.checks.core import mutation
     text, count = mutation.instrumented(source)
     seen: dict = {}
 
@@ -76,13 +76,13 @@ def _sizes(source: str, hidden: str, namespace: dict) -> dict:
 
 def _equivalent_reasons(stem: str) -> dict:
     try:
-        return getattr(importlib.import_module(f"autograder.checks.families.nb{stem[:2]}"), "EQUIVALENT", {})
+        return getattr(importlib.import_module(f"autograder.checks.nb{stem[:2]}.contract"), "EQUIVALENT", {})
     except ImportError:
         return {}
 
 
 def run_exercise(stem: str, exercise: str, source: str, hidden: str, base: dict, limit: int | None, out=print) -> dict:
-    from autograder.checks import mutation
+    from autograder.checks.core import mutation
     found = mutation.mutants(source, _sizes(source, hidden, base))
     if limit and len(found) > limit:  # evenly spread over the cell, always the same ones
         step = len(found) / limit

@@ -9,7 +9,7 @@
   check compares them itself (call(..., inputs_named=True) in its source);
 - device: every call() with tensor inputs runs its first calls with inputs that report a GPU
   (elsewhere.py), for every exercise alike;
-- family: the axes of the exercise's declared input family (FAMILIES in checks/families/nbNN.py) and what
+- family: the axes of the exercise's declared input family (FAMILIES in checks/nbNN/contract.py) and what
   the harness compares on every member (harness.py); "-" where none is declared yet; with a
   declared input space, its axes, how many probes the covering array adds to the pinned ones,
   and the oracle's size;
@@ -22,8 +22,8 @@ from autograder.notebooks import SOLUTIONS, course_notebooks, grading_cell_sourc
 
 
 def _reference(exercise: str) -> str:
-    from autograder.checks.executes import code_objects
-    from autograder.checks.shortcuts import OWN_HELPERS, unwrap, utils_twins
+    from autograder.checks.core.executes import code_objects
+    from autograder.checks.core.shortcuts import OWN_HELPERS, unwrap, utils_twins
     objects = {id(o): o for m, a in utils_twins(exercise) for o in [unwrap(getattr(m, a))] if hasattr(o, "__qualname__")}
     names = [f"{o.__module__}.{o.__qualname__} ({len(code_objects(o, unwrap))} code)" for o in objects.values()]
     helpers = [f"helper {h}" for h in OWN_HELPERS.get(exercise, ())]
@@ -31,12 +31,12 @@ def _reference(exercise: str) -> str:
 
 
 def _inputs(stem: str, exercise: str) -> str:
-    from autograder.checks.inputs import MAY_CHANGE
+    from autograder.checks.core.inputs import MAY_CHANGE
     try:
         source = inspect.getsource(getattr(importlib.import_module(f"autograder.checks.nb{stem[:2]}"), f"check_{exercise}"))
     except (AttributeError, ImportError, OSError, TypeError):
         source = ""
-    from autograder.checks import rules
+    from autograder.checks.core import rules
     words = "compared after each checks.call"
     contract = rules.load(stem[:2]).get(exercise)
     named = list(contract.may_change) if contract else sorted(a for a in MAY_CHANGE.get(exercise, ()) if isinstance(a, str))
@@ -64,7 +64,7 @@ def _family(stem: str, exercise: str) -> str:
 
 
 def _rules(stem: str, exercise: str) -> str:
-    from autograder.checks import rules
+    from autograder.checks.core import rules
     contract = rules.load(stem[:2]).get(exercise)
     if contract is None:
         return "- (no contract yet)"

@@ -25,19 +25,19 @@ def stems() -> list[str]:
     return sorted(names)
 
 
-# The Rules blocks: generated from the exercises' contracts (autograder/checks/rules.py) into the
+# The Rules blocks: generated from the exercises' contracts (autograder/checks/core/rules.py) into the
 # text source, between these markers, so the text a learner reads and the checks cannot disagree.
 _RULES = re.compile(r"^(?P<prefix># |)<!-- rules: (?P<name>\w+) -->\n.*?^(?P=prefix)<!-- /rules -->$", re.M | re.S)
 
 
 def rules_markdown(name: str, notebook: str | None) -> str:
     """The generated block for `name` ("general": the course-wide rules)."""
-    from autograder.checks import rules
+    from autograder.checks.core import rules
     if name == "general":
         return rules.general_block()
     contracts = rules.load(notebook) if notebook else {}
     if name not in contracts:
-        raise KeyError(f"no contract declares {name} (autograder/checks/families/nb{notebook}.py CONTRACTS)")
+        raise KeyError(f"no contract declares {name} (autograder/checks/nb{notebook}/contract.py CONTRACTS)")
     return rules.rules_block(contracts[name])
 
 
@@ -102,7 +102,7 @@ def differences(stem: str) -> str:
 def out_of_sync() -> dict[str, str]:
     stale = {stem: d for stem in stems() if (d := differences(stem))}
     if GRADING.exists() and with_rules(text := GRADING.read_text(encoding="utf-8"), None) != text:
-        stale["GRADING.md"] = "its course-wide rules differ from autograder/checks/rules.py (make sync rewrites them)"
+        stale["GRADING.md"] = "its course-wide rules differ from autograder/checks/core/rules.py (make sync rewrites them)"
     return stale
 
 

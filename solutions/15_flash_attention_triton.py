@@ -76,7 +76,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from autograder.checks.triton_watch import KernelWatch  # noqa: E402
+from autograder.checks.nb15.triton_watch import KernelWatch  # noqa: E402
 from utils.flash_attention import flash_attention_backward  # noqa: E402
 
 DEVICE = kernel_device()  # where the tensors given to the kernels must live
@@ -218,7 +218,7 @@ def triton_softmax(x: torch.Tensor) -> torch.Tensor:
 # %% nbgrader={"grade": true, "grade_id": "test_softmax_rows_kernel", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 import torch
 from autograder.checks import expect, expect_close
-from autograder.checks.triton_watch import KernelWatch
+from autograder.checks.nb15.triton_watch import KernelWatch
 from utils.flash_triton import kernel_device
 
 x = torch.tensor([[1.0, 3.0, 2.0, 5.0, 0.5], [1000.0, 1001.0, float("-inf"), 999.0, 1000.5]], device=kernel_device())
@@ -390,7 +390,7 @@ import math
 import torch
 import torch.nn.functional as F
 from autograder.checks import expect, expect_close, randn
-from autograder.checks.triton_watch import KernelWatch
+from autograder.checks.nb15.triton_watch import KernelWatch
 from utils.flash_triton import kernel_device, tolerance  # float32 on a GPU: tl.dot multiplies in TF32
 
 q, k, v = (randn(1, 2, T, 16, seed=i).to(kernel_device()) for i, T in enumerate((20, 37, 37)))  # T_q=20, T_k=37, d=16
@@ -694,13 +694,13 @@ else:
 #
 # The reference of this notebook is `utils/flash_triton.py` (the kernels, their launchers and
 # `TritonFlashAttention`), with `utils/bench_triton.py` for the GPU measurement and
-# `autograder/checks/triton_watch.py` for the watch that names out-of-bounds loads. Natural next
+# `autograder/checks/nb15/triton_watch.py` for the watch that names out-of-bounds loads. Natural next
 # steps, each a kernel of its own: a Triton backward (FlashAttention-2's, with a program per key
 # tile that accumulates `dk` and `dv` and adds to `dq` atomically or in a second pass), a causal
 # forward that masks only the tiles on the diagonal, and autotuning the block sizes, warps and
 # pipeline stages per GPU (`triton.autotune`, which `utils.bench_triton` uses).
 #
-# 本笔记本的参考实现是 `utils/flash_triton.py`（内核、它们的启动函数和 `TritonFlashAttention`），GPU 测量在 `utils/bench_triton.py` 中，能指出越界载入的观察工具在 `autograder/checks/triton_watch.py` 中。自然的下一步，每一步都是一个单独的内核：用 Triton 写的反向计算（FlashAttention-2 的做法：每个键分块一个程序，累加 `dk` 和 `dv`，并用原子操作或第二遍计算把贡献加到 `dq` 上），只对对角线上的分块加掩码的因果前向计算，以及针对每种 GPU 自动调优分块大小、线程束数和流水线级数（`triton.autotune`，`utils.bench_triton` 就用了它）。
+# 本笔记本的参考实现是 `utils/flash_triton.py`（内核、它们的启动函数和 `TritonFlashAttention`），GPU 测量在 `utils/bench_triton.py` 中，能指出越界载入的观察工具在 `autograder/checks/nb15/triton_watch.py` 中。自然的下一步，每一步都是一个单独的内核：用 Triton 写的反向计算（FlashAttention-2 的做法：每个键分块一个程序，累加 `dk` 和 `dv`，并用原子操作或第二遍计算把贡献加到 `dq` 上），只对对角线上的分块加掩码的因果前向计算，以及针对每种 GPU 自动调优分块大小、线程束数和流水线级数（`triton.autotune`，`utils.bench_triton` 就用了它）。
 #
 # Sources: P. Tillet, H. T. Kung, D. Cox, *Triton: an intermediate language and compiler for tiled
 # neural network computations* (MAPL 2019; Triton-C and its compiler); P. Tillet, *Introducing

@@ -43,9 +43,9 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
     call must leave its tensor arguments as they were (inputs.py says which may change), unless
     `inputs_named`: the check compares them itself, with a sentence in the exercise's words."""
     name = name or getattr(fn, "__name__", "your code")
-    from autograder.checks import inputs
-    from autograder.checks import elsewhere
-    from autograder.checks import rules
+    from autograder.checks.core import inputs
+    from autograder.checks.core import elsewhere
+    from autograder.checks.core import rules
     for dtype in inputs.floating_dtypes(fn, args, kwargs):  # what the contract's `dtypes` must name (test_rules.py)
         rules.record(name, "dtypes", dtype)
     copies = [] if inputs_named else inputs.snapshot(fn, name, args, kwargs)
@@ -95,8 +95,8 @@ def graded_checks(namespace: dict):
     """Wrap every check_* of a notebook's module: a device finding of its calls (elsewhere.py)
     fails the check once everything else in it has passed, so a wrong value is named first; the
     harness knows the notebook's exercises, to grade each with the course's earlier ones."""
-    from autograder.checks import elsewhere, harness
-    from autograder.checks import rules
+    from autograder.checks.core import elsewhere, harness
+    from autograder.checks.core import rules
     exercises = tuple(key[len("check_"):] for key in namespace if key.startswith("check_"))  # in the notebook's order
     own_earlier = namespace.get("OWN_EARLIER", ())  # exercises whose text asks them to call the learner's earlier ones
     own_earlier = tuple(own_earlier) + tuple(e for e in exercises if (c := rules.of(e)) is not None and c.earlier == "own")
@@ -262,7 +262,7 @@ def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = Non
     """Calling fn(*args, **kwargs) must raise `exception` (ValueError for bad sizes or bad input),
     one that the exercise's contract declares (rules.py: the text says so)."""
     name = name or getattr(fn, "__name__", "your code")
-    from autograder.checks import rules
+    from autograder.checks.core import rules
     if (why := rules.undeclared(name, "raises", exception.__name__)) is not None and rules.of(name) is not None:
         raise RuntimeError(why)
     rules.record(name, "raises", exception.__name__)
@@ -278,6 +278,6 @@ def expect_raises(exception, fn, *args, en: str, zh: str, name: str | None = Non
     fail(en, zh, f"{name} raised nothing")
 
 
-from autograder.checks.executes import course_runs  # noqa: E402,F401
-from autograder.checks.shortcuts import (  # noqa: E402  (they need message and Shortcut above)
+from autograder.checks.core.executes import course_runs  # noqa: E402,F401
+from autograder.checks.core.shortcuts import (  # noqa: E402  (they need message and Shortcut above)
     course_versions, forbid, learner_functions, own_work, triton_kernel, unwrap, utils_modules, utils_twins)

@@ -1,4 +1,4 @@
-"""autograder/checks/cost.py counts what torch's own FLOP counter counts, without its imports."""
+"""autograder/checks/core/cost.py counts what torch's own FLOP counter counts, without its imports."""
 import subprocess
 import sys
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from autograder.checks.cost import MatmulCost
+from autograder.checks.core.cost import MatmulCost
 
 g = torch.Generator().manual_seed(0)
 a, b = torch.randn(5, 6, generator=g), torch.randn(6, 7, generator=g)
@@ -133,7 +133,7 @@ def test_meta_tensors_are_counted():
 
 
 def test_importing_and_using_it_imports_nothing_heavy():
-    script = ("import sys, torch\nfrom autograder.checks.cost import MatmulCost\n"
+    script = ("import sys, torch\nfrom autograder.checks.core.cost import MatmulCost\n"
               "with MatmulCost() as c:\n    torch.nn.Linear(4, 4)(torch.randn(2, 4)) @ torch.randn(4, 3)\n"
               "assert c.macs == 2 * 4 * 4 + 2 * 4 * 3, c.macs\n"
               "heavy = [m for m in ('torch._dynamo', 'sympy', 'torch._inductor') if m in sys.modules]\n"

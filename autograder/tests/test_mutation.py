@@ -1,11 +1,11 @@
-"""The mutants of a model answer (autograder/checks/mutation.py) and the covering arrays of an
-input space (autograder/checks/space.py): what the tests of the tests are made of."""
+"""The mutants of a model answer (autograder/checks/core/mutation.py) and the covering arrays of an
+input space (autograder/checks/core/space.py): what the tests of the tests are made of."""
 import itertools
 
 import torch
 
-from autograder.checks import mutation
-from autograder.checks.space import Space, as_layout, covering, strided
+from autograder.checks.core import mutation
+from autograder.checks.core.space import Space, as_layout, covering, strided
 
 ANSWER = '''
 def f(x, n=None, scale=True):
@@ -64,6 +64,6 @@ def test_layouts_keep_the_values_and_change_the_strides():
 def test_a_space_generates_its_grading_and_oracle_points():
     space = Space({"shape": (1, 2, 3), "dtype": ("float32", "float64")}, lambda p, seed: ((torch.ones(p["shape"]),), {}))
     assert len(space.covering()) == 6 and len(space.oracle_points()) == 6
-    from autograder.checks.space import Point
+    from autograder.checks.core.space import Point
     (x,), _ = Point({"shape": 2, "dtype": "float64"}, space).build(0)
     assert x.dtype == torch.float64 and x.shape == (2,)

@@ -9,7 +9,7 @@ oracle's probe) and `python -m autograder mutants`'s."""
 import pytest
 
 from autograder import answers
-from autograder.checks import harness
+from autograder.checks.core import harness
 from autograder.notebooks import SOLUTIONS, grading_cell_sources, read_notebook
 from autograder.tests.test_wrong_solutions import SOURCES, ZOO, cases, run_cell
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def _with_spaces(stem) -> bool:
     import importlib
-    families = getattr(importlib.import_module(f"autograder.checks.families.nb{stem[:2]}"), "FAMILIES", {})
+    families = getattr(importlib.import_module(f"autograder.checks.nb{stem[:2]}.contract"), "FAMILIES", {})
     return any(getattr(f, "space", None) is not None for f in families.values())
 
 

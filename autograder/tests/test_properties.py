@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 import utils.attention as ref
-from autograder.checks import call, elsewhere, graded_checks, randn
-from autograder.checks.harness import Family, Probe, Steps, holds, same_as_reference
+from autograder.checks import call, graded_checks, randn
+from autograder.checks.core import elsewhere
+from autograder.checks.core.harness import Family, Probe, Steps, holds, same_as_reference
 
 
 def _device_finding(fn, *args):
@@ -236,7 +237,7 @@ ONE_CALL = Family([Probe("batch", "rows that differ", lambda: ((randn(2, 3, seed
 
 
 def test_a_module_is_called_again_on_other_inputs():
-    from autograder.checks.harness import same_as_reference_module
+    from autograder.checks.core.harness import same_as_reference_module
     same_as_reference_module(_Scale, _Scale, (3,), ONE_CALL, "Scale", grads=True)
     with pytest.raises(AssertionError, match="compute every call from its own inputs"):
         same_as_reference_module(_ScaleKeepsFirst, _Scale, (3,), ONE_CALL, "Scale", grads=True)
@@ -340,7 +341,7 @@ def _filled():
 
 
 def test_a_copy_into_a_module_that_aliases_its_source_is_refused():
-    from autograder.checks import rules
+    from autograder.checks.core import rules
     rules.register("zz", [rules.Contract("copy_into", may_change=("dst",))])  # its job: change dst in place
     effect = lambda out, args, kwargs: args[0].w
     same_as_reference(_copy_into, _copy_into, MODULES, "copy_into", effect=effect)

@@ -1,6 +1,6 @@
 """Every rule that can cost a mark is declared once and readable where the learner reads:
 
-- every exercise has a contract (autograder/checks/rules.py), and its text ends with the Rules
+- every exercise has a contract (autograder/checks/core/rules.py), and its text ends with the Rules
   block the contract generates, as it is now (`make sync` rewrites it);
 - notebook 00 and GRADING.md show the course-wide rules as rules.py says them;
 - the checks take their rules from the contracts only: no check module lists a forbidden call,
@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from autograder import sources
-from autograder.checks import rules
-from autograder.checks.harness import _is_steps
-from autograder.checks.shortcuts import utils_twins
+from autograder.checks.core import rules
+from autograder.checks.core.harness import _is_steps
+from autograder.checks.core.shortcuts import utils_twins
 from autograder.notebooks import ROOT, SOLUTIONS, course_notebooks, exercises, read_notebook
 
 STEMS = course_notebooks()
@@ -40,7 +40,7 @@ def test_every_exercise_has_a_contract_and_shows_its_rules(stem, name):
     if stem[:2] in PENDING:
         pytest.skip(f"notebook {stem[:2]}'s contracts are not declared yet")
     contract = _contracts(stem).get(name)
-    assert contract is not None, f"{name} has no Contract in autograder/checks/families/nb{stem[:2]}.py CONTRACTS"
+    assert contract is not None, f"{name} has no Contract in autograder/checks/nb{stem[:2]}/contract.py CONTRACTS"
     text = (SOLUTIONS / f"{stem}.py").read_text(encoding="utf-8")
     cell = next((c for c in re.split(r"(?m)^(?=# %%)", text) if re.search(rf"^# ### Exercise \w+ · `{name}`", c, re.M)), "")
     assert f"<!-- rules: {name} -->" in cell, f"the text of exercise {name} has no Rules block (<!-- rules: {name} --> ... <!-- /rules -->)"
@@ -63,7 +63,7 @@ def test_the_course_wide_rules_are_said_once_in_notebook_00_and_grading_md():
 
 
 def _check_module_source(stem) -> str:
-    return (ROOT / "autograder" / "checks" / f"nb{stem[:2]}.py").read_text(encoding="utf-8")
+    return (ROOT / "autograder" / "checks" / f"nb{stem[:2]}" / "__init__.py").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -71,17 +71,17 @@ def test_checks_take_their_rules_from_the_contracts(stem):
     """A rule written into a check, outside its contract, would cost marks unstated."""
     if stem[:2] in PENDING:
         pytest.skip(f"notebook {stem[:2]}'s contracts are not declared yet")
-    from autograder.checks.inputs import MAY_CHANGE
-    from autograder.checks.shortcuts import OWN_HELPERS
+    from autograder.checks.core.inputs import MAY_CHANGE
+    from autograder.checks.core.shortcuts import OWN_HELPERS
     tree = ast.parse(_check_module_source(stem))
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             keywords = {k.arg for k in node.keywords}
-            assert "extra" not in keywords, f"nb{stem[:2]}.py line {node.lineno}: a forbidden call listed in a check (declare it in the contract)"
+            assert "extra" not in keywords, f"nb{stem[:2]}/__init__.py line {node.lineno}: a forbidden call listed in a check (declare it in the contract)"
             name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-            assert name != "forbid", f"nb{stem[:2]}.py line {node.lineno}: forbid() called by a check (declare it in the contract)"
+            assert name != "forbid", f"nb{stem[:2]}/__init__.py line {node.lineno}: forbid() called by a check (declare it in the contract)"
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "OWN_EARLIER" for t in node.targets):
-            pytest.fail(f"nb{stem[:2]}.py declares OWN_EARLIER: say earlier='own' in the contract")
+            pytest.fail(f"nb{stem[:2]}/__init__.py declares OWN_EARLIER: say earlier='own' in the contract")
     for name in _contracts(stem):
         assert name not in MAY_CHANGE and name not in OWN_HELPERS, f"{name}: MAY_CHANGE/OWN_HELPERS hold what its contract says"
 
@@ -123,6 +123,18 @@ def _signatures(stem, name) -> list:
     return []
 
 
+def _instance_methods(stem, name) -> int:
+    """A class's public methods called on an instance, forward included: a classmethod or
+    staticmethod (Int8WeightOnlyLinear.from_linear) builds an object, it is no step of a sequence."""
+    from autograder import answers
+    source = dict(answers.cells(stem)).get(name) or ""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return sum(1 for f in node.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")
+                       and not any(isinstance(d, ast.Name) and d.id in ("classmethod", "staticmethod") for d in f.decorator_list))
+    return 0
+
+
 def applicable_axes(stem, name, family) -> set:
     """The axis kinds an exercise's signature and kind make applicable."""
     reference = _reference(name)
@@ -142,7 +154,7 @@ def applicable_axes(stem, name, family) -> set:
         for arg in [*args.args, *args.kwonlyargs]:
             if re.search(r"block|chunk", arg.arg):
                 wanted.add("blocks")
-    if isinstance(reference, type) and len(_signatures(stem, name)) > 2:  # a stateful object: update, reset, ...
+    if isinstance(reference, type) and _instance_methods(stem, name) > 1:  # a stateful object: update, reset, ...
         wanted.add("sequence")
     return wanted
 
@@ -151,7 +163,7 @@ def applicable_axes(stem, name, family) -> set:
 def test_each_input_space_declares_every_applicable_axis(stem, name):
     if stem[:2] in PENDING:
         pytest.skip(f"notebook {stem[:2]}'s input spaces are not declared yet")
-    family = importlib.import_module(f"autograder.checks.families.nb{stem[:2]}").FAMILIES.get(name)
+    family = importlib.import_module(f"autograder.checks.nb{stem[:2]}.contract").FAMILIES.get(name)
     assert family is not None and family.space is not None, f"{name} has no declared input space"
     declared = set(family.space.axes)
     kinds = {a.split(":")[0] for a in declared}

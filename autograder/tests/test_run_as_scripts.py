@@ -35,7 +35,7 @@ def test_checks_survive_triton_imported_by_an_optimizer():
     pytest.importorskip("triton")
     code = ("import sys, torch\n"
             "p = torch.zeros(1, requires_grad=True); o = torch.optim.Adam([p]); p.sum().backward(); o.step()\n"
-            "from autograder.checks.shortcuts import utils_modules\n"
+            "from autograder.checks.core.shortcuts import utils_modules\n"
             "names = [m.__name__ for m in utils_modules()]\n"
             "print('triton' in sys.modules, 'utils.moe' in names)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

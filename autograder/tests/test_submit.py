@@ -10,7 +10,7 @@ import tempfile
 import nbformat
 import pytest
 
-from autograder.checks import rules
+from autograder.checks.core import rules
 from autograder.notebooks import COURSE, ROOT, SOLUTIONS, course_notebooks
 from autograder.tests.outputs import differences
 

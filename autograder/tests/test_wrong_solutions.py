@@ -69,7 +69,7 @@ def test_wrong_solution_is_caught(stem, exercise, entry):
 def oracle_says(hidden, exercise, candidate) -> str:
     """What the oracle family (the exercise's whole declared input space) says of a candidate: the
     probe that catches it, which the grading family lacks, or that the space itself is too narrow."""
-    from autograder.checks import harness
+    from autograder.checks.core import harness
     harness.ORACLE[0] = True
     try:
         run_cell(hidden, exercise, candidate)

@@ -123,7 +123,7 @@ def _step(state, q, k, v, g, beta, in_place=False, float32=False, **mistake):
         predicted = (k[..., None, :] @ state).squeeze(-2)
         state += k[..., :, None] * (beta[..., None] * (v - predicted))[..., None, :]
         return (q[..., None, :] @ state).squeeze(-2), state
-    from autograder.checks.delta_variants import step
+    from autograder.checks.nb16.delta_variants import step
     return step(state, q, k, v, g, beta, **mistake)
 
 
@@ -160,7 +160,7 @@ def _rule(q, k, v, g, beta, initial_state=None, output_final_state=False, use_qk
     if check_heads and H_v % H_k:
         raise ValueError("H_v must be a multiple of H_k")
     if mistake:
-        from autograder.checks.delta_variants import rule
+        from autograder.checks.nb16.delta_variants import rule
         out, state = rule(q, k, v, g, beta, initial_state, True, use_qk_l2norm, **mistake)
         return out.to(v.dtype), state if output_final_state else None
     r, out_dtype = max(H_v // H_k, 1), v.dtype
