@@ -65,9 +65,9 @@ def call(fn, *args, name: str | None = None, inputs_named: bool = False, **kwarg
         shapes = ", ".join(_describe(a) for a in args)
         if _dtype_clash(e):  # two dtypes met in one operation: the advice is about dtypes, not shapes
             dtypes = ", ".join(sorted(inputs.floating_dtypes(fn, args, kwargs))) or "?"
-            fail(f"{name} crashed with {type(e).__name__} on inputs of dtype {dtypes}: tensors of two dtypes met in one operation. "
-                 "Build every tensor in the input's dtype (dtype=x.dtype), or cast a result back before combining it.",
-                 f"{name} 在 dtype 为 {dtypes} 的输入上报错 {type(e).__name__}：同一个运算中出现了两种 dtype 的张量。"
+            fail(f"{name} crashed with {type(e).__name__} on inputs of dtype {dtypes}, because it combines tensors of two dtypes in one "
+                 "operation. Build every tensor in the input's dtype (dtype=x.dtype), or cast a result back before combining it.",
+                 f"{name} 在 dtype 为 {dtypes} 的输入上报错 {type(e).__name__}，因为它在同一个运算中把两种 dtype 的张量放在一起。"
                  "请按输入的 dtype 构造每个张量（dtype=x.dtype），或在组合之前把结果转换回来。",
                  f"{type(e).__name__}: {e}")
         fail(f"{name} crashed with {type(e).__name__} on inputs of shape {shapes}: "

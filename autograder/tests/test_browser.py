@@ -145,7 +145,7 @@ def test_learner_types_runs_validates_and_submits(lab):
     # One block per failing test cell: softmax (typed wrong) and the three exercises left untouched;
     # none for attention_scores (typed right).
     blocks = text.split("The following cell failed")[1:]
-    failing = [next(line for line in b.splitlines() if line.startswith("print(\"✓ ")) for b in blocks]
+    failing = [next(line.strip() for line in b.splitlines() if line.strip().startswith("print(\"✓ ")) for b in blocks]
     assert failing == ['print("✓ softmax")', 'print("✓ context_vector")', 'print("✓ self_attention_weights")',
                        'print("✓ self_attention")'], text[:3000]
     assert "subtract the maximum before exp" in blocks[0] and "NotImplementedError" not in blocks[0]

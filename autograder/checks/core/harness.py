@@ -41,7 +41,7 @@ from utils.mla import one_thread  # probes are tiny: one thread is fastest, and 
 from autograder.checks import call, course_runs, expect, load_state, seeded_state
 from autograder.checks.core.comparisons import (TOLERANCE, _backward, _grad_leaves, _where, compare_grads,  # noqa: F401 (re-exported)
                                            compare_outputs, expect_holds_at_most, holds, message_on)
-from autograder.checks.core import storage
+from autograder.checks.core import inputs, storage
 from autograder.checks.core.extra_calls import _expect_refused, _fresh_result, _plain, _second_call
 
 AXES = {
@@ -306,7 +306,7 @@ def _same_as_reference(fn, reference, family, who, explain, grads, seed, view, e
                 want = _backward(expected, ref_leaves, seed + n)
             own = _backward(out, leaves, seed + n, who)
             compare_grads(own, want, names, probe, who, family.tolerances(gradients=True, probe=probe))
-        storage.expect_own_memory(before, *memory, probe.label, who)
+        storage.expect_own_memory(before, *memory, probe.label, who, inputs.may_change(reference, who))
 
 
 def same_as_reference_module(cls, reference_cls, ctor: tuple, family: Family, who: str, explain=None,

@@ -31,8 +31,11 @@ def may_change(fn, name: str) -> set:
     allowed = set(contract.may_change)
     if allowed:
         from autograder.checks.core.shortcuts import utils_twins
-        for module, attr in utils_twins(contract.exercise)[:1]:
-            params = list(inspect.signature(getattr(module, attr)).parameters)
+        for signed in [getattr(module, attr) for module, attr in utils_twins(contract.exercise)[:1]] + [fn]:
+            try:  # the course's utils twin, or the function itself (the course's reference, as the harness passes it)
+                params = list(inspect.signature(signed).parameters)
+            except (TypeError, ValueError):
+                continue
             allowed |= {params.index(p) for p in contract.may_change if p in params}
     return allowed
 

@@ -4,7 +4,7 @@ import torch
 
 from autograder.checks import randn
 from autograder.checks.core import rules
-from autograder.checks.nb04.causal_layers import layer_probes, representable
+from autograder.checks.nb04.causal_layers import layer_probes, representable, steep
 from autograder.checks.core.harness import Family, Probe, Steps
 from autograder.checks.core.rules import Contract, Forbid, Raises
 from autograder.checks.core.space import Space
@@ -92,14 +92,14 @@ _LAYER_AXES = {"shape": tuple(_T), "flag:qkv_bias": (False, True), "flag:mode": 
 _COUNTS = ((768, 768, 12), (5, 6, 2), (5, 6, 3), (64, 32, 4), (10, 8, 8), (7, 9, 1), (1, 4, 2))
 SPACES = {
     "MultiHeadAttentionWrapper": Space({**_LAYER_AXES, "arguments:heads": tuple(_WRAPPER), "dtype": _ALL, "layout": _ONE},
-                                       _wrapper_point, valid=representable, no_grads=lambda p: p["values"] == "large"),
+                                       _wrapper_point, valid=representable, no_grads=lambda p: p["values"] == "large", tolerance=steep),
     "split_heads": Space({"shape": ("B2,T3", "B3,T5", "B1,T1"), "arguments:heads": (1, 2, 4), "arguments:head_dim": (1, 3),
                           "bad": ("none", "width not divisible"), "values": ("normal", "integers, ties"), "dtype": _ALL, "layout": _ONE},
                          _split_point, valid=lambda p: p["bad"] == "none" or p["arguments:heads"] > 1),
     "merge_heads": Space({"shape": ("B2,H3,T4,hd2", "B1,H1,T1,hd5", "B3,H2,T5,hd1", "B2,H4,T3,hd3"), "values": ("normal", "integers, ties"),
                           "dtype": _ALL, "layout": _ONE}, _merge_point),
     "MultiHeadAttention": Space({**_LAYER_AXES, "arguments:heads": tuple(_MHA), "dtype": _ALL, "layout": _ONE},
-                                _mha_point, valid=representable, no_grads=lambda p: p["values"] == "large"),
+                                _mha_point, valid=representable, no_grads=lambda p: p["values"] == "large", tolerance=steep),
     "mha_parameter_count": Space({"shape": _COUNTS, "flag:qkv_bias": (False, True)},
                                  lambda p, seed: (p["shape"], {"qkv_bias": p["flag:qkv_bias"]})),
     "attention_parameter_count": Space({"shape": ((12288, 96, 128, 96), (16, 1, 4, 1), (10, 3, 4, 2), (768, 12, 64, 12), (6, 4, 3, 5))},

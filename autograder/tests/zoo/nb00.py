@@ -149,7 +149,7 @@ WRONG = {
         "detached, then requires_grad_()": (embed_regrown_gradient, "gradient"),
         "a fresh nn.Embedding": (embed_fresh_layer, "not allowed: F.embedding"),
         "one-hot product without the IndexError check": (embed_one_hot_unchecked, "raised RuntimeError for bad input"),
-        "one-hot made float32 (crashes in float64 and bfloat16)": (embed_one_hot_float32, "tensors of two dtypes met"),
+        "one-hot made float32 (crashes in float64 and bfloat16)": (embed_one_hot_float32, "combines tensors of two dtypes"),
         "a vocabulary of 11 hard-coded": (embed_fixed_vocabulary, "crashed"),
         ".view on ids laid out with gaps": (embed_view_ids, "view size is not compatible"),
         "ids wrapped around modulo vocab_size": (embed_wraps_ids, "returns a result for bad input"),

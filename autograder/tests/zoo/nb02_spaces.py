@@ -73,10 +73,10 @@ def v2_softmax_float32_cast_back():
 
 WRONG = {"project_qkv": {}, "SelfAttentionV1": {}, "SelfAttentionV2": {}}
 WRONG["project_qkv"][".view on x laid out with gaps"] = (project_view, "crashed")
-WRONG["SelfAttentionV1"].update({"softmax with dtype=torch.float32 (crashes in float64 and bfloat16)": (v1_softmax_float32(), "tensors of two dtypes met"),
+WRONG["SelfAttentionV1"].update({"softmax with dtype=torch.float32 (crashes in float64 and bfloat16)": (v1_softmax_float32(), "combines tensors of two dtypes"),
                                  "scale sqrt(3) hard-coded": (v1_scale_three(), "differs from the course's")})
 WRONG["SelfAttentionV2"].update({".view on inputs laid out with gaps": (v2_view_tokens(), "crashed"),
-                                 "weights cast to float32 (crashes in float64 and bfloat16)": (v2_weights_float32(), "tensors of two dtypes met")})
+                                 "weights cast to float32 (crashes in float64 and bfloat16)": (v2_weights_float32(), "combines tensors of two dtypes")})
 RIGHT = {"project_qkv": {"float32, cast back": project_float32_cast_back},
          "SelfAttentionV1": {"float32, cast back": v1_float32_cast_back()},
          "SelfAttentionV2": {"softmax in float32, cast back": v2_softmax_float32_cast_back()}}

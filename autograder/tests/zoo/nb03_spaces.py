@@ -36,6 +36,6 @@ def sdpa_softmax_float32(q, k, v, mask=None, scale=None):  # float32-only: float
 
 WRONG = {"dot_product_variance": {"at most 512 features": (variance_d_capped, "six standard deviations")}, "scaled_dot_product_attention": {
     "default scale 1 / sqrt(8) hard-coded": (sdpa_scale_of_eight, "differs from the course's"),
-    "softmax with dtype=torch.float32 (crashes in float64 and bfloat16)": (sdpa_softmax_float32, "tensors of two dtypes met"),
+    "softmax with dtype=torch.float32 (crashes in float64 and bfloat16)": (sdpa_softmax_float32, "combines tensors of two dtypes"),
 }}
 RIGHT = {"softmax_jacobian": {"float64, cast back": jacobian_float64_cast_back}}
