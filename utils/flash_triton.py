@@ -64,7 +64,9 @@ def tolerance(gradients: bool = False) -> dict:
 # (triton-lang/triton issue 11584). A GPU computes a bfloat16 operation in float32 and rounds the
 # result to bfloat16; so do the repairs below: every elementwise operation and tl.dot on bfloat16
 # operands runs in float32, and an elementwise result is rounded back to bfloat16 (to nearest
-# even), which is what the GPU stores in a bfloat16 register.
+# even), which is what the GPU stores in a bfloat16 register. A conversion of float32 to bfloat16
+# (`.to(tl.bfloat16)`, a store into a bfloat16 tensor) rounds to nearest even too: the interpreter
+# truncates, a GPU rounds (0.99999 -> 0.99609375 here, 1.0 there).
 def _to_f32(bits):
     return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
 
@@ -98,7 +100,14 @@ def _repair_interpreter():
     def create_dot(self, a, b, *rest, **kwargs):  # bf16 products are exact in float32: the tensor cores' answer
         return dot(self, f32(a), f32(b), *rest, **kwargs)
 
+    def cast_impl(self, src, dst_type):  # float32 -> bfloat16 to nearest even (the interpreter truncates), as a GPU's
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:  # .to(tl.bfloat16) and a store into bf16 do
+            return Handle(_to_bf16(np.asarray(src.data, dtype=np.float32)), tl.bfloat16)
+        return cast(self, src, dst_type)
+
     binary, unary, ternary, fma, dot = builder.binary_op, builder.unary_op, builder.ternary_op, builder.create_fma, builder.create_dot
+    cast = builder.cast_impl
+    builder.cast_impl = cast_impl
     builder.binary_op = in_float32(binary, 0, 1)  # + - * / max min and comparisons
     builder.unary_op = in_float32(unary, 0)  # negation, exp, log, sqrt...
     builder.ternary_op = lambda self, a, b, c, op: ternary(self, a, b, c, op) if op is np.where else in_float32(ternary, 0, 1, 2)(self, a, b, c, op)

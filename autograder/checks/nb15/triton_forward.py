@@ -23,7 +23,8 @@ from autograder.checks.nb15.triton_watch import KernelWatch
 import utils.flash_triton as ref
 
 BF16_TOL = 3e-2  # |out - exact| of bf16 outputs of order 1-3: the model answer stays near 1.5e-2
-ACC_TOL = 8e-2  # on the long row: float32 running statistics stay near 2.5e-2, a bf16 accumulator reaches 0.2
+ACC_TOL = 3e-2  # on the long row: float32 running statistics stay near 8e-3, a bf16 accumulator reaches 5.7e-2
+# (the same on an H200 natively: 8.2e-3 and 5.0e-2, `python -m autograder.gpu_check15`)
 F32, BF16 = torch.float32, torch.bfloat16
 
 

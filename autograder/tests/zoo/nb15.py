@@ -206,7 +206,7 @@ def _flash_strided(Q, K, V, O, LSE, T_q, T_k, scale, sq, sk, sv, so, H, CAUSAL: 
 @triton.jit
 def _flash_descriptors(Q, K, V, O, LSE, T_q, T_k, scale, CAUSAL: tl.constexpr, D: tl.constexpr,
                        BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Tensor descriptors (what replaced block pointers in Triton 3.9): a tile is loaded by its
+    """Tensor descriptors (Triton's successor to block pointers): a tile is loaded by its
     coordinates, and the rows or keys past the end come back as zeros without a mask."""
     tile, bh = tl.program_id(0), tl.program_id(1)
     q_desc = tl.make_tensor_descriptor(Q + bh * T_q * D, shape=[T_q, D], strides=[D, 1], block_shape=[BLOCK_Q, D])
@@ -244,6 +244,9 @@ def _flash_with_descriptors(q, k, v, causal=False, block_q=64, block_k=64):
     (B, H, T_q, D), T_k = q.shape, k.shape[2]
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q); lse = torch.empty(B, H, T_q, device=q.device)
+    # A descriptor made inside a kernel needs scratch memory on a GPU: without an allocator the
+    # launch fails there ("no allocator was set"), although the interpreter runs it.
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=q.device))
     _flash_descriptors[(triton.cdiv(T_q, block_q), B * H)](q, k, v, out, lse, T_q, T_k, D ** -0.5, CAUSAL=causal, D=D, BLOCK_Q=block_q, BLOCK_K=block_k)
     return out, lse
 
