@@ -67,14 +67,14 @@ def attention_float32_cast_back(inputs):
     return (torch.softmax(x @ x.transpose(-2, -1), dim=-1) @ x).to(inputs.dtype)
 
 
-WRONG["attention_scores"]["query cast to float32 (crashes in float64 and bfloat16)"] = (scores_query_float32, "tensors of two dtypes met")
+WRONG["attention_scores"]["query cast to float32 (crashes in float64 and bfloat16)"] = (scores_query_float32, "combines tensors of two dtypes")
 WRONG["softmax"].update({
     "shifts only a large positive maximum": (softmax_shift_if_large, "subtract each slice's own maximum"),
     "sums in float32": (softmax_sum_float32, "must follow its input's dtype"),
     ".view on logits laid out with gaps": (softmax_view_rows, "crashed"),
 })
-WRONG["context_vector"]["weights made float32 (crashes in float64 and bfloat16)"] = (context_weights_float32, "tensors of two dtypes met")
-WRONG["self_attention"]["softmax with dtype=torch.float32 (crashes in float64 and bfloat16)"] = (attention_softmax_in_float32, "tensors of two dtypes met")
+WRONG["context_vector"]["weights made float32 (crashes in float64 and bfloat16)"] = (context_weights_float32, "combines tensors of two dtypes")
+WRONG["self_attention"]["softmax with dtype=torch.float32 (crashes in float64 and bfloat16)"] = (attention_softmax_in_float32, "combines tensors of two dtypes")
 RIGHT["attention_scores"]["float32, cast back"] = scores_float32_cast_back
 RIGHT["softmax"].update({"movedim to the last dim and back": softmax_movedim, "float64, cast back": softmax_float64_cast_back})
 RIGHT["context_vector"]["torch.softmax, allowed here"] = context_torch_softmax
