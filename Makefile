@@ -92,7 +92,7 @@ test-cpus: $(STAMP) $(TRITON) $(TESTEXTRA)
 	    if [ $(cap) = native ] && [ $$threads = $(NPROC) ]; then continue; fi; \
 	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -c "import torch; print('== CPU path', \
 	        torch.backends.cpu.get_cpu_capability(), 'with', torch.get_num_threads(), 'thread(s): $(or $(CPU_ENV_$(cap)),the native path)')"; \
-	    submits=$$(case " $(CPU_SUBMIT_PATHS) " in *" $(cap)-$$threads "*) echo "$(CPU_SUBMITS)";; esac); \
+	    submits=; if echo " $(CPU_SUBMIT_PATHS) " | grep -q " $(cap)-$$threads "; then submits="$(CPU_SUBMITS)"; fi; \
 	    env $(CPU_ENV_$(cap)) OMP_NUM_THREADS=$$threads $(BIN)/python -m pytest -q $(XDIST) $(CPU_TESTS) $$submits; \
 	done;)
 
