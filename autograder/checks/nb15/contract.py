@@ -157,6 +157,10 @@ FAMILIES = {
     "flash_forward_kernel": Family([
         Probe("arguments", "blocks (16, 32), causal, T_q = T_k = 40", _heads(1, 1, 40, 40, 16, 189, causal=True, block_q=16, block_k=32),
               "分块 (16, 32)，因果，T_q = T_k = 40"),
+        # Not causal, two query tiles and keys past T_q + BLOCK_Q: a causal end applied to every call
+        # (`if CAUSAL` taken as true) leaves out the last key tile (mutants 15 found the grading points hold none)
+        Probe("arguments", "blocks (16, 32), not causal, T_q = 32, T_k = 45", _heads(1, 1, 32, 45, 16, 190, causal=False, block_q=16, block_k=32),
+              "分块 (16, 32)，非因果，T_q = 32，T_k = 45"),
     ], compares=("values", "shape", "dtype", "device", "inputs"), tolerance=_tolerance, space=SPACES["flash_forward_kernel"]),
     "TritonFlashAttention": Family([
         Probe("arguments", "q a transposed view, k and v in other layouts, causal", _apply_mixed(1, 2, 11, 19, 16, 196, True),
