@@ -1,6 +1,5 @@
 """The builders of notebook 12's input spaces (nb12/contract.py), one point at a time: shapes,
-value regimes, call sequences (a prefill, then the rest at start_pos) and the modes of the modules
-mtp_forward is handed."""
+value regimes and call sequences (a prefill, then the rest at start_pos)."""
 import torch
 
 from autograder.checks import generator, randn
@@ -10,9 +9,10 @@ from autograder.checks.core.harness import Steps
 NORMS = {"dim 6, x (2, 3, 6)": (6, (2, 3, 6)), "dim 6, x (4, 6)": (6, (4, 6)), "dim 1, x (3, 1)": (1, (3, 1)),
          "dim 40, x (2, 2, 40)": (40, (2, 2, 40))}
 SEQUENCES = {"B2, T6": (2, 6), "B1, T1": (1, 1), "B3, T4": (3, 4)}
-TOKENS = {"B2, T8": (2, 8), "B1, T1": (1, 1), "B3, T5": (3, 5)}
+MODULE_SEQUENCES = {"B2, T6": (2, 6), "B3, T4": (3, 4)}
+TOKENS = {"B2, T8": (2, 8), "B3, T5": (3, 5)}
 LOSSES = {"B3, T6, V7": (3, 6, 7), "B2, T2, V5": (2, 2, 5), "B1, T9, V3": (1, 9, 3), "B2, T5, V40": (2, 5, 40)}
-CHAINS = {"B2, T6, D2": (2, 6, 2), "B2, T2, D1": (2, 2, 1), "B1, T4, D3": (1, 4, 3)}
+CHAINS = {"B2, T6, D2": (2, 6, 2), "B1, T4, D3 (one position at depth 3)": (1, 4, 3)}
 DEPTHS = {"B2, T9, V7, D3": (2, 9, 7, 3), "B2, T8, V6, D2": (2, 8, 6, 2), "B2, T3, V5, D1": (2, 3, 5, 1),
           "B1, T6, V40, D2": (1, 6, 40, 2)}
 
@@ -41,7 +41,7 @@ def norm_point(point, seed):
 
 # Block, MiniDeepSeek, MTPModule: one call, or a prefill and the rest at start_pos -----------------
 def prefill_fits(point) -> bool:
-    T = {**SEQUENCES, **TOKENS}[point["shape"]][1]
+    T = SEQUENCES[point["shape"]][1]
     return point["sequence"] == "one call" or T > 1
 
 
@@ -67,17 +67,12 @@ def block_point(point, seed):
 def model_point(point, seed):
     B, T = TOKENS[point["shape"]]
     t = tokens(B, T, CFG.vocab_size, seed)
-    if point["values"] == "the vocabulary's ends":  # ids 0 and vocab_size - 1 only
-        t = (t % 2) * (CFG.vocab_size - 1)
-    return Steps(_calls(lambda a, b: (t[:, a:b].clone(),), T, point["sequence"], point["flag:absorb"]))
+    return Steps(_calls(lambda a, b: (t,), T, "one call", point["flag:absorb"]))
 
 
 def mtp_module_point(point, seed):
-    B, T = SEQUENCES[point["shape"]]
-    if point["values"] == "different scales":  # hidden states and embeddings of other sizes: a missing norm shows
-        h, e = inputs(B, T, seed) * 0.3, randn(B, T, CFG.dim, seed=seed + 1) * 3
-    else:
-        h, e = randn(B, T, CFG.dim, seed=seed), randn(B, T, CFG.dim, seed=seed + 1)
+    B, T = MODULE_SEQUENCES[point["shape"]]
+    h, e = inputs(B, T, seed) * 0.3, randn(B, T, CFG.dim, seed=seed + 1) * 3  # other sizes: a missing norm shows
     return Steps(_calls(lambda a, b: (h[:, a:b].clone(), e[:, a:b].clone()), T, point["sequence"]))
 
 
@@ -99,14 +94,9 @@ def loss_point(point, seed):
 
 def chain_point(point, seed):
     """(tokens, model, mtp_modules) and every weight by name (capstone_parts.with_weights), the
-    modules in the point's mode: mtp_forward must leave it as it found it."""
+    modules in eval() (the hand-written check's call is in train(): mtp_forward leaves either)."""
     B, T, D = CHAINS[point["shape"]]
-    (t, model, modules), weights = mtp_probe(B, T, D, seed)
-    if point["values"] == "the vocabulary's ends":
-        t = (t % 2) * (CFG.vocab_size - 1)
-    model.train(point["arguments:mode"] == "train")
-    modules.train(point["arguments:mode"] == "train")
-    return (t, model, modules), weights
+    return mtp_probe(B, T, D, seed)
 
 
 def depths_point(point, seed):
