@@ -356,9 +356,10 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
             continue
         single = not _is_steps(built) or (len(built.calls) == 1 and built.calls[0][0] == "__call__")  # one forward, other ctor arguments
         if grads and isinstance(reference, nn.Module) and single and probe.axis not in NO_GRADS and probe.grads:
-            names = [k for k, p in reference.named_parameters() if p.requires_grad]
+            params = dict(reference.named_parameters())
+            names = [k for k, p in params.items() if p.requires_grad]
             with course_runs():
-                want = _backward(expected, [dict(reference.named_parameters())[k] for k in names], seed + n)
+                want = _backward(expected, [params[k] for k in names], seed + n)
             own = _backward(out, [own_params[k] for k in names], seed + n, who)
             compare_grads(own, want, [f"{who}.{k}" for k in names], probe, who, family.tolerances(gradients=True, probe=probe))
         if not single and "holds" in family.compares:  # where the contract fixes what is kept

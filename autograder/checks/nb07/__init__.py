@@ -13,6 +13,7 @@ from autograder.checks import (graded_checks, call, expect, expect_close, expect
 from autograder.checks.nb07.cached_layers import (attend, expect_attributes, expect_gradients, expect_probes, expect_steps,
                                              in_float64, run_steps)
 from autograder.checks.nb07.contract import B, CONTEXT, D_IN, FAMILIES, seeded_gpt
+from autograder.checks.core import elsewhere
 from autograder.checks.core.harness import same_as_reference, same_as_reference_module
 from utils.gpt import GPTModel
 from utils.multihead import merge_heads, split_heads
@@ -42,10 +43,12 @@ def check_KVCache(KVCache):
         wide = call(KVCache, 1, 4, 2, 3, dtype=torch.float64, name="KVCache")
         expect(wide.k.dtype == torch.float64, "KVCache must create its tensors with the dtype it is given.",
                "KVCache 必须用传入的 dtype 创建张量。", f"dtype {wide.k.dtype}")
-        on_meta = call(KVCache, 1, 4, 2, 3, device="meta", name="KVCache")  # the meta device: shapes only, no memory
-        devices = sorted({str(getattr(t, "device", t)) for t in (on_meta.k, on_meta.v)})
-        expect(devices == ["meta"], "KVCache must create its tensors on the device it is given (device=...).",
-               "KVCache 必须在给定的设备（device=...）上创建张量。", f"devices {devices} for device='meta'")
+        with elsewhere.pretence() as there:  # another device, emulated on the CPU
+            other = call(KVCache, 1, 4, 2, 3, device=elsewhere.ELSEWHERE, name="KVCache")
+        stray = [name for name in ("k", "v") if not there(getattr(other, name, None))]
+        expect(not stray, "KVCache must create its tensors on the device it is given (device=...).",
+               "KVCache 必须在给定的设备（device=...）上创建张量。",
+               f"{', '.join(stray)} not made on device={elsewhere.ELSEWHERE} (emulated on the CPU)")
         first = _snap(call(cache.update, k1, v1, name="KVCache.update"))
         seq_after_first = cache.seq_len
         try:

@@ -12,6 +12,7 @@ from autograder.checks import (graded_checks, call, course_runs, expect, expect_
                                own_module, own_work, randn, seeded_state)
 from autograder.checks.nb13 import dsa_mistakes as mis
 from autograder.checks.nb13.contract import FAMILIES, INDEX_CFG, SPARSE_CFG
+from autograder.checks.core import elsewhere
 from autograder.checks.core.harness import _where, same_as_reference, same_as_reference_module
 from autograder.checks.nb13.rolling_cache import _run_cache, _tensors
 from utils.sliding_window import attention_with_sinks as ref_sinks
@@ -72,11 +73,12 @@ def check_RollingKVCache(RollingKVCache):
     _, k = _run_cache(cls, 3, [2, 3], torch.float64)
     expect(k.dtype == torch.float64, "The cache must keep the dtype it was built with (dtype=...).",
            "缓存必须保持构造时指定的 dtype（dtype=...）。", f"dtype {k.dtype}")
-    with own_work(cls, "RollingKVCache"):  # the meta device: shapes only, no memory, any machine
-        on_meta = call(cls, 2, 3, 3, 4, dtype=torch.float32, device="meta", name="RollingKVCache")
-    devices = {str(t.device) for t in _tensors(on_meta)}
-    expect(devices <= {"meta"}, "The cache must allocate its storage on the device it is given (device=...).",
-           "缓存必须在给定的设备（device=...）上分配存储。", f"devices {sorted(devices)} for device='meta'")
+    with own_work(cls, "RollingKVCache"), elsewhere.pretence() as there:  # another device, emulated on the CPU
+        other = call(cls, 2, 3, 3, 4, dtype=torch.float32, device=elsewhere.ELSEWHERE, name="RollingKVCache")
+    stray = [tuple(t.shape) for t in _tensors(other) if not there(t)]
+    expect(not stray, "The cache must allocate its storage on the device it is given (device=...).",
+           "缓存必须在给定的设备（device=...）上分配存储。",
+           f"tensors of shape {stray} not made on device={elsewhere.ELSEWHERE} (emulated on the CPU)")
     with own_work(cls, "RollingKVCache"):
         call(cache.reset, name="RollingKVCache.reset")
         k, _ = call(cache.update, torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4), name="RollingKVCache.update")

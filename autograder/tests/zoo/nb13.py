@@ -46,7 +46,8 @@ def cache_cls(mistake=None):
         def __init__(self, batch_size, window, num_kv_heads, head_dim, dtype=torch.float32, device=None):
             self.window, self.count = window, 0
             shape = (batch_size, num_kv_heads, window, head_dim)
-            self.k = torch.zeros(shape, dtype=torch.float32 if mistake == "dtype" else dtype, device=device)
+            self.k = torch.zeros(shape, dtype=torch.float32 if mistake == "dtype" else dtype,
+                                 device=None if mistake == "device" else device)
             self.v = torch.zeros_like(self.k)
             self.everything = [] if mistake == "grows" else None
 
@@ -316,6 +317,7 @@ WRONG = {
         "stores the whole text": (cache_cls("grows"), "at most window positions"),
         "reset forgets nothing": (cache_cls("no reset"), "reset()"),
         "dtype ignored": (cache_cls("dtype"), "dtype"),
+        "device ignored": (cache_cls("device"), "on the device it is given"),
         "subclasses utils": (BorrowedCache, "yourself"),
     },
     "attention_with_sinks": {
