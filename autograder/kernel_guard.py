@@ -157,6 +157,7 @@ def start(root: str) -> str:
     state = {"dicts": dicts, "functions": functions, "meta_path": list(sys.meta_path),
              "path_hooks": list(sys.path_hooks), "trace": sys.gettrace(), "profile": sys.getprofile(),
              "own": {}, "code": {}, "torch": _torch_state(), "missing": _MISSING,
+             "pyc": (importlib.util.MAGIC_NUMBER, sys.implementation.cache_tag),
              "path_finders": [f for f in sys.path_importer_cache.values() if f is not None]}
     shell = _shell()
     if shell is not None:

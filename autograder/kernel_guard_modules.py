@@ -6,6 +6,7 @@ with autograder/kernel_guard.py as one text, run in one namespace, so the names 
 import copy
 import importlib
 import importlib.util
+import marshal
 import os
 import sys
 import types
@@ -27,13 +28,41 @@ def _file_of(root: str, name: str):
 
 
 def _compiled(state, path: str):
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
+    with open(path, "rb") as f:
+        data = f.read()
+    source = data.decode("utf-8")
     cached = state["code"].get(path)
     if cached is None or cached[0] != source:
-        cached = (source, compile(source, path, "exec", dont_inherit=True))
+        cached = (source, _cached_code(state, path, data) or compile(source, path, "exec", dont_inherit=True))
         state["code"][path] = cached
     return cached[1]
+
+
+def _cached_code(state, path: str, data: bytes):
+    """The file's code from its __pycache__ entry beside it, when that entry is of this Python and
+    of this source (the checks Python's own import makes: its size and modification time, or its
+    hash): compiling the course's modules afresh cost 4 ms each, 0.2 s of a submit. None
+    otherwise. The entry's name and magic number are the ones start() recorded, and its folder is
+    the file's own, whatever sys.pycache_prefix the notebook set."""
+    magic, tag = state["pyc"]
+    folder, file = os.path.split(path)
+    try:
+        with open(os.path.join(folder, "__pycache__", f"{file[:-3]}.{tag}.pyc"), "rb") as f:
+            pyc = f.read()
+        if pyc[:4] != magic:
+            return None
+        if int.from_bytes(pyc[4:8], "little") & 1:  # hash-based
+            if pyc[8:16] != importlib.util.source_hash(data):
+                return None
+        else:
+            st = os.stat(path)
+            if (int.from_bytes(pyc[8:12], "little"), int.from_bytes(pyc[12:16], "little")) != (
+                    int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF) or st.st_size != len(data):
+                return None
+        code = marshal.loads(pyc[16:])
+        return code if isinstance(code, types.CodeType) else None
+    except (OSError, ValueError, EOFError, TypeError, NotImplementedError):
+        return None
 
 
 class _Loader:

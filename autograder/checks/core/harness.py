@@ -331,7 +331,8 @@ def _same_as_reference_module(cls, reference_cls, ctor, family, who, explain, gr
         if probe.dtype and isinstance(reference, nn.Module):  # a generated point's dtype: both modules moved to it
             reference, obj = _moved(reference, probe.dtype), _moved(obj, probe.dtype, who)
             own_params = {k: p for k, p in obj.named_parameters()} if not by_position else own_params
-        held = holds(obj) - holds(reference)  # what each holds before the sequence (a mask buffer is a choice)
+        # what each holds before the sequence (a mask buffer is a choice), where the contract fixes it
+        held = holds(obj) - holds(reference) if "holds" in family.compares else 0
         ref_steps = _fresh(steps)  # one copy of the whole sequence: an object passed to every step (a cache) stays one
         refused = False
         for (method, args, kwargs), (_, ref_args, ref_kwargs) in zip(steps, ref_steps):

@@ -53,10 +53,26 @@ def floating_dtypes(fn, args, kwargs) -> set:
     return found
 
 
+_SIGNATURES = {}  # function -> its signature: computed once, not at every call a check makes (thousands per submit)
+
+
+def _signature(fn) -> inspect.Signature:
+    """inspect.signature(fn), kept per function; a bound method's is its function's without the
+    first parameter. A class's is not kept: its __init__ may be replaced after it is made."""
+    target = fn.forward if isinstance(fn, nn.Module) else fn
+    func = getattr(target, "__func__", target)
+    if not inspect.isfunction(func):
+        return inspect.signature(target)
+    key = (func, func is not target)
+    if key not in _SIGNATURES:
+        _SIGNATURES[key] = inspect.signature(target)
+    return _SIGNATURES[key]
+
+
 def _named_args(fn, args, kwargs) -> list:
     """(parameter name, value) for each argument, named after fn's signature when it has one."""
     try:
-        signature = inspect.signature(fn.forward if isinstance(fn, nn.Module) else fn)
+        signature = _signature(fn)
         bound = signature.bind_partial(*args, **kwargs).arguments
         named = []
         for key, value in bound.items():
