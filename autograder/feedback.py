@@ -9,6 +9,12 @@ costs of every submit removed (about 0.7 s of 1.3 s on 2 cores, measured on note
   template is the classic one, which has no such cells, so only the alternative text is added
   here, by a regular expression on the `<img` tags.
 
+And a third: Pygments highlights every code cell again at every submit (0.3 s of notebook 12's
+0.6 s, 2 cores), though all but the learner's answers are the released notebook's own. The
+highlighted HTML of a cell that is not an answer is kept in build/highlight/, under the hash of
+everything it depends on; answers are highlighted afresh, so the folder stays the size of the
+course. Like build/jinja/ it is read by anyone and written only where the grading account may.
+
 Formulas render offline: nbgrader's template loads MathJax from a CDN, which a learner without a
 network (or a course server without one) cannot reach. The page loads MathJax 2 from the
 environment instead (PyPI's jupyter-server-mathjax): from the Jupyter server that serves the page
@@ -16,10 +22,15 @@ environment instead (PyPI's jupyter-server-mathjax): from the Jupyter server tha
 page's address, `/user/<name>` on JupyterHub), or, opened from disk, from the package's folder on
 the machine that graded it (autograder/tests/test_feedback_mathjax.py checks both, offline).
 """
+import hashlib
 import importlib.util
 import json
+import os
 import re
 from pathlib import Path
+
+import nbconvert
+import pygments
 
 from jinja2 import FileSystemBytecodeCache
 from nbconvert.exporters import HTMLExporter, TemplateExporter
@@ -65,6 +76,32 @@ class _BytecodeCache(FileSystemBytecodeCache):
             pass
 
 
+class CachedHighlight(Highlight2HTML):
+    """Highlight2HTML with the HTML of each cell that is not an answer kept in build/highlight/."""
+
+    def __call__(self, source, language=None, metadata=None):
+        if (metadata or {}).get("nbgrader", {}).get("solution"):  # the learner's own: seen once
+            return super().__call__(source, language, metadata)
+        language = language or self.pygments_lexer
+        magics = (metadata or {}).get("magics_language")  # the one cell metadata highlighting reads
+        key = hashlib.sha256(json.dumps([pygments.__version__, nbconvert.__version__, language, magics,
+                                         self.extra_formatter_options, source], sort_keys=True).encode()).hexdigest()
+        path = CACHE / "highlight" / key[:2] / f"{key}.html"
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError:
+            pass
+        html = super().__call__(source, language, metadata)
+        try:  # a temporary file renamed: a parallel grader reads all of it or nothing
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{key}.{os.getpid()}.tmp")
+            partial.write_text(html, encoding="utf-8")
+            os.replace(partial, path)
+        except OSError:  # not ours to write: the feedback costs the highlighting, nothing else
+            pass
+        return html
+
+
 class FeedbackExporter(HTMLExporter):
     def _create_environment(self):
         environment = super()._create_environment()
@@ -82,7 +119,7 @@ class FeedbackExporter(HTMLExporter):
         lexer = language.get("pygments_lexer", language.get("name"))
         resources = self._init_resources(resources)
         self.register_filter("highlight_code",
-                             self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+                             self.filters.get("highlight_code", CachedHighlight(pygments_lexer=lexer, parent=self)))
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(
             notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
