@@ -37,7 +37,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	# bytecode of the course's modules, which grading loads afresh in every kernel (even where
 	# PYTHONDONTWRITEBYTECODE keeps Python from writing it): 4 ms a module saved at every submit
-	$(BIN)/python -m compileall -q utils autograder
+	$(BIN)/python -m compileall -q $(CURDIR)/utils $(CURDIR)/autograder
 	touch $(STAMP)
 
 env: $(STAMP)

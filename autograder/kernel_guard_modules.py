@@ -60,7 +60,11 @@ def _cached_code(state, path: str, data: bytes):
                     int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF) or st.st_size != len(data):
                 return None
         code = marshal.loads(pyc[16:])
-        return code if isinstance(code, types.CodeType) else None
+        if not isinstance(code, types.CodeType):
+            return None
+        import _imp
+        _imp._fix_co_filename(code, path)  # as Python's import does: the entry may name the file by another path
+        return code
     except (OSError, ValueError, EOFError, TypeError, NotImplementedError):
         return None
 

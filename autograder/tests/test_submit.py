@@ -208,7 +208,9 @@ def test_timing_command_reports_each_notebook():
     result = subprocess.run([sys.executable, "-m", "autograder", "timing", stem, "--json"],
                             capture_output=True, text=True, cwd="/", timeout=600)
     assert result.returncode in (0, 1), result.stderr[-2000:]
-    (row,) = json.loads(result.stdout)["rows"]
+    report = json.loads(result.stdout)
+    (row,) = report["rows"]
+    assert 0 < report["import_torch_before_s"] < row["solution_s"] and report["import_torch_after_s"] > 0  # the yardstick
     assert row["notebook"] == stem and row["headless_s"] > 0
     assert row["solution_score"] == "6/6" and row["stub_score"] == "0/6"
     assert row["goals_met"] == (max(row["solution_s"], row["stub_s"]) <= min(10.0, row["headless_s"] + 3.0))
