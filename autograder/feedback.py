@@ -12,8 +12,9 @@ costs of every submit removed (about 0.7 s of 1.3 s on 2 cores, measured on note
 And a third: Pygments highlights every code cell again at every submit (0.3 s of notebook 12's
 0.6 s, 2 cores), though all but the learner's answers are the released notebook's own. The
 highlighted HTML of a cell that is not an answer is kept in build/highlight/, under the hash of
-everything it depends on; answers are highlighted afresh, so the folder stays the size of the
-course. Like build/jinja/ it is read by anyone and written only where the grading account may.
+everything it depends on; answers are highlighted afresh and not kept, so the folder grows only
+with the released cells and the few others a learner edits. Like build/jinja/ it is read by anyone
+and written only where the grading account may.
 
 Formulas render offline: nbgrader's template loads MathJax from a CDN, which a learner without a
 network (or a course server without one) cannot reach. The page loads MathJax 2 from the

@@ -3,6 +3,7 @@ afresh from their files when the notebook changed them. Never imported: GradingE
 with autograder/kernel_guard.py as one text, run in one namespace, so the names of either file
 (_record, _MISSING, ...) are the other's too; `refresh` in kernel_guard.py calls these.
 """
+import _imp
 import copy
 import importlib
 import importlib.util
@@ -62,7 +63,6 @@ def _cached_code(state, path: str, data: bytes):
         code = marshal.loads(pyc[16:])
         if not isinstance(code, types.CodeType):
             return None
-        import _imp
         _imp._fix_co_filename(code, path)  # as Python's import does: the entry may name the file by another path
         return code
     except (OSError, ValueError, EOFError, TypeError, NotImplementedError):
